@@ -1,0 +1,63 @@
+"""Numerics shared by every objective: fp32 loss math under any autocast, finite masking.
+
+Policy (DESIGN.md): similarities are upcast before ``exp``/``log``/``logsumexp``; masks never use
+``-inf`` or magic constants; clamps use an epsilon that exists in the working dtype.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+import torch
+from torch import Tensor
+
+
+def loss_dtype(x: Tensor) -> torch.dtype:
+    """The dtype loss math runs in: float32, or float64 when the input already is (gradcheck)."""
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+@contextlib.contextmanager
+def full_precision(*tensors: Tensor) -> Iterator[None]:
+    """Disable autocast for the device type of ``tensors`` so matmuls and reductions stay in fp32."""
+    device_type = tensors[0].device.type if tensors else "cpu"
+    with torch.autocast(device_type=device_type, enabled=False):
+        yield
+
+
+def upcast(x: Tensor) -> Tensor:
+    """Return ``x`` in the loss dtype (a no-op for float32/float64 input)."""
+    return x.to(loss_dtype(x))
+
+
+def masked_logsumexp(x: Tensor, mask: Tensor, dim: int = -1, keepdim: bool = False) -> Tensor:
+    """``log(sum_{mask} exp(x))`` along ``dim`` with max-subtraction and no ``-inf`` masking.
+
+    Rows whose mask is empty return ``log(tiny)`` of the dtype (a large, finite negative number),
+    so that ``logaddexp(a, masked_logsumexp(...))`` reduces to ``a`` without producing NaN.
+    """
+    lowest = torch.finfo(x.dtype).min
+    shifted_src = torch.where(mask, x, torch.full_like(x, lowest))
+    row_max = shifted_src.amax(dim=dim, keepdim=True).detach()
+    row_max = torch.where(mask.any(dim=dim, keepdim=True), row_max, torch.zeros_like(row_max))
+    summed = torch.where(mask, torch.exp(x - row_max), torch.zeros_like(x)).sum(dim=dim, keepdim=True)
+    out = torch.log(summed.clamp_min(torch.finfo(x.dtype).tiny)) + row_max
+    return out if keepdim else out.squeeze(dim)
+
+
+def safe_log1m(s: Tensor, eps: float = 1e-6) -> Tensor:
+    """``log(1 - s)`` with ``s`` clamped to ``<= 1 - eps``; ``eps`` is raised to the dtype's resolution."""
+    eps = max(eps, float(torch.finfo(s.dtype).eps))
+    return torch.log1p(-s.clamp(max=1.0 - eps))
+
+
+class NonFiniteLossError(FloatingPointError):
+    """Raised when an objective produces a non-finite value; the message names the statistic."""
+
+
+def check_finite(value: Tensor, what: str) -> Tensor:
+    """Raise :class:`NonFiniteLossError` naming ``what`` when ``value`` holds NaN or Inf."""
+    if not torch.isfinite(value).all():
+        raise NonFiniteLossError(f"non-finite {what}: {value.detach().flatten()[:8].tolist()}")
+    return value

@@ -1,0 +1,65 @@
+"""What every objective shares: the call convention, the reduction, the distributed declaration.
+
+``loss = Objective(**hyperparameters)(anchors, candidates=None, *, labels=None, pos_mask=None,
+neg_weight=None)`` returns a scalar: the mean of the per-anchor losses over anchors that have at
+least one positive. Subclasses implement :meth:`ContrastiveObjective.per_anchor`, which receives
+fp32 (or fp64) embeddings and the resolved :class:`~contrasuite.core.pairs.Pairs`, with autocast off.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from contrasuite.core.numerics import full_precision, upcast
+from contrasuite.core.pairs import Pairs, resolve_pairs
+
+
+class Distributed(str, enum.Enum):
+    """How an objective behaves when the batch is split over ranks."""
+
+    GATHER_CANDIDATES = "gather_candidates"
+    """Local anchors against every rank's candidates, gathered with gradient (open_clip's local loss)."""
+    PAIRWISE_RING = "pairwise_ring"
+    """A sum of independent pair terms: each rank scores its anchors against each rank's block in turn."""
+    GLOBAL_STATISTICS = "global_statistics"
+    """Needs statistics of the whole batch (e.g. cluster weights); gather candidates and compute them there."""
+
+
+class ContrastiveObjective(nn.Module):
+    """Base of all objectives: resolves pairs, upcasts, reduces. See the module docstring."""
+
+    distributed: ClassVar[Distributed] = Distributed.GATHER_CANDIDATES
+
+    def per_anchor(self, anchors: Tensor, candidates: Tensor, pairs: Pairs, neg_weight: Tensor | None) -> Tensor:
+        """Per-anchor losses ``[N]`` (any value for anchors without positives; they are dropped)."""
+        raise NotImplementedError
+
+    def forward(
+        self,
+        anchors: Tensor,
+        candidates: Tensor | None = None,
+        *,
+        labels: Tensor | None = None,
+        candidate_labels: Tensor | None = None,
+        pos_mask: Tensor | None = None,
+        neg_weight: Tensor | None = None,
+    ) -> Tensor:
+        candidates, pairs = resolve_pairs(
+            anchors, candidates, labels=labels, candidate_labels=candidate_labels, pos_mask=pos_mask
+        )
+        if neg_weight is not None and neg_weight.shape != pairs.pos.shape:
+            raise ValueError(f"neg_weight must be [N, M] = {list(pairs.pos.shape)}, got {list(neg_weight.shape)}")
+        with full_precision(anchors):
+            weight = None if neg_weight is None else upcast(neg_weight)
+            losses = self.per_anchor(upcast(anchors), upcast(candidates), pairs, weight)
+        return reduce_mean(losses, pairs.has_pos)
+
+
+def reduce_mean(losses: Tensor, keep: Tensor) -> Tensor:
+    """Mean of ``losses`` over ``keep``; zero (with gradient) when nothing is kept."""
+    kept = torch.where(keep, losses, torch.zeros_like(losses))
+    return kept.sum() / keep.sum().clamp_min(1)

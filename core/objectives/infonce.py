@@ -1,0 +1,89 @@
+"""InfoNCE / NT-Xent with the weighted denominator that most of the softmax family reuses.
+
+For anchor ``i`` and each positive ``p`` (logits ``l = s / t``)::
+
+    L_ip = -l_ip + log( a * exp(l_ip) + b * sum_{p' in P_i, p' != p} exp(l_ip')
+                        + sum_{j in N_i} w_ij * exp(l_ij) )
+    L_i  = mean_{p in P_i} L_ip
+
+``a = 1, b = 0``: NT-Xent (SimCLR, Chen et al. 2020; pytorch-metric-learning's ``NTXentLoss``).
+``a = 1, b = 1``: SupCon (Khosla et al. 2020, the ``L_out`` form). ``a = 0``: DCL (Yeh et al. 2022);
+MEOW with cluster-count weights (Yu et al. 2023). ``w_ij`` defaults to 1; a zero weight removes
+the negative. Everything is computed in log space with masked, max-shifted ``logsumexp``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from contrasuite.core.numerics import masked_logsumexp
+from contrasuite.core.objectives.base import ContrastiveObjective
+from contrasuite.core.pairs import Pairs
+from contrasuite.core.similarity import get_similarity
+
+
+def weighted_infonce(
+    logits: Tensor,
+    pairs: Pairs,
+    neg_weight: Tensor | None = None,
+    *,
+    positive_in_denominator: bool = True,
+    other_positives_in_denominator: bool = False,
+) -> Tensor:
+    """Per-anchor loss ``[N]`` of the weighted-denominator kernel (module docstring) on ``logits [N, M]``."""
+    neg = pairs.neg
+    neg_logits = logits
+    if neg_weight is not None:
+        neg = neg & (neg_weight > 0)
+        neg_logits = logits + torch.log(neg_weight.clamp_min(torch.finfo(logits.dtype).tiny))
+    if other_positives_in_denominator:
+        # log(sum_{P_i} exp(l) + sum_{N_i} w exp(l)), shared by all positives of the row.
+        joint = torch.where(pairs.pos, logits, neg_logits)
+        denom = masked_logsumexp(joint, pairs.pos | neg, dim=1, keepdim=True)
+        if not positive_in_denominator:
+            raise ValueError("other_positives_in_denominator=True needs positive_in_denominator=True")
+    else:
+        denom = masked_logsumexp(neg_logits, neg, dim=1, keepdim=True)
+        if positive_in_denominator:
+            denom = torch.logaddexp(logits, denom)
+    per_pair = denom - logits
+    n_pos = pairs.pos.sum(dim=1).clamp_min(1)
+    return torch.where(pairs.pos, per_pair, torch.zeros_like(per_pair)).sum(dim=1) / n_pos
+
+
+class InfoNCE(ContrastiveObjective):
+    """InfoNCE / NT-Xent (Oord et al. 2018; Chen et al. 2020), multi-positive, weighted negatives.
+
+    Args:
+        temperature: ``t`` in ``s / t``. Default 0.1 (SimCLR's ImageNet setting; CIFAR runs use 0.5).
+        positive_in_denominator: ``a = 1`` (True, InfoNCE) or ``a = 0`` (False, DCL/MEOW form).
+        other_positives_in_denominator: SupCon's ``L_out`` (all positives in every denominator).
+        similarity: ``"cosine"`` (normalise, the default) or ``"dot"``.
+    """
+
+    def __init__(
+        self,
+        temperature: float = 0.1,
+        positive_in_denominator: bool = True,
+        other_positives_in_denominator: bool = False,
+        similarity: str = "cosine",
+    ) -> None:
+        super().__init__()
+        if temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
+        self.temperature = temperature
+        self.positive_in_denominator = positive_in_denominator
+        self.other_positives_in_denominator = other_positives_in_denominator
+        self.similarity = similarity
+        self._sim = get_similarity(similarity)
+
+    def per_anchor(self, anchors: Tensor, candidates: Tensor, pairs: Pairs, neg_weight: Tensor | None) -> Tensor:
+        logits = self._sim(anchors, candidates) / self.temperature
+        return weighted_infonce(
+            logits,
+            pairs,
+            neg_weight,
+            positive_in_denominator=self.positive_in_denominator,
+            other_positives_in_denominator=self.other_positives_in_denominator,
+        )

@@ -1,0 +1,1 @@
+"""contrasuite.domains: one package per domain; each exposes a Task (see ``task.py``)."""

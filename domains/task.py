@@ -1,0 +1,93 @@
+"""The Task protocol: what a domain provides so that the one engine in ``contrasuite.pipelines`` runs it.
+
+Domains implement this protocol without importing ``pipelines``. The engine owns the device,
+precision, distributed setup, checkpoints, logging and the loop; the task owns its models, data,
+loss terms and evaluation.
+
+A training step may step several optimizers in a fixed order (CUT: discriminator, then generator
+and head) by calling ``step.optimize(name, loss)`` once per optimizer; a full-batch task (graphs)
+yields a single batch per epoch.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Protocol, runtime_checkable
+
+import torch
+from torch import Tensor, nn
+
+
+@dataclass
+class TaskContext:
+    """What the engine hands to a task when it is built."""
+
+    config: Any
+    """The task's resolved config section (a typed dataclass or an OmegaConf node)."""
+    device: torch.device
+    precision: str
+    """``"bf16"``, ``"fp16"`` or ``"fp32"``."""
+    run_dir: Path
+    data_root: Path
+    seed: int
+    rank: int = 0
+    world_size: int = 1
+    gather: Callable[[Tensor], Tensor] = field(default=lambda t: t)
+    """All-gather along dim 0 with gradient flowing back to the local slice (identity on one rank)."""
+    wrap: Callable[[nn.Module], nn.Module] = field(default=lambda m: m)
+    """Wraps a trainable module for distributed training (DistributedDataParallel on several ranks)."""
+
+    def autocast(self) -> AbstractContextManager:
+        """The autocast context for this run's precision (disabled for fp32)."""
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision)
+        return torch.autocast(device_type=self.device.type, dtype=dtype, enabled=dtype is not None)
+
+
+@runtime_checkable
+class StepContext(Protocol):
+    """What the engine hands to ``Task.train_step`` for one step."""
+
+    epoch: int
+    step: int
+    """Global optimisation step, counted from 0 across epochs."""
+
+    def autocast(self) -> AbstractContextManager: ...
+
+    def optimize(self, name: str, loss: Tensor) -> None:
+        """Backward ``loss`` (scaled under fp16), check it is finite, clip, step optimizer ``name``, zero its grads."""
+        ...
+
+
+@runtime_checkable
+class Task(Protocol):
+    """A domain's trainable unit. Implementations are plain classes registered by name."""
+
+    def setup(self, ctx: TaskContext) -> None:
+        """Build models, data and optimizers from ``ctx.config``."""
+        ...
+
+    def modules(self) -> Mapping[str, nn.Module]:
+        """Every module whose state is checkpointed."""
+        ...
+
+    def optimizers(self) -> Mapping[str, torch.optim.Optimizer]:
+        """Optimizers by name, in the order a step uses them."""
+        ...
+
+    def schedulers(self) -> Mapping[str, Any]:
+        """Learning-rate schedulers by name (stepped once per optimisation step by the task's optimize calls)."""
+        ...
+
+    def batches(self, epoch: int) -> Iterable[Any]:
+        """This rank's batches for ``epoch``; shuffling seeded by ``(seed, epoch)`` so resume is exact."""
+        ...
+
+    def train_step(self, batch: Any, step: StepContext) -> Mapping[str, float]:
+        """Run one step (calling ``step.optimize`` for each optimizer); return scalars to log."""
+        ...
+
+    def evaluate(self, split: str = "val") -> Mapping[str, float]:
+        """Evaluate on ``split`` (``"val"`` for checkpoint selection, ``"test"`` for reporting)."""
+        ...

@@ -1,0 +1,1 @@
+"""contrasuite.pipelines: the engine, configs, CLI and reports that run any domain Task."""
