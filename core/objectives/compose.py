@@ -1,0 +1,51 @@
+"""Objectives by name, and a weighted sum of terms built from config.
+
+A config lists loss terms, so any objective can be swapped into any task from the command line::
+
+    objective:
+      terms:
+        - {name: infonce, weight: 1.0, temperature: 0.5}
+
+Registration is explicit: each objective module is imported here and added to ``OBJECTIVES``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from torch import Tensor, nn
+
+from contrasuite.core.objectives.base import ContrastiveObjective
+from contrasuite.core.objectives.infonce import InfoNCE
+
+OBJECTIVES: dict[str, type[ContrastiveObjective]] = {
+    "infonce": InfoNCE,
+}
+
+
+def build_objective_term(spec: Mapping[str, Any]) -> tuple[float, ContrastiveObjective]:
+    """``{name: ..., weight: ..., **kwargs}`` -> ``(weight, objective)``; errors name the bad key."""
+    spec = dict(spec)
+    name = spec.pop("name", None)
+    weight = float(spec.pop("weight", 1.0))
+    if name not in OBJECTIVES:
+        raise ValueError(f"unknown objective {name!r}; known: {sorted(OBJECTIVES)}")
+    try:
+        return weight, OBJECTIVES[name](**spec)
+    except TypeError as err:
+        raise ValueError(f"objective {name!r}: {err}") from None
+
+
+class ObjectiveSum(nn.Module):
+    """``sum_k weight_k * objective_k(...)``, each term called with the same arguments."""
+
+    def __init__(self, terms: Sequence[Mapping[str, Any]]) -> None:
+        super().__init__()
+        if not terms:
+            raise ValueError("objective.terms is empty: give at least one {name: ...} term")
+        built = [build_objective_term(t) for t in terms]
+        self.weights = [w for w, _ in built]
+        self.terms = nn.ModuleList(obj for _, obj in built)
+
+    def forward(self, anchors: Tensor, candidates: Tensor | None = None, **kwargs: Any) -> Tensor:
+        return sum(w * obj(anchors, candidates, **kwargs) for w, obj in zip(self.weights, self.terms))
