@@ -1,0 +1,66 @@
+"""AdaMEOW's learned pair weights: equal to the naive N x N x D formula, without its memory."""
+
+import pytest
+import torch
+
+from contrasuite.core.negatives.learned_weights import LearnedNegativeWeights
+
+
+def saved_bytes(fn):
+    """Bytes of every tensor autograd saves for backward while ``fn`` runs, and fn's output."""
+    total = [0]
+
+    def pack(t):
+        total[0] += t.numel() * t.element_size()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn()
+    return total[0], out
+
+
+def test_matches_naive_forward_and_backward():
+    torch.manual_seed(0)
+    mod = LearnedNegativeWeights(6, hidden=4, chunk_size=3).double()
+    a = torch.randn(7, 6, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(5, 6, dtype=torch.float64, requires_grad=True)
+    fast = mod(a, b)
+    slow = mod.naive(a, b)
+    assert fast.shape == (7, 5)
+    assert torch.allclose(fast, slow, atol=1e-12)
+    g = torch.randn(7, 5, dtype=torch.float64)
+    grads_fast = torch.autograd.grad((fast * g).sum(), [a, b, *mod.parameters()])
+    grads_slow = torch.autograd.grad((slow * g).sum(), [a, b, *mod.parameters()])
+    for x, y in zip(grads_fast, grads_slow):
+        assert torch.allclose(x, y, atol=1e-10)
+
+
+def test_gradcheck():
+    torch.manual_seed(1)
+    mod = LearnedNegativeWeights(3, hidden=2, chunk_size=2).double()
+    a = torch.randn(3, 3, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, y: mod(x, y), (a, b))
+
+
+def test_saved_memory_is_quadratic_not_cubic():
+    n, d, h = 256, 64, 16
+    mod = LearnedNegativeWeights(d, hidden=h, chunk_size=32)
+    a = torch.randn(n, d, requires_grad=True)
+    b = torch.randn(n, d, requires_grad=True)
+    fast_bytes, fast = saved_bytes(lambda: mod(a, b))
+    naive_bytes, _ = saved_bytes(lambda: mod.naive(a, b))
+    n2, nd = n * n * 4, n * (d + h) * 4
+    assert fast_bytes <= 4 * (n2 + nd), fast_bytes
+    assert naive_bytes >= n * n * d * 4  # the naive form keeps an N x N x D tensor
+    fast.sum().backward()
+    assert a.grad is not None and torch.isfinite(a.grad).all()
+
+
+def test_no_grad_path_and_shape_errors():
+    mod = LearnedNegativeWeights(4)
+    with torch.no_grad():
+        w = mod(torch.randn(10, 4), torch.randn(3, 4))
+    assert w.shape == (10, 3) and ((w > 0) & (w < 1)).all()
+    with pytest.raises(ValueError, match="share D"):
+        mod(torch.randn(2, 4), torch.randn(2, 5))
