@@ -1,10 +1,29 @@
 """Contrastive objectives sharing one call convention (see :mod:`contrasuite.core.objectives.base`)."""
 
 from contrasuite.core.objectives.base import ContrastiveObjective, Distributed
+from contrasuite.core.objectives.circle import CircleLoss, circle_loss
+from contrasuite.core.objectives.clip import CLIPLoss, clip_loss
 from contrasuite.core.objectives.compose import OBJECTIVES, ObjectiveSum, build_objective_term
+from contrasuite.core.objectives.hyperbolic import HyperbolicPairwiseCE
 from contrasuite.core.objectives.infonce import InfoNCE, weighted_infonce
+from contrasuite.core.objectives.multi_similarity import (
+    MultiSimilarityLoss,
+    multi_similarity_loss,
+    multi_similarity_mine,
+)
+from contrasuite.core.objectives.siglip import SigLIP, sigmoid_pair_loss
 
 __all__ = [
+    "CLIPLoss",
+    "CircleLoss",
+    "HyperbolicPairwiseCE",
+    "MultiSimilarityLoss",
+    "SigLIP",
+    "circle_loss",
+    "clip_loss",
+    "multi_similarity_loss",
+    "multi_similarity_mine",
+    "sigmoid_pair_loss",
     "OBJECTIVES",
     "ContrastiveObjective",
     "Distributed",

@@ -16,10 +16,20 @@ from typing import Any, Mapping, Sequence
 from torch import Tensor, nn
 
 from contrasuite.core.objectives.base import ContrastiveObjective
+from contrasuite.core.objectives.circle import CircleLoss
+from contrasuite.core.objectives.clip import CLIPLoss
+from contrasuite.core.objectives.hyperbolic import HyperbolicPairwiseCE
 from contrasuite.core.objectives.infonce import InfoNCE
+from contrasuite.core.objectives.multi_similarity import MultiSimilarityLoss
+from contrasuite.core.objectives.siglip import SigLIP
 
 OBJECTIVES: dict[str, type[ContrastiveObjective]] = {
     "infonce": InfoNCE,
+    "circle": CircleLoss,
+    "multi_similarity": MultiSimilarityLoss,
+    "hyperbolic_pairwise_ce": HyperbolicPairwiseCE,
+    "siglip": SigLIP,
+    "clip": CLIPLoss,
 }
 
 

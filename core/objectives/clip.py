@@ -1,0 +1,112 @@
+"""CLIP's symmetric image-text contrastive loss (Radford et al., "Learning Transferable Visual Models
+From Natural Language Supervision", ICML 2021).
+
+With L2-normalised images ``x``, texts ``y`` and logits ``l_ij = exp(t') x_i . y_j``::
+
+    L = 1/2 ( mean_i CE(l_i., positives of i) + mean_j CE(l_.j, positives of j) )
+
+``t'`` is learnable, initialised ``log(1/0.07)`` and clamped to ``[0, log 100]`` in the forward pass
+(CLIP and open_clip clamp the scale at 100). Each direction is the weighted InfoNCE kernel
+(:func:`contrasuite.core.objectives.infonce.weighted_infonce`), so multi-positive rows average one
+cross-entropy per positive, as NT-Xent does.
+
+Call: ``CLIPLoss()(images, texts, pos_mask=None, neg_weight=None, extra_texts=None, extra_images=None)``.
+``extra_texts [K, D]`` are negative-only columns of the image->text direction (generated hard-negative
+captions); ``extra_images [L, D]`` are negative-only columns of the text->image direction.
+``neg_weight [N, M]`` weights the negatives of the image-text block in both directions.
+
+Distributed (``GATHER_CANDIDATES``, open_clip's ``local_loss`` with ``gather_with_grad``): each rank
+passes its local images and texts, the other ranks' texts as ``extra_texts`` and their images as
+``extra_images``, gathered with gradient; averaging the ranks' losses gives the global loss.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from contrasuite.core.numerics import full_precision, upcast
+from contrasuite.core.objectives.base import ContrastiveObjective, Distributed, reduce_mean
+from contrasuite.core.objectives.infonce import weighted_infonce
+from contrasuite.core.objectives.siglip import MAX_LOGIT_SCALE, normalised
+from contrasuite.core.pairs import Pairs, resolve_pairs
+
+
+def with_extra_columns(logits: Tensor, pairs: Pairs, weight: Tensor | None, extra: Tensor | None) -> tuple[Tensor, Pairs, Tensor | None]:
+    """Append negative-only logit columns ``extra [N, K]`` to ``logits [N, M]``, its pairs and weights."""
+    if extra is None:
+        return logits, pairs, weight
+    zeros = torch.zeros_like(extra, dtype=torch.bool)
+    pairs = Pairs(pos=torch.cat([pairs.pos, zeros], dim=1), valid=torch.cat([pairs.valid, ~zeros], dim=1))
+    if weight is not None:
+        weight = torch.cat([weight, torch.ones_like(extra)], dim=1)
+    return torch.cat([logits, extra], dim=1), pairs, weight
+
+
+def clip_loss(
+    logits: Tensor,
+    pairs: Pairs,
+    neg_weight: Tensor | None = None,
+    extra_text_logits: Tensor | None = None,
+    extra_image_logits: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Per-image ``[N]`` and per-text ``[M]`` cross-entropies of image-text ``logits [N, M]``.
+
+    ``extra_text_logits [N, K]`` (images vs extra texts) and ``extra_image_logits [M, L]`` (texts vs
+    extra images) are negative-only columns of the two directions.
+    """
+    transposed = Pairs(pos=pairs.pos.T, valid=pairs.valid.T)
+    weight_t = None if neg_weight is None else neg_weight.T
+    per_image = weighted_infonce(*with_extra_columns(logits, pairs, neg_weight, extra_text_logits))
+    per_text = weighted_infonce(*with_extra_columns(logits.T, transposed, weight_t, extra_image_logits))
+    return per_image, per_text
+
+
+class CLIPLoss(ContrastiveObjective):
+    """Symmetric image-text InfoNCE with a learnable logit scale; see the module docstring.
+
+    Args:
+        init_logit_scale: initial ``t'`` (logit scale ``exp(t')``). Default ``log(1/0.07)``.
+        learnable: trainable ``nn.Parameter`` (True) or a fixed buffer.
+    """
+
+    distributed = Distributed.GATHER_CANDIDATES
+
+    def __init__(self, init_logit_scale: float = math.log(1 / 0.07), learnable: bool = True) -> None:
+        super().__init__()
+        scale = torch.tensor(float(init_logit_scale))
+        if learnable:
+            self.logit_scale = nn.Parameter(scale)
+        else:
+            self.register_buffer("logit_scale", scale)
+
+    def forward(
+        self,
+        anchors: Tensor,
+        candidates: Tensor | None = None,
+        *,
+        labels: Tensor | None = None,
+        candidate_labels: Tensor | None = None,
+        pos_mask: Tensor | None = None,
+        neg_weight: Tensor | None = None,
+        extra_texts: Tensor | None = None,
+        extra_images: Tensor | None = None,
+    ) -> Tensor:
+        if candidates is None:
+            raise ValueError("CLIPLoss compares images (anchors) with texts: pass candidates")
+        candidates, pairs = resolve_pairs(
+            anchors, candidates, labels=labels, candidate_labels=candidate_labels, pos_mask=pos_mask
+        )
+        if neg_weight is not None and neg_weight.shape != pairs.pos.shape:
+            raise ValueError(f"neg_weight must be [N, M] = {list(pairs.pos.shape)}, got {list(neg_weight.shape)}")
+        with full_precision(anchors):
+            images, texts = normalised(anchors), normalised(candidates)
+            scale = self.logit_scale.float().clamp(0.0, MAX_LOGIT_SCALE).exp().to(images.dtype)
+            scaled_images = scale * images
+            extra_t = None if extra_texts is None else scaled_images @ normalised(extra_texts).T
+            extra_i = None if extra_images is None else (scale * texts) @ normalised(extra_images).T
+            weight = None if neg_weight is None else upcast(neg_weight)
+            per_image, per_text = clip_loss(scaled_images @ texts.T, pairs, weight, extra_t, extra_i)
+        return (reduce_mean(per_image, pairs.has_pos) + reduce_mean(per_text, pairs.pos.any(dim=0))) / 2
