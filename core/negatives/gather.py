@@ -1,0 +1,351 @@
+"""Cross-rank negatives: gather with gradient, offset-diagonal positives, and one distributed call.
+
+``distributed_objective(objective, anchors, candidates)`` runs any objective on a batch split over
+the ranks of a process group and applies the objective's declared
+:class:`~contrasuite.core.objectives.base.Distributed` behaviour:
+
+* ``GATHER_CANDIDATES``: each rank scores its local anchors against every rank's candidates, gathered
+  with gradient (open_clip's ``local_loss=True, gather_with_grad=True``).
+* ``PAIRWISE_RING``: candidate blocks travel round a ring with autograd-aware send/recv; each rank
+  sums the pair terms of its anchors against each block in turn (SigLIP, Zhai et al. 2023), so no
+  rank ever holds all candidates at once.
+* ``GLOBAL_STATISTICS``: the objective needs statistics of the whole batch (WEINCE's ``rho_0``
+  quantile over all anchors); anchors and candidates are gathered with gradient and the objective
+  runs on the global batch, so its statistics are exactly the single-process ones.
+
+The two efficient paths call ``objective.per_anchor`` and are used when the objective keeps the base
+class's ``forward``; an objective that overrides ``forward`` (e.g. a symmetric loss) runs the
+global-batch path, which is exact for any objective at W times the compute.
+
+Gradient convention (same as open_clip and DDP): the loss returned on every rank is scaled so that
+**the mean over ranks equals the single-process loss**, and the gather's backward hands each rank the
+sum over ranks of the gradient of its own slice. So the gradient at a rank's local inputs is
+``W x`` the single-process gradient; DDP averages parameter gradients over the ``W`` ranks, which
+cancels the factor and gives exactly the single-process gradient. Do not divide the loss by ``W``
+yourself, and do not use a gather without gradient (remote columns would get none).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from contrasuite.core.numerics import full_precision, upcast
+from contrasuite.core.objectives.base import ContrastiveObjective, Distributed
+from contrasuite.core.pairs import Pairs
+
+
+def world(group: Any = None) -> tuple[int, int]:
+    """``(rank, world_size)`` of ``group``; ``(0, 1)`` when torch.distributed is not initialised."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return 0, 1
+    return dist.get_rank(group), dist.get_world_size(group)
+
+
+def gather_sizes(n: int, device: torch.device, group: Any = None) -> list[int]:
+    """Every rank's length along dim 0 (ranks may hold different batch sizes)."""
+    _, size = world(group)
+    if size == 1:
+        return [n]
+    mine = torch.tensor([n], dtype=torch.long, device=device)
+    out = [torch.zeros_like(mine) for _ in range(size)]
+    dist.all_gather(out, mine, group=group)
+    return [int(t.item()) for t in out]
+
+
+def _gather_concat(x: Tensor, sizes: list[int], group: Any) -> Tensor:
+    """All-gather blocks of different lengths (padded to the longest) and concatenate them."""
+    longest = max(sizes)
+    is_bool = x.dtype == torch.bool
+    src = x.to(torch.uint8) if is_bool else x
+    padded = src.new_zeros((longest, *src.shape[1:]))
+    padded[: src.shape[0]] = src
+    blocks = [torch.empty_like(padded) for _ in sizes]
+    dist.all_gather(blocks, padded.contiguous(), group=group)
+    out = torch.cat([b[:s] for b, s in zip(blocks, sizes)], dim=0)
+    return out.bool() if is_bool else out
+
+
+class _AllGatherWithGrad(torch.autograd.Function):
+    """Forward: concatenate every rank's block. Backward: sum the gradients over ranks, keep own slice."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, sizes: list[int], rank: int, group: Any) -> Tensor:
+        ctx.sizes, ctx.rank, ctx.group = sizes, rank, group
+        return _gather_concat(x, sizes, group)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None]:
+        grad = grad.contiguous().clone()
+        dist.all_reduce(grad, op=dist.ReduceOp.SUM, group=ctx.group)
+        start = sum(ctx.sizes[: ctx.rank])
+        return grad[start : start + ctx.sizes[ctx.rank]], None, None, None
+
+
+def all_gather_with_grad(x: Tensor, group: Any = None, sizes: list[int] | None = None) -> Tensor:
+    """Concatenate ``x`` from every rank along dim 0; gradients flow back to the owning rank.
+
+    The backward returns each rank the sum over all ranks of the gradient of its slice (like
+    ``torch.distributed.nn.functional.all_gather``). With one process this is the identity.
+    """
+    rank, size = world(group)
+    if size == 1:
+        return x
+    sizes = sizes if sizes is not None else gather_sizes(x.shape[0], x.device, group)
+    return _AllGatherWithGrad.apply(x, sizes, rank, group)
+
+
+def gather_labels(labels: Tensor, group: Any = None, sizes: list[int] | None = None) -> Tensor:
+    """Concatenate every rank's labels (or any tensor without gradient) along dim 0."""
+    _, size = world(group)
+    if size == 1:
+        return labels
+    sizes = sizes if sizes is not None else gather_sizes(labels.shape[0], labels.device, group)
+    return _gather_concat(labels.detach(), sizes, group)
+
+
+def offset_diagonal_mask(n_local: int, m_total: int, offset: int, device: torch.device | None = None) -> Tensor:
+    """``[n_local, m_total]`` boolean mask with ``True`` at ``(i, offset + i)``.
+
+    Local anchor ``i`` is paired with gathered candidate ``offset + i``, where ``offset`` is the number
+    of candidates on lower ranks (``sum(sizes[:rank])``).
+    """
+    if offset + n_local > m_total:
+        raise ValueError(f"offset {offset} + n_local {n_local} exceeds the {m_total} gathered candidates")
+    mask = torch.zeros(n_local, m_total, dtype=torch.bool, device=device)
+    idx = torch.arange(n_local, device=device)
+    mask[idx, offset + idx] = True
+    return mask
+
+
+def _block_diagonal(row_sizes: list[int], col_sizes: list[int], device: torch.device) -> Tensor:
+    """Global positives for paired data split over ranks: rank r's anchor i with rank r's candidate i."""
+    mask = torch.zeros(sum(row_sizes), sum(col_sizes), dtype=torch.bool, device=device)
+    r0 = c0 = 0
+    for n, m in zip(row_sizes, col_sizes):
+        mask[r0 : r0 + n, c0 : c0 + m] = torch.eye(n, m, dtype=torch.bool, device=device)
+        r0, c0 = r0 + n, c0 + m
+    return mask
+
+
+class _RingShift(torch.autograd.Function):
+    """Send ``x`` to rank+1 and receive the block of rank-1; the backward sends gradients the other way."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, incoming_rows: int, rank: int, size: int, group: Any) -> Tensor:
+        ctx.rows, ctx.rank, ctx.size, ctx.group = x.shape[0], rank, size, group
+        return _exchange(x.contiguous(), incoming_rows, (rank + 1) % size, (rank - 1) % size, group)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None, None]:
+        back = _exchange(grad.contiguous(), ctx.rows, (ctx.rank - 1) % ctx.size, (ctx.rank + 1) % ctx.size, ctx.group)
+        return back, None, None, None, None
+
+
+def _exchange(x: Tensor, incoming_rows: int, dst: int, src: int, group: Any) -> Tensor:
+    """Non-blocking send of ``x`` to ``dst`` and receive of ``incoming_rows`` rows from ``src``."""
+    if group is not None:
+        dst, src = dist.get_global_rank(group, dst), dist.get_global_rank(group, src)
+    buf = x.new_empty((incoming_rows, *x.shape[1:]))
+    requests = [dist.isend(x, dst, group=group), dist.irecv(buf, src, group=group)]
+    for req in requests:
+        req.wait()
+    return buf
+
+
+def _ring_shift(x: Tensor, incoming_rows: int, rank: int, size: int, group: Any, grad: bool) -> Tensor:
+    if grad:
+        return _RingShift.apply(x, incoming_rows, rank, size, group)
+    return _exchange(x.detach().contiguous(), incoming_rows, (rank + 1) % size, (rank - 1) % size, group)
+
+
+def _local_positives(
+    n: int,
+    col_offset: int,
+    col_rows: int,
+    rank_offset: int,
+    labels: Tensor | None,
+    cand_labels: Tensor | None,
+    pos_mask: Tensor | None,
+    device: torch.device,
+) -> Tensor:
+    """Positives of the local anchors against the candidate columns ``[col_offset, col_offset + col_rows)``."""
+    if pos_mask is not None:
+        return pos_mask[:, col_offset : col_offset + col_rows].to(device=device, dtype=torch.bool)
+    if labels is not None:
+        return labels[:, None] == cand_labels[None, :]
+    full = offset_diagonal_mask(n, max(rank_offset + n, col_offset + col_rows), rank_offset, device)
+    return full[:, col_offset : col_offset + col_rows]
+
+
+def _uses_base_forward(objective: ContrastiveObjective) -> bool:
+    return type(objective).forward is ContrastiveObjective.forward
+
+
+def distributed_objective(
+    objective: ContrastiveObjective,
+    anchors: Tensor,
+    candidates: Tensor | None = None,
+    *,
+    labels: Tensor | None = None,
+    candidate_labels: Tensor | None = None,
+    pos_mask: Tensor | None = None,
+    neg_weight: Tensor | None = None,
+    group: Any = None,
+) -> Tensor:
+    """Run ``objective`` on a batch split over ranks, following its declared ``distributed`` behaviour.
+
+    Args are the local slices of the core contract: ``anchors [n, D]``, ``candidates [m, D]`` (or
+    ``None`` to compare anchors with each other, self-pairs excluded), local ``labels [n]`` and
+    ``candidate_labels [m]``. ``pos_mask`` and ``neg_weight``, when given, are the local anchors' rows
+    against **all** ranks' candidates, ``[n, sum of m over ranks]`` in rank order. Without labels or
+    ``pos_mask``, local anchor ``i`` is paired with local candidate ``i``.
+
+    Returns the loss whose mean over ranks is the single-process loss on the concatenated batch; see
+    the module docstring for the gradient convention. With one process this is ``objective(...)``.
+    """
+    rank, size = world(group)
+    if size == 1:
+        return objective(
+            anchors, candidates, labels=labels, candidate_labels=candidate_labels, pos_mask=pos_mask, neg_weight=neg_weight
+        )
+    if candidates is None and labels is None and pos_mask is None:
+        raise ValueError("candidates=None compares anchors with each other: give labels or pos_mask")
+    if candidates is not None and labels is not None and candidate_labels is None:
+        if candidates.shape[0] != anchors.shape[0]:
+            raise ValueError("labels with separate candidates of another size need candidate_labels")
+        candidate_labels = labels
+    self_compare = candidates is None
+    if not self_compare and labels is None and pos_mask is None and candidates.shape[0] < anchors.shape[0]:
+        raise ValueError(f"diagonal positives need at least n={anchors.shape[0]} local candidates, got {candidates.shape[0]}")
+    local_cands = anchors if self_compare else candidates
+    local_cand_labels = labels if self_compare else candidate_labels
+    device = anchors.device
+    row_sizes = gather_sizes(anchors.shape[0], device, group)
+    col_sizes = row_sizes if self_compare else gather_sizes(local_cands.shape[0], device, group)
+    m_total = sum(col_sizes)
+    for name, value in (("pos_mask", pos_mask), ("neg_weight", neg_weight)):
+        if value is not None and value.shape != (anchors.shape[0], m_total):
+            raise ValueError(f"{name} must be [n, M] = [{anchors.shape[0]}, {m_total}] (local rows, all ranks' columns)")
+
+    behaviour = Distributed(objective.distributed)
+    if behaviour is Distributed.GLOBAL_STATISTICS or not _uses_base_forward(objective):
+        return _global_batch(
+            objective, anchors, candidates, labels, candidate_labels, pos_mask, neg_weight, row_sizes, col_sizes, rank, size, group
+        )
+    args = (objective, anchors, local_cands, labels, local_cand_labels, pos_mask, neg_weight, self_compare)
+    if behaviour is Distributed.PAIRWISE_RING:
+        per, keep = _ring_per_anchor(*args, col_sizes, rank, size, group)
+    else:
+        per, keep = _gathered_per_anchor(*args, col_sizes, rank, group)
+    kept = torch.where(keep, per, torch.zeros_like(per)).sum()
+    count = keep.sum().to(torch.long)
+    dist.all_reduce(count, group=group)
+    return kept * size / count.clamp_min(1)
+
+
+def _gathered_per_anchor(
+    objective: ContrastiveObjective,
+    anchors: Tensor,
+    local_cands: Tensor,
+    labels: Tensor | None,
+    cand_labels: Tensor | None,
+    pos_mask: Tensor | None,
+    neg_weight: Tensor | None,
+    self_compare: bool,
+    col_sizes: list[int],
+    rank: int,
+    group: Any,
+) -> tuple[Tensor, Tensor]:
+    """Local anchors' per-anchor losses against every rank's candidates."""
+    n, device = anchors.shape[0], anchors.device
+    all_cands = all_gather_with_grad(local_cands, group, col_sizes)
+    all_cand_labels = None if cand_labels is None else gather_labels(cand_labels, group, col_sizes)
+    offset = sum(col_sizes[:rank])
+    pos = _local_positives(n, 0, all_cands.shape[0], offset, labels, all_cand_labels, pos_mask, device)
+    valid = torch.ones_like(pos)
+    if self_compare:
+        valid &= ~offset_diagonal_mask(n, all_cands.shape[0], offset, device)
+    pairs = Pairs(pos=pos & valid, valid=valid)
+    with full_precision(anchors):
+        weight = None if neg_weight is None else upcast(neg_weight)
+        per = objective.per_anchor(upcast(anchors), upcast(all_cands), pairs, weight)
+    return per, pairs.has_pos
+
+
+def _ring_per_anchor(
+    objective: ContrastiveObjective,
+    anchors: Tensor,
+    local_cands: Tensor,
+    labels: Tensor | None,
+    cand_labels: Tensor | None,
+    pos_mask: Tensor | None,
+    neg_weight: Tensor | None,
+    self_compare: bool,
+    col_sizes: list[int],
+    rank: int,
+    size: int,
+    group: Any,
+) -> tuple[Tensor, Tensor]:
+    """Sum of per-anchor pair terms over candidate blocks passed round the ring (rank r sees r, r-1, ...).
+
+    Needs ``objective.per_anchor`` to be a sum over candidate columns (true of SigLIP's pair terms).
+    """
+    n, device = anchors.shape[0], anchors.device
+    offsets = [sum(col_sizes[:r]) for r in range(size)]
+    block, block_labels = local_cands, cand_labels
+    total: Tensor | None = None
+    has_pos = torch.zeros(n, dtype=torch.bool, device=device)
+    for step in range(size):
+        origin = (rank - step) % size
+        if step > 0:
+            incoming = col_sizes[origin]
+            block = _ring_shift(block, incoming, rank, size, group, grad=True)
+            if block_labels is not None:
+                block_labels = _ring_shift(block_labels, incoming, rank, size, group, grad=False)
+        cols = slice(offsets[origin], offsets[origin] + col_sizes[origin])
+        pos = _local_positives(n, cols.start, col_sizes[origin], offsets[rank], labels, block_labels, pos_mask, device)
+        valid = torch.ones_like(pos)
+        if self_compare and origin == rank:
+            valid.fill_diagonal_(False)
+        pairs = Pairs(pos=pos & valid, valid=valid)
+        with full_precision(anchors):
+            weight = None if neg_weight is None else upcast(neg_weight[:, cols])
+            part = objective.per_anchor(upcast(anchors), upcast(block), pairs, weight)
+        total = part if total is None else total + part
+        has_pos |= pairs.has_pos
+    return total, has_pos
+
+
+def _global_batch(
+    objective: ContrastiveObjective,
+    anchors: Tensor,
+    candidates: Tensor | None,
+    labels: Tensor | None,
+    candidate_labels: Tensor | None,
+    pos_mask: Tensor | None,
+    neg_weight: Tensor | None,
+    row_sizes: list[int],
+    col_sizes: list[int],
+    rank: int,
+    size: int,
+    group: Any,
+) -> Tensor:
+    """The objective on the whole gathered batch, on every rank (exact for any objective; W x compute)."""
+    all_anchors = all_gather_with_grad(anchors, group, row_sizes)
+    all_cands = None if candidates is None else all_gather_with_grad(candidates, group, col_sizes)
+    kwargs: dict[str, Tensor] = {}
+    if labels is not None:
+        kwargs["labels"] = gather_labels(labels, group, row_sizes)
+    if candidate_labels is not None:
+        kwargs["candidate_labels"] = gather_labels(candidate_labels, group, col_sizes)
+    if pos_mask is not None:
+        kwargs["pos_mask"] = gather_labels(pos_mask, group, row_sizes)
+    elif labels is None and row_sizes != col_sizes:
+        kwargs["pos_mask"] = _block_diagonal(row_sizes, col_sizes, anchors.device)
+    if neg_weight is not None:
+        kwargs["neg_weight"] = all_gather_with_grad(neg_weight, group, row_sizes)
+    return objective(all_anchors, all_cands, **kwargs)
