@@ -18,10 +18,16 @@ from torch import Tensor, nn
 from contrasuite.core.objectives.base import ContrastiveObjective
 from contrasuite.core.objectives.circle import CircleLoss
 from contrasuite.core.objectives.clip import CLIPLoss
+from contrasuite.core.objectives.dcl import DCL, DCLW
+from contrasuite.core.objectives.dhel import DHEL
+from contrasuite.core.objectives.focal_infonce import FocalInfoNCE
 from contrasuite.core.objectives.hyperbolic import HyperbolicPairwiseCE
 from contrasuite.core.objectives.infonce import InfoNCE
+from contrasuite.core.objectives.kcl import KCL
 from contrasuite.core.objectives.multi_similarity import MultiSimilarityLoss
 from contrasuite.core.objectives.siglip import SigLIP
+from contrasuite.core.objectives.soft_infonce import SoftInfoNCE
+from contrasuite.core.objectives.weince import WEINCE, WEINCERepro
 
 OBJECTIVES: dict[str, type[ContrastiveObjective]] = {
     "infonce": InfoNCE,
@@ -30,6 +36,14 @@ OBJECTIVES: dict[str, type[ContrastiveObjective]] = {
     "hyperbolic_pairwise_ce": HyperbolicPairwiseCE,
     "siglip": SigLIP,
     "clip": CLIPLoss,
+    "dcl": DCL,
+    "dclw": DCLW,
+    "dhel": DHEL,
+    "kcl": KCL,
+    "soft_infonce": SoftInfoNCE,
+    "focal_infonce": FocalInfoNCE,
+    "weince": WEINCE,
+    "weince_repro": WEINCERepro,
 }
 
 

@@ -1,0 +1,111 @@
+"""Decoupled Contrastive Learning (Yeh et al., ECCV 2022, arXiv:2110.06848): DCL and DCLW.
+
+InfoNCE with the positive removed from the denominator (logits ``l = s / t``)::
+
+    L_i = mean_{p in P_i} [ -w_ip * l_ip + log sum_{j in N_i} w'_ij exp(l_ij) ]
+
+``w_ip = 1`` is DCL. DCLW weights the positive with the negative von Mises-Fisher weight
+``w_ip = 2 - exp(s_ip / sigma) / E_{(k,q) positive}[exp(s_kq / sigma)]`` (sigma = 0.5), detached,
+the mean taken over every positive pair of the batch (lightly's ``negative_mises_fisher_weights``).
+``w'_ij`` are the optional per-negative weights of the contract. The denominator is the shared
+kernel :func:`~contrasuite.core.objectives.infonce.weighted_infonce` with ``a = 0``.
+
+With ``two_view`` labels and ``candidates=None`` every row's negatives are both views of the other
+images, the paper's ``sum_{l in {1,2}, j != i}`` in one log-sum-exp. lightly's ``DCLLoss`` instead adds
+two separate log-sum-exps (same-view and cross-view); we follow the paper.
+
+Distributed: ``DCL`` is row-local (``Distributed.GATHER_CANDIDATES``). ``DCLW``'s normaliser is a
+mean over the whole batch (``Distributed.GLOBAL_STATISTICS``): set ``objective.gather_statistics`` to
+a callable that concatenates a detached tensor along dim 0 over ranks (same shape on every rank); it
+receives ``[1, 2]`` = (log-sum-exp of ``s / sigma`` over local positive pairs, their count).
+lightly normalises over the local batch only.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, ClassVar
+
+import torch
+from torch import Tensor
+
+from contrasuite.core.numerics import masked_logsumexp
+from contrasuite.core.objectives.base import ContrastiveObjective, Distributed
+from contrasuite.core.objectives.infonce import weighted_infonce
+from contrasuite.core.pairs import Pairs
+from contrasuite.core.similarity import cosine
+
+StatisticsGather = Callable[[Tensor], Tensor]
+
+
+def decoupled_infonce(
+    logits: Tensor, pairs: Pairs, neg_weight: Tensor | None = None, pos_weight: Tensor | None = None
+) -> Tensor:
+    """Per-anchor DCL loss ``[N]`` on ``logits [N, M]``; ``pos_weight [N, M]`` scales each positive's logit."""
+    loss = weighted_infonce(logits, pairs, neg_weight, positive_in_denominator=False)
+    if pos_weight is None:
+        return loss
+    # weighted_infonce already subtracts l_ip once; subtract the remaining (w_ip - 1) l_ip.
+    extra = torch.where(pairs.pos, (pos_weight - 1.0) * logits, torch.zeros_like(logits))
+    return loss - extra.sum(dim=1) / pairs.pos.sum(dim=1).clamp_min(1)
+
+
+@torch.no_grad()
+def vmf_weights(sim: Tensor, pairs: Pairs, sigma: float = 0.5, gather: StatisticsGather | None = None) -> Tensor:
+    """DCLW's ``w = 2 - exp(s / sigma) / mean_{positives} exp(s / sigma)`` on ``sim [N, M]`` (no gradient).
+
+    ``gather`` (optional) concatenates a ``[1, 2]`` tensor over ranks so the mean is over the global batch.
+    """
+    scaled = sim.detach() / sigma
+    lse = masked_logsumexp(scaled.flatten(), pairs.pos.flatten(), dim=0)
+    count = pairs.pos.sum().to(scaled.dtype)
+    if gather is not None:
+        stats = gather(torch.stack([lse, count]).unsqueeze(0))
+        lse, count = torch.logsumexp(stats[:, 0], dim=0), stats[:, 1].sum()
+    log_mean = lse - torch.log(count.clamp_min(1.0))
+    return 2.0 - torch.exp(scaled - log_mean)
+
+
+class DCL(ContrastiveObjective):
+    """Decoupled contrastive loss (positive not in the denominator); see the module docstring.
+
+    Args:
+        temperature: ``t`` in ``s / t``. Default 0.1 (lightly's ``DCLLoss`` default).
+    """
+
+    distributed: ClassVar[Distributed] = Distributed.GATHER_CANDIDATES
+
+    def __init__(self, temperature: float = 0.1) -> None:
+        super().__init__()
+        if temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
+        self.temperature = temperature
+
+    def positive_weight(self, sim: Tensor, pairs: Pairs) -> Tensor | None:
+        """Weight of each positive's logit; ``None`` (all ones) for plain DCL."""
+        return None
+
+    def per_anchor(self, anchors: Tensor, candidates: Tensor, pairs: Pairs, neg_weight: Tensor | None) -> Tensor:
+        sim = cosine(anchors, candidates)
+        return decoupled_infonce(sim / self.temperature, pairs, neg_weight, self.positive_weight(sim, pairs))
+
+
+class DCLW(DCL):
+    """DCL with the negative von Mises-Fisher weight on the positive (paper Eq. 6; lightly ``DCLWLoss``).
+
+    Args:
+        temperature: ``t``. Default 0.1.
+        sigma: vMF concentration scale. Default 0.5 (paper and lightly).
+    """
+
+    distributed: ClassVar[Distributed] = Distributed.GLOBAL_STATISTICS
+
+    def __init__(self, temperature: float = 0.1, sigma: float = 0.5) -> None:
+        super().__init__(temperature)
+        if sigma <= 0 or not math.isfinite(sigma):
+            raise ValueError(f"sigma must be > 0, got {sigma}")
+        self.sigma = sigma
+        self.gather_statistics: StatisticsGather | None = None
+
+    def positive_weight(self, sim: Tensor, pairs: Pairs) -> Tensor:
+        return vmf_weights(sim, pairs, self.sigma, self.gather_statistics)

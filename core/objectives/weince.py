@@ -1,0 +1,373 @@
+"""WEINCE (Erol, Evren, Ozel, Morgan, Ryu, Zheng, "When Softmax Fails at the Top: Extreme-Value
+Corrections for InfoNCE", ICML 2026, arXiv:2606.00262; official code github.com/hsme98/weince,
+``simclr/modules/nt_xent_hard_select.py``, policy ``tlambda_select``).
+
+Logits blend the InfoNCE coordinate with the endpoint-shortfall ("Weibit") coordinate per anchor, on
+cosine similarities ``s`` clamped to ``s <= 1 - eps``::
+
+    l_ij = (1 - lambda_i) * s_ij / t + lambda_i * ( -beta * log(1 - s_ij) )
+    L_i  = cross-entropy of the positive over {positive} + negatives        (shared weighted kernel)
+
+``beta = 1`` as in the shipped code (the README figure writes an estimated shape; pass ``beta``).
+The gate ``lambda_i = lambda_rho,i * lambda_aic,i`` is computed without gradient from the batch:
+
+1. ``K`` = negatives per anchor (the smallest count over rows), ``k_tail = max(min_tail_points,
+   round(tail_frac * K))`` clipped to ``[10, K]`` (``K`` wins when ``K < 10``). Take each anchor's
+   ``k_tail`` most similar negatives; shortfalls ``delta = max(1 - s, eps)`` in ascending order; drop the
+   first ``burn = max(1, k_tail // 20)``; ``n = k_tail - burn`` points remain.
+2. Empirical CDF ``F_k = max(k / (k_tail + 1), eps)``. Two OLS fits on ``x = log delta`` (with intercept):
+   Weibull ``log F ~ a + beta_hat x`` and Gumbel proxy ``log(-log F) ~ b - kappa x``. SSE clamped at
+   ``1e-12``; a wrong-sign slope (``<= 0`` for Weibull, ``>= 0`` for Gumbel) adds ``1e6`` to its SSE.
+   ``AIC = n log(SSE / n) + 4``; ``dAIC_i = AIC_G - AIC_W`` (positive favours Weibull).
+3. ``rho_i = max(1 - max_j s_ij^-, eps)``; ``rho_0`` = element ``round(q (n_anchors - 1))`` of the
+   sorted ``rho`` over all anchors of the (global) batch.
+4. ``lambda_rho = sigmoid(kappa_rho (log max(rho_0, eps) - log rho_i))``,
+   ``lambda_aic = sigmoid(kappa_aic (dAIC_i - margin))``; ``gate="both"`` multiplies them, ``"rho"`` and
+   ``"aic"`` use one. When ``n < 2`` there is no tail evidence and ``lambda = 0`` (plain InfoNCE); the
+   official ``tlambda_select`` then still applies the gates with ``dAIC = 0`` and the median ``rho``.
+
+:class:`WEINCERepro` (key ``weince_repro``) is what the official CIFAR-100 reproduction script trains:
+the blend plus ``0.5 * WeibitTopM + 0.5 * PLTopM``, cross-entropies over [positive | the ``top_m = 50``
+most similar negatives] with logits ``-beta_t log(1 - s)`` and ``s / t``. ``beta_t`` is a batch-global
+Weibull shape: the same log-log OLS (no wrong-sign penalty) on the pooled smallest
+``max(1024, 5%)`` negative shortfalls (``burn`` as above), accepted when ``R^2 >= 0.85`` and
+``beta_hat > 0``, clamped to ``[0.5, 16]``, folded into an EMA (momentum 0.9, start 4.0) kept in the
+``beta_ema`` buffer so it checkpoints. The EMA moves in training mode only; eval uses it as is.
+
+Numerics: all of it in fp32 (float64 for gradcheck) whatever the autocast; ``-log(1 - s)`` via
+:func:`~contrasuite.core.numerics.safe_log1m`. The gate statistics never carry gradient.
+
+Distributed: ``Distributed.GLOBAL_STATISTICS``. Each anchor's row (local anchors against gathered
+candidates) holds its own tail statistics; only ``rho_0`` (and the repro's pooled tail) need the whole
+batch. Set ``objective.gather_statistics`` to a callable that concatenates a detached tensor along
+dim 0 over ranks (same shape on every rank, i.e. equal local batches); it is called, on every rank
+and in this order, with the local ``rho [N_local]``, then (repro, training) with the local negative
+count ``[1]`` and the local smallest shortfalls ``[min(k_tail, K_local)]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, ClassVar
+
+import torch
+from torch import Tensor
+
+from contrasuite.core.numerics import safe_log1m
+from contrasuite.core.objectives.base import ContrastiveObjective, Distributed
+from contrasuite.core.objectives.infonce import weighted_infonce
+from contrasuite.core.pairs import Pairs
+from contrasuite.core.similarity import cosine
+
+StatisticsGather = Callable[[Tensor], Tensor]
+GATES = ("both", "rho", "aic")
+
+
+@dataclass(frozen=True)
+class TailStatistics:
+    """Per-anchor tail statistics of step 1-3 (module docstring)."""
+
+    rho: Tensor
+    """``[N]`` cap proximity ``1 - max negative similarity`` (>= eps)."""
+    delta_aic: Tensor
+    """``[N]`` ``AIC_Gumbel - AIC_Weibull``."""
+    beta_hat: Tensor
+    """``[N]`` Weibull slope, clamped at 0 (a diagnostic)."""
+    n_eff: int
+    """Points per anchor in the fits after the burn-in."""
+
+
+def tail_size(k_neg: int, tail_frac: float, min_tail_points: int) -> int:
+    """``max(min_tail_points, round(tail_frac * K))`` clipped to ``[10, K]``, ``K`` winning."""
+    k_tail = min(int(max(min_tail_points, round(tail_frac * k_neg))), k_neg)
+    return min(max(10, k_tail), k_neg)
+
+
+def _ols(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Row-wise OLS ``y ~ a + b x`` (``x [N, n]``, ``y [n]``): slope, SSE (>= 1e-12), centred y."""
+    xc = x - x.mean(dim=-1, keepdim=True)
+    yc = y - y.mean()
+    slope = (xc * yc).sum(-1) / (xc * xc).sum(-1).clamp_min(1e-12)
+    sse = ((yc - slope.unsqueeze(-1) * xc) ** 2).sum(-1).clamp_min(1e-12)
+    return slope, sse, yc
+
+
+@torch.no_grad()
+def tail_statistics(
+    sim: Tensor, neg: Tensor, tail_frac: float = 0.1, min_tail_points: int = 32, eps: float = 1e-6
+) -> TailStatistics:
+    """Steps 1-3 of the module docstring on cosine ``sim [N, M]`` with negatives ``neg [N, M]``."""
+    sim = sim.detach()
+    n = sim.shape[0]
+    k_neg = int(neg.sum(dim=1).min()) if n else 0
+    zeros = torch.zeros(n, dtype=sim.dtype, device=sim.device)
+    if k_neg == 0:
+        return TailStatistics(rho=torch.ones_like(zeros), delta_aic=zeros, beta_hat=zeros, n_eff=0)
+    k_tail = tail_size(k_neg, tail_frac, min_tail_points)
+    lowest = torch.full_like(sim, torch.finfo(sim.dtype).min)
+    top = torch.where(neg, sim, lowest).topk(k_tail, dim=1, sorted=True).values
+    rho = (1.0 - top[:, 0]).clamp_min(eps)
+    burn = max(1, k_tail // 20)
+    n_eff = k_tail - burn
+    if n_eff < 2:
+        return TailStatistics(rho=rho, delta_aic=zeros, beta_hat=zeros, n_eff=n_eff)
+    x = torch.log((1.0 - top).clamp_min(eps))[:, burn:]
+    cdf = (torch.arange(1, k_tail + 1, dtype=sim.dtype, device=sim.device) / (k_tail + 1.0)).clamp_min(eps)[burn:]
+    slope_w, sse_w, _ = _ols(x, torch.log(cdf))
+    slope_g, sse_g, _ = _ols(x, torch.log(-torch.log(cdf)))
+    sse_w = torch.where(slope_w <= 0, sse_w + 1e6, sse_w)
+    sse_g = torch.where(slope_g >= 0, sse_g + 1e6, sse_g)
+    aic_w = n_eff * torch.log(sse_w / n_eff) + 4.0
+    aic_g = n_eff * torch.log(sse_g / n_eff) + 4.0
+    return TailStatistics(rho=rho, delta_aic=aic_g - aic_w, beta_hat=slope_w.clamp_min(0.0), n_eff=n_eff)
+
+
+def rho_pivot(rho: Tensor, q: float) -> Tensor:
+    """``rho_0``: element ``round(q (n - 1))`` of the sorted ``rho`` (the official nearest-rank quantile)."""
+    q = min(max(q, 0.0), 1.0)
+    return torch.sort(rho).values[int(round(q * (rho.numel() - 1)))]
+
+
+@torch.no_grad()
+def gate_from_statistics(
+    rho: Tensor,
+    delta_aic: Tensor,
+    rho0: Tensor,
+    kappa_rho: float = 10.0,
+    kappa_aic: float = 1.0,
+    aic_margin: float = 2.0,
+    gate: str = "both",
+    eps: float = 1e-6,
+) -> Tensor:
+    """Step 4: ``lambda [N]`` from the statistics and the pivot ``rho0``."""
+    lam_rho = torch.sigmoid(kappa_rho * (torch.log(rho0.clamp_min(eps)) - torch.log(rho.clamp_min(eps))))
+    lam_aic = torch.sigmoid(kappa_aic * (delta_aic - aic_margin))
+    return {"both": lam_rho * lam_aic, "rho": lam_rho, "aic": lam_aic}[gate]
+
+
+@torch.no_grad()
+def weince_gate(
+    sim: Tensor,
+    pairs: Pairs,
+    *,
+    q: float = 0.2,
+    kappa_rho: float = 10.0,
+    kappa_aic: float = 1.0,
+    aic_margin: float = 2.0,
+    tail_frac: float = 0.1,
+    min_tail_points: int = 32,
+    gate: str = "both",
+    eps: float = 1e-6,
+    gather: StatisticsGather | None = None,
+) -> tuple[Tensor, TailStatistics]:
+    """The per-anchor gate ``lambda [N]`` (no gradient) and its statistics; ``gather`` makes ``rho_0`` global."""
+    stats = tail_statistics(sim, pairs.neg, tail_frac, min_tail_points, eps)
+    rho_all = stats.rho if gather is None else gather(stats.rho)  # every rank calls gather
+    if stats.n_eff < 2:
+        return torch.zeros_like(stats.rho), stats
+    rho0 = rho_pivot(rho_all, q)
+    return gate_from_statistics(stats.rho, stats.delta_aic, rho0, kappa_rho, kappa_aic, aic_margin, gate, eps), stats
+
+
+def weince_logits(sim: Tensor, lam: Tensor, temperature: float, beta: float = 1.0, eps: float = 1e-6) -> Tensor:
+    """``(1 - lambda_i) s / t + lambda_i (-beta log(1 - s))`` for cosine ``sim [N, M]`` and ``lam [N]``."""
+    lam = lam.unsqueeze(1)
+    return (1.0 - lam) * sim / temperature - lam * beta * safe_log1m(sim, eps)
+
+
+def weince(
+    sim: Tensor,
+    pairs: Pairs,
+    lam: Tensor,
+    temperature: float,
+    beta: float = 1.0,
+    eps: float = 1e-6,
+    neg_weight: Tensor | None = None,
+) -> Tensor:
+    """Per-anchor WEINCE ``[N]`` for a given gate ``lam [N]`` (the kernel with the positive in the denominator)."""
+    return weighted_infonce(weince_logits(sim, lam, temperature, beta, eps), pairs, neg_weight)
+
+
+def top_m_pairs(sim: Tensor, pairs: Pairs, top_m: int) -> Pairs:
+    """Keep the positives and each anchor's ``top_m`` most similar negatives (``min`` with the negative count)."""
+    neg = pairs.neg
+    k = min(top_m, int(neg.sum(dim=1).min())) if sim.shape[0] else 0
+    keep = torch.zeros_like(neg)
+    if k > 0:
+        masked = torch.where(neg, sim.detach(), torch.full_like(sim, torch.finfo(sim.dtype).min))
+        keep.scatter_(1, masked.topk(k, dim=1).indices, True)
+    return Pairs(pos=pairs.pos, valid=pairs.pos | (keep & neg))
+
+
+@torch.no_grad()
+def pooled_tail_beta(
+    sim: Tensor,
+    neg: Tensor,
+    tail_frac: float = 0.05,
+    min_tail_points: int = 1024,
+    eps: float = 1e-6,
+    gather: StatisticsGather | None = None,
+) -> tuple[float, float] | None:
+    """Batch-global Weibull shape ``(beta_hat >= 0, R^2)`` from the pooled smallest negative shortfalls.
+
+    ``None`` when there are fewer than 10 tail points or fewer than 2 after the burn-in.
+    """
+    delta = (1.0 - sim.detach()[neg]).clamp_min(eps)
+    count = delta.numel()
+    if gather is not None:
+        count = int(gather(torch.tensor([count], device=delta.device)).sum())
+    k_tail = min(int(max(min_tail_points, tail_frac * count)), count)
+    if k_tail < 10:
+        return None
+    if gather is not None:
+        local = min(k_tail, delta.numel())
+        delta = gather(delta.topk(local, largest=False, sorted=False).values)
+    tail = delta.topk(k_tail, largest=False, sorted=True).values
+    cdf = torch.arange(1, k_tail + 1, dtype=tail.dtype, device=tail.device) / (k_tail + 1.0)
+    burn = max(1, k_tail // 20)
+    if k_tail - burn < 2:
+        return None
+    slope, sse, yc = _ols(torch.log(tail)[burn:], torch.log(cdf)[burn:])
+    r2 = (1.0 - sse / (yc * yc).sum().clamp_min(1e-12)).clamp(0.0, 1.0)
+    return float(slope.clamp_min(0.0)), float(r2)
+
+
+class WEINCE(ContrastiveObjective):
+    """WEINCE (the paper's blend, official ``tlambda_select``); see the module docstring.
+
+    Args:
+        temperature: ``t``. Default 0.5 (the paper's SimCLR runs).
+        beta: shape in the shortfall coordinate. Default 1 (official code).
+        q: quantile level of ``rho_0``. Default 0.2.
+        kappa_rho, kappa_aic: gate sharpness. Defaults 10 and 1.
+        aic_margin: ``dAIC`` margin. Default 2.
+        tail_frac, min_tail_points: per-anchor tail size. Defaults 0.1 and 32.
+        gate: ``"both"`` (default), ``"rho"`` or ``"aic"``.
+        eps: shortfall clamp ``s <= 1 - eps`` (raised to the dtype's resolution). Default 1e-6.
+
+    After each call ``last_lambda`` holds the detached gate ``[N]`` (for logging).
+    """
+
+    distributed: ClassVar[Distributed] = Distributed.GLOBAL_STATISTICS
+
+    def __init__(
+        self,
+        temperature: float = 0.5,
+        beta: float = 1.0,
+        q: float = 0.2,
+        kappa_rho: float = 10.0,
+        kappa_aic: float = 1.0,
+        aic_margin: float = 2.0,
+        tail_frac: float = 0.1,
+        min_tail_points: int = 32,
+        gate: str = "both",
+        eps: float = 1e-6,
+    ) -> None:
+        super().__init__()
+        if temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
+        if gate not in GATES:
+            raise ValueError(f"gate must be one of {GATES}, got {gate!r}")
+        if not 0.0 <= q <= 1.0:
+            raise ValueError(f"q must be in [0, 1], got {q}")
+        if not 0.0 < eps < 1.0:
+            raise ValueError(f"eps must be in (0, 1), got {eps}")
+        self.temperature, self.beta = temperature, beta
+        self.q, self.kappa_rho, self.kappa_aic, self.aic_margin = q, kappa_rho, kappa_aic, aic_margin
+        self.tail_frac, self.min_tail_points, self.gate, self.eps = tail_frac, min_tail_points, gate, eps
+        self.gather_statistics: StatisticsGather | None = None
+        self.last_lambda: Tensor | None = None
+
+    def compute_gate(self, sim: Tensor, pairs: Pairs) -> Tensor:
+        """The no-gradient gate ``lambda [N]`` for cosine ``sim [N, M]``."""
+        lam, _ = weince_gate(
+            sim,
+            pairs,
+            q=self.q,
+            kappa_rho=self.kappa_rho,
+            kappa_aic=self.kappa_aic,
+            aic_margin=self.aic_margin,
+            tail_frac=self.tail_frac,
+            min_tail_points=self.min_tail_points,
+            gate=self.gate,
+            eps=self.eps,
+            gather=self.gather_statistics,
+        )
+        self.last_lambda = lam
+        return lam
+
+    def per_anchor(self, anchors: Tensor, candidates: Tensor, pairs: Pairs, neg_weight: Tensor | None) -> Tensor:
+        sim = cosine(anchors, candidates)
+        lam = self.compute_gate(sim, pairs)
+        return weince(sim, pairs, lam, self.temperature, self.beta, self.eps, neg_weight)
+
+
+class WEINCERepro(WEINCE):
+    """WEINCE as the official reproduction script trains it: blend + two top-M terms (module docstring).
+
+    Args (besides :class:`WEINCE`'s):
+        top_m: hardest negatives per anchor in the auxiliary terms. Default 50.
+        weibit_weight, pl_weight: weights of WeibitTopM and PLTopM. Defaults 0.5 and 0.5.
+        beta_init: start of the ``beta_t`` EMA. Default 4.0.
+        beta_min, beta_max: clamp of an accepted ``beta_hat``. Defaults 0.5 and 16.
+        beta_tail_frac, beta_min_tail_points: pooled tail size. Defaults 0.05 and 1024.
+        beta_momentum: EMA momentum. Default 0.9.
+        r2_min: smallest ``R^2`` to accept ``beta_hat``. Default 0.85.
+    """
+
+    def __init__(
+        self,
+        temperature: float = 0.5,
+        beta: float = 1.0,
+        q: float = 0.2,
+        kappa_rho: float = 10.0,
+        kappa_aic: float = 1.0,
+        aic_margin: float = 2.0,
+        tail_frac: float = 0.1,
+        min_tail_points: int = 32,
+        gate: str = "both",
+        eps: float = 1e-6,
+        top_m: int = 50,
+        weibit_weight: float = 0.5,
+        pl_weight: float = 0.5,
+        beta_init: float = 4.0,
+        beta_min: float = 0.5,
+        beta_max: float = 16.0,
+        beta_tail_frac: float = 0.05,
+        beta_min_tail_points: int = 1024,
+        beta_momentum: float = 0.9,
+        r2_min: float = 0.85,
+    ) -> None:
+        super().__init__(temperature, beta, q, kappa_rho, kappa_aic, aic_margin, tail_frac, min_tail_points, gate, eps)
+        if top_m < 1:
+            raise ValueError(f"top_m must be >= 1, got {top_m}")
+        if not 0.0 < beta_min <= beta_max:
+            raise ValueError(f"need 0 < beta_min <= beta_max, got {beta_min}, {beta_max}")
+        self.top_m, self.weibit_weight, self.pl_weight = top_m, weibit_weight, pl_weight
+        self.beta_min, self.beta_max = beta_min, beta_max
+        self.beta_tail_frac, self.beta_min_tail_points = beta_tail_frac, beta_min_tail_points
+        self.beta_momentum, self.r2_min = beta_momentum, r2_min
+        self.register_buffer("beta_ema", torch.tensor(float(beta_init)))
+
+    @torch.no_grad()
+    def batch_beta(self, sim: Tensor, pairs: Pairs) -> float:
+        """``beta_t``: in training, fold an accepted pooled-tail estimate into the EMA first."""
+        if self.training:
+            fit = pooled_tail_beta(
+                sim, pairs.neg, self.beta_tail_frac, self.beta_min_tail_points, self.eps, self.gather_statistics
+            )
+            if fit is not None and fit[1] >= self.r2_min and fit[0] > 0.0:
+                clamped = min(max(fit[0], self.beta_min), self.beta_max)
+                m = self.beta_momentum
+                self.beta_ema.fill_(m * float(self.beta_ema) + (1.0 - m) * clamped)
+        return float(self.beta_ema)
+
+    def per_anchor(self, anchors: Tensor, candidates: Tensor, pairs: Pairs, neg_weight: Tensor | None) -> Tensor:
+        sim = cosine(anchors, candidates)
+        lam = self.compute_gate(sim, pairs)
+        loss = weince(sim, pairs, lam, self.temperature, self.beta, self.eps, neg_weight)
+        beta_t = self.batch_beta(sim, pairs)
+        hardest = top_m_pairs(sim, pairs, self.top_m)
+        weibit = weighted_infonce(-beta_t * safe_log1m(sim, self.eps), hardest, neg_weight)
+        plackett_luce = weighted_infonce(sim / self.temperature, hardest, neg_weight)
+        return loss + self.weibit_weight * weibit + self.pl_weight * plackett_luce
