@@ -7,6 +7,7 @@ Policy (DESIGN.md): similarities are upcast before ``exp``/``log``/``logsumexp``
 from __future__ import annotations
 
 import contextlib
+import math
 from typing import Iterator
 
 import torch
@@ -34,15 +35,16 @@ def upcast(x: Tensor) -> Tensor:
 def masked_logsumexp(x: Tensor, mask: Tensor, dim: int = -1, keepdim: bool = False) -> Tensor:
     """``log(sum_{mask} exp(x))`` along ``dim`` with max-subtraction and no ``-inf`` masking.
 
-    Rows whose mask is empty return ``log(tiny)`` of the dtype (a large, finite negative number),
-    so that ``logaddexp(a, masked_logsumexp(...))`` reduces to ``a`` without producing NaN.
+    Masked-out entries are replaced by the dtype's lowest finite value before ``torch.logsumexp``
+    (which subtracts the row max), so they contribute exactly 0 and their gradient is exactly 0: no
+    ``inf`` is ever formed, even where ``x`` is large outside the mask. Rows whose mask is empty
+    return ``log(tiny)`` of the dtype (a large, finite negative number, constant in ``x``), so that
+    ``logaddexp(a, masked_logsumexp(...))`` reduces to ``a`` without producing NaN.
     """
-    lowest = torch.finfo(x.dtype).min
-    shifted_src = torch.where(mask, x, torch.full_like(x, lowest))
-    row_max = shifted_src.amax(dim=dim, keepdim=True).detach()
-    row_max = torch.where(mask.any(dim=dim, keepdim=True), row_max, torch.zeros_like(row_max))
-    summed = torch.where(mask, torch.exp(x - row_max), torch.zeros_like(x)).sum(dim=dim, keepdim=True)
-    out = torch.log(summed.clamp_min(torch.finfo(x.dtype).tiny)) + row_max
+    filled = torch.where(mask, x, torch.finfo(x.dtype).min)
+    out = torch.logsumexp(filled, dim=dim, keepdim=True)
+    empty_value = math.log(torch.finfo(x.dtype).tiny)
+    out = torch.where(mask.any(dim=dim, keepdim=True), out, empty_value)
     return out if keepdim else out.squeeze(dim)
 
 

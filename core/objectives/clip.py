@@ -103,7 +103,7 @@ class CLIPLoss(ContrastiveObjective):
             raise ValueError(f"neg_weight must be [N, M] = {list(pairs.pos.shape)}, got {list(neg_weight.shape)}")
         with full_precision(anchors):
             images, texts = normalised(anchors), normalised(candidates)
-            scale = self.logit_scale.float().clamp(0.0, MAX_LOGIT_SCALE).exp().to(images.dtype)
+            scale = upcast(self.logit_scale).clamp(0.0, MAX_LOGIT_SCALE).exp().to(images.dtype)
             scaled_images = scale * images
             extra_t = None if extra_texts is None else scaled_images @ normalised(extra_texts).T
             extra_i = None if extra_images is None else (scale * texts) @ normalised(extra_images).T

@@ -92,10 +92,9 @@ class SigLIP(ContrastiveObjective):
         if neg_weight is not None and neg_weight.shape != pairs.pos.shape:
             raise ValueError(f"neg_weight must be [N, M] = {list(pairs.pos.shape)}, got {list(neg_weight.shape)}")
         with full_precision(anchors):
-            scale = self.logit_scale.float().clamp(0.0, MAX_LOGIT_SCALE).exp()
-            bias = self.logit_bias.float()
             images, texts = normalised(anchors), normalised(candidates)
-            scale, bias = scale.to(images.dtype), bias.to(images.dtype)
+            scale = upcast(self.logit_scale).clamp(0.0, MAX_LOGIT_SCALE).exp().to(images.dtype)
+            bias = upcast(self.logit_bias).to(images.dtype)
             weight = None if neg_weight is None else upcast(neg_weight)
             total = sigmoid_pair_loss(scale * (images @ texts.T) + bias, pairs, weight).sum()
             if extra_texts is not None:
