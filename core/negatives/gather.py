@@ -13,9 +13,10 @@ the ranks of a process group and applies the objective's declared
   quantile over all anchors); anchors and candidates are gathered with gradient and the objective
   runs on the global batch, so its statistics are exactly the single-process ones.
 
-The two efficient paths call ``objective.per_anchor`` and are used when the objective keeps the base
-class's ``forward``; an objective that overrides ``forward`` (e.g. a symmetric loss) runs the
-global-batch path, which is exact for any objective at W times the compute.
+The two efficient paths call ``objective.per_anchor`` when the objective keeps the base class's
+``forward``. The ring also accepts an overriding ``forward`` that returns (sum of pair terms) /
+max(anchors with a positive, 1), as SigLIP's does. Any other overriding ``forward`` (CLIP's symmetric
+loss) runs the global-batch path, which is exact for any objective at W times the compute.
 
 Gradient convention (same as open_clip and DDP): the loss returned on every rank is scaled so that
 **the mean over ranks equals the single-process loss**, and the gather's backward hands each rank the
@@ -232,16 +233,18 @@ def distributed_objective(
             raise ValueError(f"{name} must be [n, M] = [{anchors.shape[0]}, {m_total}] (local rows, all ranks' columns)")
 
     behaviour = Distributed(objective.distributed)
-    if behaviour is Distributed.GLOBAL_STATISTICS or not _uses_base_forward(objective):
+    base_forward = _uses_base_forward(objective)
+    ring = behaviour is Distributed.PAIRWISE_RING and (base_forward or not self_compare)
+    if behaviour is Distributed.GLOBAL_STATISTICS or not (base_forward or ring):
         return _global_batch(
             objective, anchors, candidates, labels, candidate_labels, pos_mask, neg_weight, row_sizes, col_sizes, rank, size, group
         )
     args = (objective, anchors, local_cands, labels, local_cand_labels, pos_mask, neg_weight, self_compare)
-    if behaviour is Distributed.PAIRWISE_RING:
-        per, keep = _ring_per_anchor(*args, col_sizes, rank, size, group)
+    if ring:
+        kept, keep = _ring_sum(*args, col_sizes, rank, size, group, base_forward)
     else:
         per, keep = _gathered_per_anchor(*args, col_sizes, rank, group)
-    kept = torch.where(keep, per, torch.zeros_like(per)).sum()
+        kept = torch.where(keep, per, torch.zeros_like(per)).sum()
     count = keep.sum().to(torch.long)
     dist.all_reduce(count, group=group)
     return kept * size / count.clamp_min(1)
@@ -276,7 +279,7 @@ def _gathered_per_anchor(
     return per, pairs.has_pos
 
 
-def _ring_per_anchor(
+def _ring_sum(
     objective: ContrastiveObjective,
     anchors: Tensor,
     local_cands: Tensor,
@@ -289,16 +292,21 @@ def _ring_per_anchor(
     rank: int,
     size: int,
     group: Any,
+    base_forward: bool,
 ) -> tuple[Tensor, Tensor]:
-    """Sum of per-anchor pair terms over candidate blocks passed round the ring (rank r sees r, r-1, ...).
+    """Pair terms of the local anchors summed over candidate blocks passed round the ring.
 
-    Needs ``objective.per_anchor`` to be a sum over candidate columns (true of SigLIP's pair terms).
+    At step ``k`` rank ``r`` holds the block of rank ``r - k``. With the base ``forward``,
+    ``objective.per_anchor`` must be a sum over candidate columns. An objective that overrides
+    ``forward`` (SigLIP) must return ``(sum of pair terms) / max(number of anchors with a positive,
+    1)``, from which the block's sum is recovered. Returns ``(sum of the local anchors' losses,
+    local anchors with a positive in any block)``.
     """
     n, device = anchors.shape[0], anchors.device
     offsets = [sum(col_sizes[:r]) for r in range(size)]
     block, block_labels = local_cands, cand_labels
     total: Tensor | None = None
-    has_pos = torch.zeros(n, dtype=torch.bool, device=device)
+    pos_any = torch.zeros(n, dtype=torch.bool, device=device)
     for step in range(size):
         origin = (rank - step) % size
         if step > 0:
@@ -312,12 +320,17 @@ def _ring_per_anchor(
         if self_compare and origin == rank:
             valid.fill_diagonal_(False)
         pairs = Pairs(pos=pos & valid, valid=valid)
-        with full_precision(anchors):
-            weight = None if neg_weight is None else upcast(neg_weight[:, cols])
-            part = objective.per_anchor(upcast(anchors), upcast(block), pairs, weight)
+        weight = None if neg_weight is None else neg_weight[:, cols]
+        if base_forward:
+            with full_precision(anchors):
+                part = objective.per_anchor(upcast(anchors), upcast(block), pairs, None if weight is None else upcast(weight))
+        else:
+            part = objective(anchors, block, pos_mask=pairs.pos, neg_weight=weight) * pairs.has_pos.sum().clamp_min(1)
         total = part if total is None else total + part
-        has_pos |= pairs.has_pos
-    return total, has_pos
+        pos_any |= pairs.has_pos
+    if base_forward:
+        total = torch.where(pos_any, total, torch.zeros_like(total)).sum()
+    return total, pos_any
 
 
 def _global_batch(
