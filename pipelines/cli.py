@@ -1,0 +1,113 @@
+"""The ``contrasuite`` command.
+
+    contrasuite train CONFIG [key=value ...] [--data-root DIR]
+    contrasuite eval RUN_DIR [--checkpoint best|last]
+    contrasuite resume RUN_DIR
+    contrasuite validate-configs [--root configs]
+    contrasuite bench NAME [args ...]      -> contrasuite.pipelines.bench.<NAME>.main(argv)
+    contrasuite compare NAME [args ...]    -> contrasuite.pipelines.reports.<NAME>.main(argv)
+
+Run several processes with ``torchrun --nproc_per_node N -m contrasuite.pipelines.cli train ...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from contrasuite.pipelines.config import ConfigError, load_config
+
+EXIT_BAD_INPUT = 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="contrasuite", description="Train, evaluate and compare contrastive pipelines.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    train = sub.add_parser("train", help="train a run config")
+    train.add_argument("config", type=Path)
+    train.add_argument("overrides", nargs="*", help="key=value, e.g. config.objective.terms.0.name=weince")
+    train.add_argument("--data-root", default=None, help="data root (beats run.data_root and $CONTRASUITE_DATA)")
+    ev = sub.add_parser("eval", help="evaluate a run's checkpoint on the test split")
+    ev.add_argument("run_dir", type=Path)
+    ev.add_argument("--checkpoint", choices=("best", "last"), default=None, help="default: run.eval_checkpoint")
+    res = sub.add_parser("resume", help="continue an interrupted run from checkpoints/last.pt")
+    res.add_argument("run_dir", type=Path)
+    val = sub.add_parser("validate-configs", help="load and validate every YAML under a folder")
+    val.add_argument("--root", type=Path, default=Path("configs"))
+    for name, package in (("bench", "bench"), ("compare", "reports")):
+        p = sub.add_parser(name, help=f"run contrasuite.pipelines.{package}.<NAME>.main(argv)")
+        p.add_argument("name")
+        p.add_argument("args", nargs=argparse.REMAINDER)
+    return parser
+
+
+def validate_configs(root: Path) -> int:
+    """Validate every ``*.yaml`` under ``root``; print each problem; the number of bad files."""
+    files = sorted(root.rglob("*.yaml"))
+    if not files:
+        print(f"no YAML files under {root}", file=sys.stderr)
+        return 1
+    bad = 0
+    for path in files:
+        try:
+            load_config(path)
+        except ConfigError as err:
+            bad += 1
+            print(f"FAIL {err}", file=sys.stderr)
+        else:
+            print(f"ok   {path}")
+    print(f"{len(files) - bad}/{len(files)} configs valid")
+    return bad
+
+
+def _dispatch(package: str, name: str, argv: list[str]) -> int:
+    module_name = f"contrasuite.pipelines.{package}.{name}"
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        if err.name and module_name.startswith(err.name):
+            print(f"contrasuite: no {package} named {name!r} (module {module_name} not found)", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        raise
+    if not hasattr(module, "main"):
+        print(f"contrasuite: {module_name} has no main(argv)", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return int(module.main(argv) or 0)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from contrasuite.pipelines import distributed, trainer  # heavy imports only for commands that need them
+    from contrasuite.pipelines.checkpoint import CheckpointError
+    from contrasuite.pipelines.step import NonFiniteStepError
+
+    try:
+        if args.command == "train":
+            run_dir = trainer.train(load_config(args.config, args.overrides, data_root=args.data_root))
+            print(f"run folder: {run_dir}")
+        elif args.command == "resume":
+            print(f"run folder: {trainer.resume(args.run_dir)}")
+        elif args.command == "eval":
+            print(json.dumps(trainer.evaluate(args.run_dir, args.checkpoint), indent=2))
+        elif args.command == "validate-configs":
+            return 1 if validate_configs(args.root) else 0
+        else:
+            package = "bench" if args.command == "bench" else "reports"
+            return _dispatch(package, args.name, args.args)
+    except (ConfigError, CheckpointError, FileNotFoundError) as err:
+        print(f"contrasuite {args.command}: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except NonFiniteStepError as err:
+        print(f"contrasuite {args.command}: {err}", file=sys.stderr)
+        return 1
+    finally:
+        distributed.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,249 @@
+"""Run configs: YAML checked against typed schemas, ``key=value`` overrides, the resolved config.
+
+A run YAML has three top-level keys::
+
+    task: image_ssl          # a registry key (pipelines/registry.py) or "module.path:Class"
+    extends: base.yaml       # optional: a YAML (relative to this file) merged underneath
+    run: {...}               # engine settings, schema :class:`RunSettings`
+    config: {...}            # the task's section, schema ``TaskClass.config_class`` (a dataclass)
+
+Both sections are OmegaConf structured configs, so an unknown key or a wrong type is a
+:class:`ConfigError` naming the key and the file. Overrides are dotlists applied after the file,
+with list indices as path parts (``config.objective.terms.0.name=weince``); a value is parsed as
+YAML (``run.grad_clip=1.0``, ``config.objective.terms.1={name: dcl}``). Index ``len(list)`` appends.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import yaml
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from contrasuite.pipelines.registry import resolve_task
+
+TOP_LEVEL_KEYS = ("task", "extends", "run", "config")
+PRECISIONS = ("bf16", "fp16", "fp32")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+class ConfigError(ValueError):
+    """A config problem; the message names the file and the key."""
+
+
+@dataclass
+class RunSettings:
+    """Engine settings (the ``run:`` section). Every default lives here, nowhere else."""
+
+    seed: int = 0
+    precision: str = "bf16"
+    """``bf16`` (autocast, default on CUDA and CPU), ``fp16`` (autocast + GradScaler) or ``fp32``."""
+    device: str = "auto"
+    """``auto`` (CUDA when present), ``cpu`` or ``cuda``."""
+    epochs: int = 1
+    max_steps: Optional[int] = None
+    """Stop after this many optimisation steps in total (None: run all epochs)."""
+    eval_every_epochs: int = 1
+    """Validate every N epochs (0: only at the end)."""
+    log_every_steps: int = 10
+    checkpoint_every_steps: int = 0
+    """Also write ``last.pt`` every N steps inside an epoch (0: only at epoch ends and the end)."""
+    best_metric: Optional[str] = None
+    """Validation metric that selects ``best.pt`` (None: the first key ``evaluate("val")`` returns)."""
+    best_mode: str = "max"
+    deterministic: bool = False
+    """``torch.use_deterministic_algorithms(True)`` and cuDNN benchmark off."""
+    grad_clip: Optional[float] = None
+    """Clip the global gradient norm of each optimizer's parameters to this value."""
+    non_finite: str = "stop"
+    """What a non-finite loss or gradient does: ``stop`` (raise) or ``skip`` (drop the step)."""
+    health_every_steps: int = 50
+    """Representation health (alignment, uniformity, gap, effective rank) every N steps (0: off)."""
+    tensorboard: bool = False
+    progress: bool = True
+    output_root: str = "runs"
+    data_root: Optional[str] = None
+    """Data root; ``--data-root`` beats this, which beats ``$CONTRASUITE_DATA``, which beats ``data``."""
+    resume: str = "never"
+    """``never``, ``auto`` (continue the newest unfinished run of this config) or a run folder."""
+    eval_checkpoint: str = "best"
+    """Checkpoint ``contrasuite eval`` loads: ``best`` or ``last``."""
+
+
+@dataclass
+class LoadedConfig:
+    """A validated config: the task class, typed sections and the resolved plain dict."""
+
+    path: Path
+    task_name: str
+    task_class: type
+    run: RunSettings
+    config: Any
+    resolved: dict
+
+    @property
+    def stem(self) -> str:
+        return self.path.stem
+
+    @property
+    def domain(self) -> str:
+        """The run folder's domain part: the registry key, or the class name for ``module:Class``."""
+        return self.task_name.rpartition(":")[2]
+
+
+def _read_yaml(path: Path) -> dict:
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a run config is a mapping with keys {TOP_LEVEL_KEYS}, got {type(data).__name__}")
+    unknown = sorted(set(data) - set(TOP_LEVEL_KEYS))
+    if unknown:
+        raise ConfigError(f"{path}: unknown top-level key {unknown[0]!r}; allowed: {TOP_LEVEL_KEYS}")
+    return data
+
+
+def _deep_merge(base: dict, top: dict) -> dict:
+    out = dict(base)
+    for key, value in top.items():
+        out[key] = _deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def read_raw(path: Path, _seen: tuple[Path, ...] = ()) -> dict:
+    """The YAML at ``path`` with its ``extends`` chain merged underneath (a later file wins)."""
+    path = Path(path).resolve()
+    if path in _seen:
+        raise ConfigError(f"{path}: 'extends' cycle through {[str(p) for p in _seen]}")
+    data = _read_yaml(path)
+    parent = data.pop("extends", None)
+    if parent is None:
+        return data
+    return _deep_merge(read_raw(path.parent / str(parent), (*_seen, path)), data)
+
+
+def _structured(schema: type, values: Any, section: str, path: Path) -> DictConfig:
+    if not dataclasses.is_dataclass(schema):
+        raise ConfigError(f"{path}: the schema of section {section!r} must be a dataclass, got {schema!r}")
+    if values is not None and not isinstance(values, dict):
+        raise ConfigError(f"{path}: section {section!r} must be a mapping, got {type(values).__name__}")
+    node = OmegaConf.structured(schema)
+    try:
+        return OmegaConf.merge(node, values or {})
+    except OmegaConfBaseException as err:
+        raise ConfigError(f"{path}: {section}.{_key_of(err)}: {_first_line(err)}") from None
+
+
+def _key_of(err: OmegaConfBaseException) -> str:
+    return str(getattr(err, "full_key", None) or "?")
+
+
+def _first_line(err: Exception) -> str:
+    return str(err).splitlines()[0]
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """``"a.b.0.c=value"`` -> ``("a.b.0.c", yaml-parsed value)``."""
+    key, sep, raw = item.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"override {item!r} is not key=value")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as err:
+        raise ConfigError(f"override {item!r}: value is not valid YAML: {err}") from None
+    return key.strip(), value
+
+
+def apply_override(root: DictConfig, key: str, value: Any, path: Path) -> None:
+    """Set ``key`` (dotted, list indices as parts) in ``root``; unknown keys and wrong types fail."""
+    parts = key.split(".")
+    parent_key, last = ".".join(parts[:-1]), parts[-1]
+    parent = OmegaConf.select(root, parent_key, throw_on_missing=False) if parent_key else root
+    if parent is None:
+        raise ConfigError(f"{path}: override {key}: no key {parent_key!r} in the config")
+    try:
+        if isinstance(parent, ListConfig) and last.isdigit() and int(last) == len(parent):
+            parent.append(value)
+        elif isinstance(parent, DictConfig) and last not in parent:
+            raise ConfigError(f"{path}: override {key}: unknown key {last!r} (known: {sorted(parent.keys())})")
+        else:
+            OmegaConf.update(root, key, value, merge=True)
+    except OmegaConfBaseException as err:
+        raise ConfigError(f"{path}: override {key}: {_first_line(err)}") from None
+
+
+def load_config(path: str | os.PathLike, overrides: Sequence[str] = (), data_root: str | None = None) -> LoadedConfig:
+    """Read, merge, override and validate a run config; ``data_root`` (the CLI flag) wins over the file."""
+    path = Path(path)
+    raw = read_raw(path)
+    parsed = [parse_override(o) for o in overrides]
+    task_name = next((v for k, v in parsed if k == "task"), raw.get("task"))
+    if not task_name:
+        raise ConfigError(f"{path}: missing top-level key 'task' (a registry key or 'module:Class')")
+    try:
+        task_class = resolve_task(str(task_name))
+    except (KeyError, ImportError, AttributeError) as err:
+        raise ConfigError(f"{path}: task: {err}") from None
+    schema = getattr(task_class, "config_class", None)
+    if schema is None:
+        raise ConfigError(f"{path}: task {task_name!r} ({task_class.__name__}) has no config_class dataclass")
+    root = OmegaConf.create({"task": str(task_name)})
+    root.run = _structured(RunSettings, raw.get("run"), "run", path)
+    root.config = _structured(schema, raw.get("config"), "config", path)
+    for key, value in parsed:
+        if key != "task":
+            apply_override(root, key, value, path)
+    if data_root is not None:
+        root.run.data_root = str(data_root)
+    elif root.run.data_root is None:
+        root.run.data_root = os.environ.get("CONTRASUITE_DATA", "data")
+    try:
+        resolved = OmegaConf.to_container(root, resolve=True)
+        run = OmegaConf.to_object(root.run)
+        config = OmegaConf.to_object(root.config)
+    except OmegaConfBaseException as err:
+        raise ConfigError(f"{path}: {_key_of(err)}: {_first_line(err)}") from None
+    _check_run(run, path)
+    _check_objective_terms(resolved["config"], path)
+    return LoadedConfig(path, str(task_name), task_class, run, config, resolved)
+
+
+def _check_run(run: RunSettings, path: Path) -> None:
+    choices = {"precision": PRECISIONS, "device": DEVICES, "non_finite": ("stop", "skip"),
+               "best_mode": ("max", "min"), "eval_checkpoint": ("best", "last")}
+    for key, allowed in choices.items():
+        if getattr(run, key) not in allowed:
+            raise ConfigError(f"{path}: run.{key}: {getattr(run, key)!r} is not one of {allowed}")
+    for key in ("epochs", "log_every_steps", "checkpoint_every_steps", "health_every_steps", "eval_every_epochs"):
+        if getattr(run, key) < 0:
+            raise ConfigError(f"{path}: run.{key}: must be >= 0, got {getattr(run, key)}")
+
+
+def _check_objective_terms(section: Any, path: Path, where: str = "config") -> None:
+    """Build every ``objective: {terms: [...]}`` found in the task section, so typos fail at load time."""
+    if isinstance(section, dict):
+        for key, value in section.items():
+            if key == "objective" and isinstance(value, dict) and "terms" in value:
+                from contrasuite.core.objectives import ObjectiveSum
+
+                try:
+                    ObjectiveSum(value["terms"])
+                except (ValueError, TypeError) as err:
+                    raise ConfigError(f"{path}: {where}.objective.terms: {err}") from None
+            else:
+                _check_objective_terms(value, path, f"{where}.{key}")
+
+
+def save_resolved(resolved: dict, path: Path) -> None:
+    """Write the resolved config as YAML (atomically)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(yaml.safe_dump(resolved, sort_keys=False))
+    os.replace(tmp, path)

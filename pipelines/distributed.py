@@ -1,0 +1,99 @@
+"""``torchrun`` DDP: env:// init (gloo on CPU, nccl on CUDA), gather with gradient, module wrapping.
+
+Under ``torchrun`` the environment holds ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` and the rendezvous
+address; without it everything is a no-op on one process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+from torch.nn.parallel import DistributedDataParallel
+
+from contrasuite.core.negatives.gather import all_gather_with_grad
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+
+def env_info() -> DistInfo:
+    """Rank, world size and local rank from the ``torchrun`` environment (defaults: one process)."""
+    return DistInfo(
+        rank=int(os.environ.get("RANK", 0)),
+        world_size=int(os.environ.get("WORLD_SIZE", 1)),
+        local_rank=int(os.environ.get("LOCAL_RANK", 0)),
+    )
+
+
+def init(info: DistInfo, device: torch.device) -> None:
+    """Join the process group (env://) when several processes run and none is initialised yet."""
+    if info.enabled and not dist.is_initialized():
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        dist.init_process_group(backend=backend, init_method="env://", rank=info.rank, world_size=info.world_size)
+
+
+def shutdown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def barrier() -> None:
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def broadcast_object(obj: Any) -> Any:
+    """Rank 0's ``obj`` on every rank."""
+    if not dist.is_initialized():
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def gather_with_grad(x: Tensor) -> Tensor:
+    """All-gather along dim 0; the gradient of every rank's copy flows back to its local slice."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return x
+    return all_gather_with_grad(x)
+
+
+def wrap_module(module: nn.Module, device: torch.device) -> nn.Module:
+    """DistributedDataParallel around a module with trainable parameters (identity on one process)."""
+    if not dist.is_initialized() or not any(p.requires_grad for p in module.parameters()):
+        return module
+    ids = [device.index] if device.type == "cuda" else None
+    return DistributedDataParallel(module, device_ids=ids)
+
+
+def unwrap(module: nn.Module) -> nn.Module:
+    """The module inside a DDP wrapper (itself otherwise)."""
+    return module.module if isinstance(module, DistributedDataParallel) else module
+
+
+@contextlib.contextmanager
+def no_sync(modules: list[nn.Module]) -> Iterator[None]:
+    """Skip DDP gradient all-reduce for the enclosed backward passes of every wrapped module."""
+    with contextlib.ExitStack() as stack:
+        for m in modules:
+            if isinstance(m, DistributedDataParallel):
+                stack.enter_context(m.no_sync())
+        yield

@@ -1,0 +1,94 @@
+"""The run folder ``<output_root>/<domain>/<config-stem>/<timestamp>/`` and what describes it.
+
+It holds ``config.yaml`` (resolved), ``environment.json`` (versions, git commit, device),
+``status.json``, ``metrics.csv``, ``checkpoints/``, ``eval_*.json`` and ``plots/``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import torch
+
+PACKAGES = ("contrasuite", "torch", "numpy", "omegaconf", "torchvision", "kornia", "torch_geometric",
+            "open_clip_torch", "transformers", "scikit-learn", "matplotlib", "tensorboard")
+
+
+def new_run_dir(output_root: str | Path, domain: str, stem: str) -> Path:
+    """Create a fresh, timestamped run folder (a numeric suffix avoids collisions)."""
+    base = Path(output_root) / domain / stem
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for n in range(1000):
+        candidate = base / (stamp if n == 0 else f"{stamp}-{n}")
+        try:
+            candidate.mkdir(parents=True, exist_ok=False)
+            return candidate
+        except FileExistsError:
+            continue
+    raise RuntimeError(f"could not create a run folder under {base}")
+
+
+def latest_unfinished(output_root: str | Path, domain: str, stem: str) -> Path | None:
+    """The newest run of this config with a ``last.pt`` and no finished status (for ``run.resume=auto``)."""
+    base = Path(output_root) / domain / stem
+    if not base.is_dir():
+        return None
+    for run in sorted((p for p in base.iterdir() if p.is_dir()), reverse=True):
+        if (run / "checkpoints" / "last.pt").is_file() and read_json(run / "status.json").get("state") != "finished":
+            return run
+    return None
+
+
+def write_json(data: Any, path: Path) -> None:
+    """Write JSON atomically (temporary file, then rename)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _git_commit() -> str | None:
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def environment(device: torch.device, world_size: int) -> dict[str, Any]:
+    """Package versions, git commit, python, platform, device and world size."""
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return {
+        "packages": versions,
+        "git_commit": _git_commit(),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
+        "world_size": world_size,
+        "argv": sys.argv,
+    }

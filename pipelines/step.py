@@ -1,0 +1,144 @@
+"""The step context a task's ``train_step`` receives: backward, finiteness check, clip, step, zero.
+
+``optimize(name, loss)`` for each optimizer in the task's order; ``optimize_cached(...)`` does the
+same with GradCache (:mod:`contrasuite.core.gradcache`) for batches too large to backpropagate at once.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import AbstractContextManager
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from contrasuite.core.gradcache import cached_backward
+
+
+class NonFiniteStepError(FloatingPointError):
+    """A non-finite loss or gradient under ``run.non_finite=stop``."""
+
+
+class Step:
+    """One optimisation step. Implements ``contrasuite.domains.task.StepContext``."""
+
+    def __init__(
+        self,
+        *,
+        epoch: int,
+        step: int,
+        optimizers: Mapping[str, torch.optim.Optimizer],
+        schedulers: Mapping[str, Any],
+        autocast: Callable[[], AbstractContextManager],
+        scaler: torch.amp.GradScaler | None,
+        grad_clip: float | None,
+        non_finite: str,
+        no_sync: Callable[[], AbstractContextManager],
+        chunk_size: int | None = None,
+    ) -> None:
+        self.epoch, self.step = epoch, step
+        self._optimizers, self._schedulers = optimizers, schedulers
+        self._autocast, self._scaler = autocast, scaler
+        self._grad_clip, self._non_finite = grad_clip, non_finite
+        self._no_sync = no_sync
+        self.chunk_size = chunk_size
+        self._scaler_stepped = False
+        self.stats: dict[str, float] = {}
+        """What the engine logs for this step: ``grad_norm/<name>``, ``skipped/<name>``."""
+
+    def autocast(self) -> AbstractContextManager:
+        return self._autocast()
+
+    def _optimizer(self, name: str) -> torch.optim.Optimizer:
+        if name not in self._optimizers:
+            raise KeyError(f"step.optimize({name!r}): the task has no optimizer {name!r}; it has {list(self._optimizers)}")
+        return self._optimizers[name]
+
+    def _fail(self, name: str, what: str, optimizer: torch.optim.Optimizer) -> bool:
+        """Stop (raise) or skip (zero the grads, return True) on a non-finite statistic."""
+        message = f"step {self.step} (epoch {self.epoch}), optimizer {name!r}: non-finite {what}"
+        if self._non_finite == "stop":
+            optimizer.zero_grad(set_to_none=True)
+            raise NonFiniteStepError(message + " (run.non_finite=skip drops such steps instead)")
+        optimizer.zero_grad(set_to_none=True)
+        self.stats[f"skipped/{name}"] = 1.0
+        return True
+
+    def optimize(self, name: str, loss: Tensor, terms: Mapping[str, Tensor] | None = None) -> None:
+        """Backward ``loss`` (scaled under fp16), check it, clip, step optimizer ``name`` and its scheduler, zero grads.
+
+        ``terms`` (optional, e.g. each objective term) makes a non-finite message name the culprit.
+        """
+        optimizer = self._optimizer(name)
+        if not torch.isfinite(loss.detach()).all():
+            bad = [k for k, v in (terms or {}).items() if not torch.isfinite(v.detach()).all()]
+            what = f"loss {loss.detach().float().flatten()[:4].tolist()}" + (f" from terms {bad}" if bad else "")
+            self._fail(name, what, optimizer)
+            return
+        (self._scaler.scale(loss) if self._scaler else loss).backward()
+        self._finish(name, optimizer)
+
+    def optimize_cached(
+        self,
+        name: str,
+        embed: Callable[[Any], Tensor | Sequence[Tensor]],
+        chunks: Sequence[Any],
+        loss_fn: Callable[..., Tensor],
+    ) -> Tensor:
+        """GradCache step: embed ``chunks`` without graph, loss on all embeddings, backprop chunk by chunk.
+
+        ``embed(chunk)`` runs under this step's autocast; returns the detached full-batch loss.
+        """
+        optimizer = self._optimizer(name)
+
+        def embed_autocast(chunk: Any) -> Tensor | Sequence[Tensor]:
+            with self._autocast():
+                return embed(chunk)
+
+        def checked_loss(*reps: Tensor) -> Tensor:
+            loss = loss_fn(*reps)
+            if not torch.isfinite(loss.detach()).all():
+                raise _NonFiniteCachedLoss(loss.detach())
+            return loss
+
+        try:
+            loss = cached_backward(
+                embed_autocast, chunks, checked_loss, scale=self._scaler.scale if self._scaler else None,
+                no_sync=self._no_sync,
+            )
+        except _NonFiniteCachedLoss as err:
+            self._fail(name, f"loss {err.value.float().flatten()[:4].tolist()}", optimizer)
+            return err.value
+        self._finish(name, optimizer)
+        return loss
+
+    def _finish(self, name: str, optimizer: torch.optim.Optimizer) -> None:
+        if self._scaler is not None:
+            self._scaler.unscale_(optimizer)
+        params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        max_norm = self._grad_clip if self._grad_clip else math.inf
+        norm = nn.utils.clip_grad_norm_(params, max_norm) if params else torch.zeros(())
+        self.stats[f"grad_norm/{name}"] = float(norm)
+        if not torch.isfinite(norm) and self._scaler is None:
+            self._fail(name, f"gradient norm {float(norm)}", optimizer)
+            return
+        if self._scaler is not None:
+            self._scaler.step(optimizer)  # skips the update itself when fp16 gradients overflowed
+            self._scaler_stepped = True
+        else:
+            optimizer.step()
+        if name in self._schedulers:
+            self._schedulers[name].step()
+        optimizer.zero_grad(set_to_none=True)
+
+    def finish(self) -> None:
+        """End of the step: update the loss scale once, after every optimizer stepped."""
+        if self._scaler is not None and self._scaler_stepped:
+            self._scaler.update()
+
+
+class _NonFiniteCachedLoss(Exception):
+    def __init__(self, value: Tensor) -> None:
+        super().__init__("non-finite loss")
+        self.value = value

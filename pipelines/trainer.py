@@ -1,0 +1,352 @@
+"""The one training loop: builds a task, runs epochs of steps, validates, checkpoints, resumes.
+
+Order of a run: device and process group, seeds, ``task.setup(ctx)``, (restore a checkpoint),
+then for each epoch ``task.batches(epoch)`` -> ``task.train_step(batch, step)`` per batch, logging
+every ``run.log_every_steps``, health every ``run.health_every_steps``, ``last.pt`` every
+``run.checkpoint_every_steps`` and at each epoch end, validation every ``run.eval_every_epochs``
+(``best.pt`` by ``run.best_metric``) and once at the end. Evaluation and health run under a forked
+RNG so they never change the training stream; that, the stored RNG states and the data position
+make a resumed run equal an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import time
+from collections.abc import Sized
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+import torch
+from torch import nn
+
+from contrasuite.core.metrics.health import health, similarity_samples
+from contrasuite.domains.task import TaskContext
+from contrasuite.pipelines import checkpoint, distributed
+from contrasuite.pipelines.config import LoadedConfig, load_config, save_resolved
+from contrasuite.pipelines.metrics_log import MetricsLog
+from contrasuite.pipelines.plots import similarity_histogram
+from contrasuite.pipelines.precision import make_scaler, pick_device, set_deterministic
+from contrasuite.pipelines.run_dir import environment, latest_unfinished, new_run_dir, read_json, write_json
+from contrasuite.pipelines.step import Step
+
+TEMPERATURE_NAMES = ("logit_scale", "temperature", "log_temperature", "logit_bias")
+
+
+def seed_all(seed: int) -> None:
+    """Seed python, numpy and torch (CPU and every GPU)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+@dataclass
+class Position:
+    """Where the data stream is: the epoch, batches done in it, optimisation steps done in total."""
+
+    epoch: int = 0
+    step_in_epoch: int = 0
+    global_step: int = 0
+
+
+class Trainer:
+    """Runs one task from one validated config in one run folder."""
+
+    def __init__(self, loaded: LoadedConfig, run_dir: Path | None = None) -> None:
+        self.loaded, self.run = loaded, loaded.run
+        self.dist = distributed.env_info()
+        self.device = pick_device(self.run.device, self.dist.local_rank)
+        distributed.init(self.dist, self.device)
+        set_deterministic(self.run.deterministic)
+        if run_dir is None:
+            made = new_run_dir(self.run.output_root, loaded.domain, loaded.stem) if self.dist.is_main else None
+            run_dir = Path(distributed.broadcast_object(str(made) if made else None))
+        self.run_dir = Path(run_dir)
+        if self.dist.is_main and not (self.run_dir / "config.yaml").exists():
+            save_resolved(loaded.resolved, self.run_dir / "config.yaml")
+            write_json(environment(self.device, self.dist.world_size), self.run_dir / "environment.json")
+        self._wrapped: list[nn.Module] = []
+        seed_all(self.run.seed)
+        self.task = loaded.task_class()
+        self.task.setup(TaskContext(
+            config=loaded.config, device=self.device, precision=self.run.precision, run_dir=self.run_dir,
+            data_root=Path(self.run.data_root), seed=self.run.seed, rank=self.dist.rank,
+            world_size=self.dist.world_size, gather=distributed.gather_with_grad, wrap=self._wrap,
+        ))
+        if self.dist.enabled:
+            seed_all(self.run.seed + self.dist.rank)
+        self.scaler = make_scaler(self.run.precision, self.device)
+        self.log = MetricsLog(self.run_dir, enabled=self.dist.is_main, tensorboard=self.run.tensorboard)
+        self.position = Position()
+        self.best: float | None = None
+        self._epoch_rng: dict[str, Any] | None = None
+        self._resume_rng: dict[str, Any] | None = None
+        self._last_eval_step = -1
+        self._last_batch: Any = None
+
+    # -- task plumbing ------------------------------------------------------------------------
+
+    def _wrap(self, module: nn.Module) -> nn.Module:
+        wrapped = distributed.wrap_module(module, self.device)
+        self._wrapped.append(wrapped)
+        return wrapped
+
+    def _modules(self) -> dict[str, nn.Module]:
+        return {k: distributed.unwrap(m) for k, m in self.task.modules().items()}
+
+    def autocast(self) -> AbstractContextManager:
+        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.run.precision)
+        return torch.autocast(device_type=self.device.type, dtype=dtype, enabled=dtype is not None)
+
+    @contextmanager
+    def _side_computation(self) -> Iterator[None]:
+        """Eval mode and saved RNG states: validation and health leave training state untouched."""
+        flags = [(m, m.training) for mod in self.task.modules().values() for m in mod.modules()]
+        rng = checkpoint.rng_state()
+        for mod in self.task.modules().values():
+            mod.eval()
+        try:
+            yield
+        finally:
+            for m, was_training in flags:
+                m.train(was_training)
+            checkpoint.set_rng_state(rng)
+
+    # -- checkpoints --------------------------------------------------------------------------
+
+    def _state(self) -> dict[str, Any]:
+        task_state = self.task.state_dict() if hasattr(self.task, "state_dict") else None
+        return {
+            "modules": {k: m.state_dict() for k, m in self._modules().items()},
+            "optimizers": {k: o.state_dict() for k, o in self.task.optimizers().items()},
+            "schedulers": {k: s.state_dict() for k, s in self.task.schedulers().items()},
+            "scaler": self.scaler.state_dict() if self.scaler is not None else None,
+            "task": task_state,
+            "rng": checkpoint.rng_state(),
+            "epoch_rng": self._epoch_rng,
+            "position": asdict(self.position),
+            "best": self.best,
+            "config": self.loaded.resolved,
+        }
+
+    def save(self, name: str) -> None:
+        if self.dist.is_main:
+            checkpoint.atomic_save(self._state(), self.run_dir / "checkpoints" / f"{name}.pt")
+            self._status("running")
+        distributed.barrier()
+
+    def restore(self, path: Path) -> None:
+        """Load ``path`` into the task; the RNG is restored when the data stream reaches the position."""
+        state = checkpoint.load(path)
+        checkpoint.restore(state, path, modules=self._modules(), optimizers=dict(self.task.optimizers()),
+                           schedulers=dict(self.task.schedulers()), scaler=self.scaler, task=self.task)
+        self.position = Position(**state["position"])
+        self.best = state["best"]
+        self._epoch_rng, self._resume_rng = state["epoch_rng"], state["rng"]
+        self._last_eval_step = self.position.global_step if self.position.step_in_epoch == 0 else -1
+        self.log.truncate_after(self.position.global_step)
+
+    def _status(self, state: str, **extra: Any) -> None:
+        if self.dist.is_main:
+            write_json({"state": state, **asdict(self.position), **extra}, self.run_dir / "status.json")
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def _finished(self) -> bool:
+        max_steps = self.run.max_steps
+        return self.position.epoch >= self.run.epochs or (max_steps is not None and self.position.global_step >= max_steps)
+
+    def _epoch_batches(self) -> Iterator[Any]:
+        """This epoch's batches from the current position, with RNG restored as the position requires."""
+        pos = self.position
+        if self._resume_rng is not None and self._epoch_rng is not None:
+            checkpoint.set_rng_state(self._epoch_rng)  # mid-epoch: replay the epoch's start, then skip
+        elif self._resume_rng is not None:
+            checkpoint.set_rng_state(self._resume_rng)  # at an epoch boundary the two coincide
+            self._resume_rng = None
+        if pos.step_in_epoch == 0:
+            self._epoch_rng = checkpoint.rng_state()
+        batches = self.task.batches(pos.epoch)
+        it = iter(batches)
+        for skipped in range(pos.step_in_epoch):
+            try:
+                next(it)
+            except StopIteration:
+                raise checkpoint.CheckpointError(
+                    f"resume: epoch {pos.epoch} has {skipped} batches now, the checkpoint stopped after "
+                    f"{pos.step_in_epoch}; batches(epoch) must be deterministic") from None
+        if self._resume_rng is not None:
+            checkpoint.set_rng_state(self._resume_rng)
+            self._resume_rng = None
+        return it
+
+    def _total_steps(self) -> int | None:
+        batches = self.task.batches(self.position.epoch)
+        if not isinstance(batches, Sized):
+            return self.run.max_steps
+        total = len(batches) * self.run.epochs
+        return min(total, self.run.max_steps) if self.run.max_steps is not None else total
+
+    def fit(self) -> Path:
+        """Train from the current position to the end; returns the run folder."""
+        from tqdm import tqdm
+
+        if self._finished():
+            return self.run_dir
+        self._status("running")
+        bar = tqdm(total=self._total_steps(), initial=self.position.global_step, disable=not (self.dist.is_main and self.run.progress),
+                   desc=f"{self.loaded.task_name}/{self.loaded.stem}", dynamic_ncols=True, file=sys.stderr)
+        try:
+            while not self._finished():
+                self._run_epoch(bar)
+            if self._last_eval_step != self.position.global_step:
+                self.validate()
+            self.save("last")
+            self._status("finished")
+        except BaseException as err:
+            self._status("failed", error=f"{type(err).__name__}: {err}")
+            raise
+        finally:
+            bar.close()
+            self.log.close()
+        return self.run_dir
+
+    def _run_epoch(self, bar: Any) -> None:
+        pos, run = self.position, self.run
+        for batch in self._epoch_batches():
+            if run.max_steps is not None and pos.global_step >= run.max_steps:
+                return
+            step = Step(epoch=pos.epoch, step=pos.global_step, optimizers=self.task.optimizers(),
+                        schedulers=self.task.schedulers(), autocast=self.autocast, scaler=self.scaler,
+                        grad_clip=run.grad_clip, non_finite=run.non_finite,
+                        no_sync=lambda: distributed.no_sync(self._wrapped))
+            out = self.task.train_step(batch, step)
+            step.finish()
+            pos.step_in_epoch += 1
+            pos.global_step += 1
+            self._last_batch = batch
+            bar.update(1)
+            if run.log_every_steps and pos.global_step % run.log_every_steps == 0:
+                values = {f"train/{k}": float(v) for k, v in out.items()} | step.stats | self._lrs_and_temperatures()
+                self.log.log(values, step=pos.global_step, epoch=pos.epoch)
+                if "loss" in out:
+                    bar.set_postfix(loss=f"{float(out['loss']):.4f}")
+            if run.health_every_steps and pos.global_step % run.health_every_steps == 0:
+                self._log_health(batch)
+            if run.checkpoint_every_steps and pos.global_step % run.checkpoint_every_steps == 0:
+                self.save("last")
+        pos.epoch += 1
+        pos.step_in_epoch = 0
+        self._epoch_rng = None
+        if run.eval_every_epochs and pos.epoch % run.eval_every_epochs == 0:
+            self.validate()
+        self.save("last")
+
+    def _lrs_and_temperatures(self) -> dict[str, float]:
+        values = {f"lr/{k}": float(o.param_groups[0]["lr"]) for k, o in self.task.optimizers().items()}
+        for mod_name, mod in self._modules().items():
+            for name, p in mod.named_parameters():
+                if p.numel() == 1 and name.split(".")[-1] in TEMPERATURE_NAMES:
+                    values[f"param/{mod_name}.{name}"] = float(p.detach())
+        return values
+
+    def _embed_for_health(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
+        if not hasattr(self.task, "embed_for_health") or batch is None:
+            return None
+        with self._side_computation(), torch.no_grad(), self.autocast():
+            return self.task.embed_for_health(batch)
+
+    def _log_health(self, batch: Any) -> None:
+        pair = self._embed_for_health(batch)
+        if pair is not None and self.dist.is_main:
+            values = {f"health/{k}": v for k, v in health(*pair).items()}
+            self.log.log(values, step=self.position.global_step, epoch=self.position.epoch)
+
+    # -- evaluation ---------------------------------------------------------------------------
+
+    def validate(self) -> Mapping[str, float]:
+        """``task.evaluate("val")``: log, plot similarities, keep ``best.pt`` by ``run.best_metric``."""
+        pos = self.position
+        with self._side_computation():
+            metrics = {k: float(v) for k, v in self.task.evaluate("val").items()}
+        self._last_eval_step = pos.global_step
+        self._plot_similarities()
+        self.log.log({f"val/{k}": v for k, v in metrics.items()}, step=pos.global_step, epoch=pos.epoch)
+        key = self.run.best_metric or next(iter(metrics), None)
+        better = False
+        if self.dist.is_main and key is not None:
+            if key not in metrics:
+                raise KeyError(f"run.best_metric={key!r} is not among the validation metrics {sorted(metrics)}")
+            value = metrics[key]
+            better = self.best is None or (value > self.best if self.run.best_mode == "max" else value < self.best)
+            self.best = value if better else self.best
+        if distributed.broadcast_object(better):
+            self.save("best")
+        if self.dist.is_main:
+            write_json({"split": "val", **asdict(pos), "metrics": metrics, "best_metric": key, "best": self.best},
+                       self.run_dir / "eval_val.json")
+        return metrics
+
+    def _plot_similarities(self) -> None:
+        if hasattr(self.task, "similarity_samples"):
+            with self._side_computation(), torch.no_grad():
+                pos_neg = self.task.similarity_samples()
+        else:
+            pair = self._embed_for_health(self._last_batch)
+            pos_neg = similarity_samples(*pair) if pair is not None else None
+        if pos_neg is not None and self.dist.is_main:
+            path = self.run_dir / "plots" / f"similarity_step{self.position.global_step:07d}.png"
+            similarity_histogram(*pos_neg, path, f"{self.loaded.stem}, epoch {self.position.epoch}, step {self.position.global_step}")
+
+    def test(self, which: str) -> dict[str, Any]:
+        """Load ``best`` (or ``last``) modules and write ``eval_test.json`` from ``task.evaluate("test")``."""
+        path = self.run_dir / "checkpoints" / f"{which}.pt"
+        if which == "best" and not path.is_file():
+            print(f"no best.pt in {self.run_dir}; evaluating last.pt", file=sys.stderr)
+            which, path = "last", self.run_dir / "checkpoints" / "last.pt"
+        state = checkpoint.load(path)
+        checkpoint.restore_modules(state, path, modules=self._modules(), task=self.task)
+        started = time.time()
+        with self._side_computation():
+            metrics = {k: float(v) for k, v in self.task.evaluate("test").items()}
+        result = {"split": "test", "checkpoint": which, **state["position"], "metrics": metrics,
+                  "seconds": round(time.time() - started, 3)}
+        if self.dist.is_main:
+            write_json(result, self.run_dir / "eval_test.json")
+        return result
+
+
+def train(loaded: LoadedConfig) -> Path:
+    """Train a loaded config; ``run.resume=auto`` continues the newest unfinished run of it, a path resumes that run."""
+    mode = loaded.run.resume
+    if mode == "auto":
+        found = latest_unfinished(loaded.run.output_root, loaded.domain, loaded.stem)
+        if found is not None:
+            return resume(found)
+    elif mode != "never":
+        return resume(Path(mode))
+    return Trainer(loaded).fit()
+
+
+def resume(run_dir: Path) -> Path:
+    """Continue the run in ``run_dir`` from ``checkpoints/last.pt`` with its saved config."""
+    run_dir = Path(run_dir)
+    if read_json(run_dir / "status.json").get("state") == "finished":
+        print(f"{run_dir} already finished", file=sys.stderr)
+        return run_dir
+    loaded = load_config(run_dir / "config.yaml")
+    trainer = Trainer(loaded, run_dir=run_dir)
+    trainer.restore(run_dir / "checkpoints" / "last.pt")
+    return trainer.fit()
+
+
+def evaluate(run_dir: Path, which: str | None = None) -> dict[str, Any]:
+    """Test-split evaluation of a finished (or interrupted) run; writes ``eval_test.json``."""
+    run_dir = Path(run_dir)
+    loaded = load_config(run_dir / "config.yaml")
+    trainer = Trainer(loaded, run_dir=run_dir)
+    return trainer.test(which or loaded.run.eval_checkpoint)

@@ -1,0 +1,118 @@
+"""A tiny two-view contrastive task on random data, for the engine tests (config: ``task: toy_task:ToyTask``)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from contrasuite.core.objectives import ObjectiveSum
+from contrasuite.domains.task import StepContext, TaskContext
+
+
+@dataclass
+class ToyObjective:
+    terms: list[dict[str, Any]] = field(default_factory=lambda: [{"name": "infonce", "temperature": 0.5}])
+
+
+@dataclass
+class ToyConfig:
+    n: int = 64
+    dim: int = 8
+    batch_size: int = 16
+    """Global batch size (split over ranks)."""
+    hidden: int = 16
+    lr: float = 0.1
+    noise: float = 0.1
+    """Fixed per-sample view noise (from the seeded data generator)."""
+    augment: float = 0.05
+    """Fresh noise added in every step from the global RNG (exercises RNG restore)."""
+    dropout: float = 0.0
+    sleep: float = 0.0
+    nan_at_step: int = -1
+    gradcache_chunk: int = 0
+    objective: ToyObjective = field(default_factory=ToyObjective)
+
+
+class ToyTask:
+    config_class = ToyConfig
+
+    def setup(self, ctx: TaskContext) -> None:
+        self.ctx, cfg = ctx, ctx.config
+        self.cfg = cfg
+        gen = torch.Generator().manual_seed(1234)
+        x = torch.randn(cfg.n, cfg.dim, generator=gen)
+        self.v1 = x + cfg.noise * torch.randn(cfg.n, cfg.dim, generator=gen)
+        self.v2 = x + cfg.noise * torch.randn(cfg.n, cfg.dim, generator=gen)
+        self.model = nn.Sequential(
+            nn.Linear(cfg.dim, cfg.hidden), nn.ReLU(), nn.Dropout(cfg.dropout), nn.Linear(cfg.hidden, cfg.dim)
+        ).to(ctx.device)
+        self.net = ctx.wrap(self.model)
+        self.objective = ObjectiveSum(cfg.objective.terms)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=cfg.lr, momentum=0.9)
+        self.sched = torch.optim.lr_scheduler.StepLR(self.opt, step_size=5, gamma=0.5)
+
+    def modules(self):
+        return {"model": self.model}
+
+    def optimizers(self):
+        return {"model": self.opt}
+
+    def schedulers(self):
+        return {"model": self.sched}
+
+    def batches(self, epoch: int):
+        cfg, ctx = self.cfg, self.ctx
+        perm = torch.randperm(cfg.n, generator=torch.Generator().manual_seed(ctx.seed * 1000 + epoch))
+        local = cfg.batch_size // ctx.world_size
+        out = []
+        for b in range(cfg.n // cfg.batch_size):
+            idx = perm[b * cfg.batch_size + ctx.rank * local : b * cfg.batch_size + (ctx.rank + 1) * local]
+            out.append((self.v1[idx], self.v2[idx]))
+        return out
+
+    def _views(self, batch):
+        v1, v2 = (v.to(self.ctx.device) for v in batch)
+        if self.cfg.augment:
+            v1 = v1 + self.cfg.augment * torch.randn_like(v1)
+        return v1, v2
+
+    def train_step(self, batch, step: StepContext):
+        if self.cfg.sleep:
+            time.sleep(self.cfg.sleep)
+        v1, v2 = self._views(batch)
+        if self.cfg.gradcache_chunk:
+            k = self.cfg.gradcache_chunk
+            chunks = [(v1[i : i + k], v2[i : i + k]) for i in range(0, v1.shape[0], k)]
+            loss = step.optimize_cached(
+                "model", lambda c: (self.net(c[0]), self.net(c[1])), chunks,
+                lambda z1, z2: self.objective(z1, z2, pos_mask=torch.eye(z1.shape[0], dtype=torch.bool)),
+            )
+            return {"loss": float(loss.detach())}
+        with step.autocast():
+            z1, z2 = self.net(v1), self.net(v2)
+        cand = self.ctx.gather(z2)
+        n = z1.shape[0]
+        pos = torch.zeros(n, cand.shape[0], dtype=torch.bool, device=z1.device)
+        pos[torch.arange(n), self.ctx.rank * n + torch.arange(n)] = True
+        loss = self.objective(z1, cand, pos_mask=pos)
+        if step.step == self.cfg.nan_at_step:
+            loss = loss * float("nan")
+        step.optimize("model", loss, terms={"objective": loss})
+        return {"loss": float(loss.detach())}
+
+    def evaluate(self, split: str = "val"):
+        half = self.cfg.n // 2
+        sl = slice(0, half) if split == "val" else slice(half, None)
+        with torch.no_grad():
+            z1 = nn.functional.normalize(self.model(self.v1[sl].to(self.ctx.device)), dim=1)
+            z2 = nn.functional.normalize(self.model(self.v2[sl].to(self.ctx.device)), dim=1)
+        acc = (z1 @ z2.T).argmax(1).eq(torch.arange(z1.shape[0], device=z1.device)).float().mean()
+        return {"top1": float(acc), "pos_sim": float((z1 * z2).sum(1).mean())}
+
+    def embed_for_health(self, batch):
+        v1, v2 = (v.to(self.ctx.device) for v in batch)
+        return self.model(v1), self.model(v2)
