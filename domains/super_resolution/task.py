@@ -1,0 +1,254 @@
+"""The super-resolution task: EDSR-baseline with L1, optionally plus PCL-SR's contrastive term.
+
+One training step (``contrastive: true``), in a fixed order through ``step.optimize``:
+
+1. ``SR = G(LR)``; frequency-space positives and negatives of each HR patch
+   (:mod:`~contrasuite.domains.super_resolution.frequency`).
+2. ``discriminator``: the dual contrastive loss, reals = {HR, sharpened HR}, fakes =
+   {SR (detached), negatives} (:func:`~contrasuite.domains.super_resolution.losses.dual_contrastive_d_loss`).
+3. ``generator``: ``L1(SR, HR) + objective(phi(SR), [phi(positives); phi(negatives)], pos_mask)``
+   with D's parameters frozen but **the gradient flowing through phi(SR) into G** (the official code
+   computes phi(SR) under ``no_grad``, so its contrastive term never reaches the generator).
+
+The objective is any core objective built from ``config.objective.terms`` (default InfoNCE, t = 1
+as in the paper, weight 0.02: the paper's ``1*L1 + 5*CL`` on the 0-255 scale is ``L1 + 5/255 CL`` on
+the ``[0, 1]`` scale used here). ``contrastive: false`` is plain EDSR-baseline with L1.
+
+``evaluate("val")`` measures PSNR/SSIM on Y on held-out T91 crops (checkpoint selection);
+``evaluate("test")`` on Set5, Set14, B100 (``config.test_sets``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from contrasuite.core.objectives import ObjectiveSum
+from contrasuite.domains.super_resolution import frequency
+from contrasuite.domains.super_resolution.data import PatchSampler, degrade, eval_pairs, load_set, modcrop
+from contrasuite.domains.super_resolution.frequency import FrequencyConfig
+from contrasuite.domains.super_resolution.imresize import quantize
+from contrasuite.domains.super_resolution.inference import upscale
+from contrasuite.domains.super_resolution.losses import contrastive_layout, dual_contrastive_d_loss
+from contrasuite.domains.super_resolution.metrics import psnr_y, ssim_y
+from contrasuite.domains.super_resolution.networks import EDSR, WaveletDiscriminator
+from contrasuite.domains.task import StepContext, TaskContext
+
+
+@dataclass
+class DataConfig:
+    train_set: str = "T91"
+    patch_size: int = 48
+    """LR patch side (EDSR: 48; the HR patch is ``scale`` times larger)."""
+    batch_size: int = 16
+    steps_per_epoch: int = 1000
+    val_every: int = 10
+    """Every ``val_every``-th training image (sorted by name) is held out for validation."""
+    val_crop: int = 64
+    """LR side of the centre crop of each validation image."""
+    max_train_images: Optional[int] = None
+    """Use only the first N training images (tests)."""
+
+
+@dataclass
+class ModelConfig:
+    n_resblocks: int = 16
+    n_feats: int = 64
+    res_scale: float = 1.0
+
+
+@dataclass
+class DiscriminatorConfig:
+    embed_layer: int = 4
+    channel_divisor: int = 1
+    lr: float = 1e-4
+
+
+@dataclass
+class ObjectiveConfig:
+    terms: list[dict[str, Any]] = field(default_factory=lambda: [{"name": "infonce", "weight": 0.02, "temperature": 1.0}])
+
+
+@dataclass
+class SRConfig:
+    """``config:`` section of a super-resolution run."""
+
+    scale: int = 2
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    lr: float = 1e-4
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    milestones: list[int] = field(default_factory=list)
+    """Steps at which both learning rates are halved (EDSR: every 200k)."""
+    contrastive: bool = True
+    in_batch_negatives: bool = True
+    discriminator: DiscriminatorConfig = field(default_factory=DiscriminatorConfig)
+    frequency: FrequencyConfig = field(default_factory=FrequencyConfig)
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    test_sets: list[str] = field(default_factory=lambda: ["Set5", "Set14", "B100"])
+    eval_tile: Optional[int] = None
+    """Tile size (LR px) for test-time inference; None runs whole images."""
+
+
+def _set_requires_grad(module: nn.Module, flag: bool) -> None:
+    for p in module.parameters():
+        p.requires_grad_(flag)
+
+
+class SuperResolutionTask:
+    """See the module docstring."""
+
+    config_class = SRConfig
+
+    def setup(self, ctx: TaskContext) -> None:
+        cfg: SRConfig = ctx.config
+        if cfg.scale not in (2, 3, 4):
+            raise ValueError(f"config.scale must be 2, 3 or 4, got {cfg.scale}")
+        if cfg.data.val_every < 2:
+            raise ValueError(f"config.data.val_every must be >= 2, got {cfg.data.val_every}")
+        self.cfg, self.ctx, self.device = cfg, ctx, ctx.device
+        images = [img for _, img in load_set(str(ctx.data_root), cfg.data.train_set)]
+        images = [img if img.shape[0] == 3 else img.expand(3, -1, -1) for img in images]
+        if cfg.data.max_train_images is not None:
+            images = images[: cfg.data.max_train_images]
+        val = [img for i, img in enumerate(images) if i % cfg.data.val_every == cfg.data.val_every - 1]
+        train = [img for i, img in enumerate(images) if i % cfg.data.val_every != cfg.data.val_every - 1]
+        self.sampler = PatchSampler(train, cfg.scale, cfg.data.patch_size)
+        self.val = [self._val_crop(img) for img in val]
+        self.generator = ctx.wrap(EDSR(cfg.scale, cfg.model.n_resblocks, cfg.model.n_feats, cfg.model.res_scale).to(self.device))
+        self._optimizers: dict[str, torch.optim.Optimizer] = {}
+        self._modules: dict[str, nn.Module] = {"generator": self.generator}
+        betas = tuple(cfg.betas)
+        if cfg.contrastive:
+            d = WaveletDiscriminator(cfg.discriminator.embed_layer, cfg.discriminator.channel_divisor).to(self.device)
+            self.discriminator = ctx.wrap(d)
+            self.objective = ObjectiveSum(cfg.objective.terms).to(self.device)
+            self._modules["discriminator"] = self.discriminator
+            self._optimizers["discriminator"] = torch.optim.Adam(self.discriminator.parameters(), lr=cfg.discriminator.lr, betas=betas)
+        self._optimizers["generator"] = torch.optim.Adam(self.generator.parameters(), lr=cfg.lr, betas=betas)
+        self._schedulers = {
+            k: torch.optim.lr_scheduler.MultiStepLR(o, milestones=list(cfg.milestones), gamma=0.5)
+            for k, o in self._optimizers.items()
+        }
+
+    def _val_crop(self, img: Tensor) -> tuple[Tensor, Tensor]:
+        s, c = self.cfg.scale, self.cfg.data.val_crop
+        hr = modcrop(img, s)
+        h, w = hr.shape[-2] // s, hr.shape[-1] // s
+        ch, cw = min(c, h), min(c, w)
+        y, x = (h - ch) // 2, (w - cw) // 2
+        hr = hr[..., y * s : (y + ch) * s, x * s : (x + cw) * s]
+        return degrade(hr, s), hr
+
+    def modules(self) -> Mapping[str, nn.Module]:
+        return self._modules
+
+    def optimizers(self) -> Mapping[str, torch.optim.Optimizer]:
+        return self._optimizers
+
+    def schedulers(self) -> Mapping[str, Any]:
+        return self._schedulers
+
+    def batches(self, epoch: int) -> Iterator[tuple[Tensor, Tensor]]:
+        gen = torch.Generator().manual_seed(self.ctx.seed * 100_003 + epoch + self.ctx.rank * 7919)
+        for _ in range(self.cfg.data.steps_per_epoch):
+            yield self.sampler.batch(self.cfg.data.batch_size, gen)
+
+    # -- training -------------------------------------------------------------------------------
+
+    def variants(self, lr: Tensor, hr: Tensor) -> tuple[Tensor, Tensor]:
+        """``(positives [P, B, ...] with HR first, negatives [K, B, ...])``, no gradient."""
+        with torch.no_grad():
+            pos = torch.cat([hr[None], frequency.positives(hr, self.cfg.frequency, None)])
+            neg = frequency.negatives(hr, lr, self.cfg.scale, self.cfg.frequency, None)
+        return pos, neg
+
+    def contrastive_loss(self, sr: Tensor, pos: Tensor, neg: Tensor) -> Tensor:
+        """The objective on ``phi(SR)`` against ``phi`` of every positive and negative (gradient into ``sr``)."""
+        b = sr.shape[0]
+        emb = self.discriminator.embed(torch.cat([sr, pos.flatten(0, 1), neg.flatten(0, 1)]))
+        anchors, candidates = emb[:b], emb[b:]
+        pos_mask, neg_weight = contrastive_layout(b, pos.shape[0], neg.shape[0], self.cfg.in_batch_negatives, sr.device)
+        extra = {} if neg_weight is None else {"neg_weight": neg_weight}
+        return self.objective(anchors, candidates, pos_mask=pos_mask, **extra)
+
+    def train_step(self, batch: tuple[Tensor, Tensor], step: StepContext) -> Mapping[str, float]:
+        lr, hr = (t.to(self.device, non_blocking=True) for t in batch)
+        with step.autocast():
+            sr = self.generator(lr)
+        out: dict[str, float] = {}
+        if self.cfg.contrastive:
+            pos, neg = self.variants(lr, hr)
+            with step.autocast():
+                real = self.discriminator(pos.flatten(0, 1))
+                fake = self.discriminator(torch.cat([sr.detach(), neg.flatten(0, 1)]))
+            loss_d = dual_contrastive_d_loss(real, fake)
+            step.optimize("discriminator", loss_d)
+            out["loss_d"] = float(loss_d.detach())
+        l1 = F.l1_loss(sr.float(), hr)
+        loss = l1
+        if self.cfg.contrastive:
+            _set_requires_grad(self.discriminator, False)
+            try:
+                with step.autocast():
+                    cl = self.contrastive_loss(sr, pos, neg)
+            finally:
+                _set_requires_grad(self.discriminator, True)
+            loss = l1 + cl
+            out["contrastive"] = float(cl.detach())
+        step.optimize("generator", loss)
+        out.update(loss=float(loss.detach()), l1=float(l1.detach()))
+        return out
+
+    def embed_for_health(self, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor] | None:
+        """``(phi(SR), phi(HR))`` of a batch: the contrastive pairs the health metrics look at."""
+        if not self.cfg.contrastive:
+            return None
+        lr, hr = (t.to(self.device) for t in batch)
+        emb = self.discriminator.embed(torch.cat([self.generator(lr), hr]))
+        return emb[: lr.shape[0]], emb[lr.shape[0] :]
+
+    # -- evaluation -----------------------------------------------------------------------------
+
+    def super_resolve(self, lr: Tensor) -> Tensor:
+        """Whole-image inference in fp32, 8-bit rounded like a saved PNG."""
+        return quantize(upscale(self.generator, lr.to(self.device), self.cfg.scale, self.cfg.eval_tile))
+
+    def evaluate(self, split: str = "val") -> Mapping[str, float]:
+        s = self.cfg.scale
+        if split == "val":
+            psnrs, ssims = [], []
+            for lr, hr in self.val:
+                sr = self.super_resolve(lr[None]).cpu()
+                psnrs.append(float(psnr_y(sr, hr[None], s)))
+                ssims.append(float(ssim_y(sr, hr[None], s)))
+            if not psnrs:
+                raise ValueError("no validation images: lower config.data.val_every or raise max_train_images")
+            return {"psnr_y": sum(psnrs) / len(psnrs), "ssim_y": sum(ssims) / len(ssims)}
+        if split != "test":
+            raise ValueError(f"split must be 'val' or 'test', got {split!r}")
+        metrics: dict[str, float] = {}
+        for name in self.cfg.test_sets:
+            psnrs, ssims = [], []
+            for pair in eval_pairs(str(self.ctx.data_root), name, s):
+                lr, hr = _rgb(pair.lr), _rgb(pair.hr)
+                sr = _like(self.super_resolve(lr[None]).cpu()[0], pair.hr)
+                psnrs.append(float(psnr_y(sr, pair.hr, s)))
+                ssims.append(float(ssim_y(sr, pair.hr, s)))
+            metrics[f"{name}/psnr_y"] = sum(psnrs) / len(psnrs)
+            metrics[f"{name}/ssim_y"] = sum(ssims) / len(ssims)
+        return metrics
+
+
+def _rgb(img: Tensor) -> Tensor:
+    """Greyscale ``[1, H, W]`` -> ``[3, H, W]`` (the network is RGB)."""
+    return img.expand(3, -1, -1) if img.shape[0] == 1 else img
+
+
+def _like(sr: Tensor, ref: Tensor) -> Tensor:
+    """Back to the reference's channel count: a greyscale image's output is the mean of the RGB output."""
+    return quantize(sr.mean(dim=0, keepdim=True)) if ref.shape[0] == 1 else sr
