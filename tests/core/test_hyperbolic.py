@@ -1,0 +1,142 @@
+"""Poincare-ball ops and HyperbolicPairwiseCE: Mobius reference, plain loops, gradcheck, bf16."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from contrasuite.core.objectives import HyperbolicPairwiseCE
+from contrasuite.core.pairs import resolve_pairs, two_view
+from contrasuite.core.similarity.poincare import (
+    clip_features,
+    expmap0,
+    mobius_add,
+    pairwise_poincare_distance,
+    poincare_distance,
+    to_ball,
+)
+
+
+def test_expmap0_hand_made():
+    v = torch.tensor([[3.0, 4.0]], dtype=torch.float64)  # |v| = 5
+    c = 0.1
+    expected = math.tanh(math.sqrt(c) * 5) / (math.sqrt(c) * 5) * v
+    assert torch.allclose(expmap0(v, c), expected)
+    assert torch.allclose(clip_features(v, 2.3), v * 2.3 / 5)
+    assert torch.allclose(clip_features(v, 10.0), v)
+
+
+def test_distance_from_origin_closed_form():
+    # d(0, y) = 2/sqrt(c) artanh(sqrt(c)|y|).
+    y = torch.tensor([[0.3, 0.4]], dtype=torch.float64)
+    c = 0.5
+    assert poincare_distance(torch.zeros_like(y), y, c).item() == pytest.approx(
+        2 / math.sqrt(c) * math.atanh(math.sqrt(c) * 0.5)
+    )
+
+
+def test_pairwise_closed_form_matches_mobius_and_arcosh():
+    torch.manual_seed(0)
+    c = 0.1
+    x = to_ball(torch.randn(6, 5, dtype=torch.float64), c)
+    y = to_ball(torch.randn(7, 5, dtype=torch.float64), c)
+    fast = pairwise_poincare_distance(x, y, c)
+    mobius = torch.stack([torch.stack([poincare_distance(x[i], y[j], c) for j in range(7)]) for i in range(6)])
+    assert torch.allclose(fast, mobius, atol=1e-10)
+    # Closed form via arcosh: d = 1/sqrt(c) arcosh(1 + 2c|x-y|^2 / ((1-c|x|^2)(1-c|y|^2))).
+    sq = torch.cdist(x, y) ** 2
+    denom = (1 - c * (x * x).sum(1, keepdim=True)) * (1 - c * (y * y).sum(1)[None])
+    assert torch.allclose(fast, torch.acosh(1 + 2 * c * sq / denom) / math.sqrt(c), atol=1e-8)
+
+
+def test_mobius_add_identities():
+    torch.manual_seed(1)
+    x = to_ball(torch.randn(4, 3, dtype=torch.float64), 0.3)
+    assert torch.allclose(mobius_add(x, torch.zeros_like(x), 0.3), x)
+    assert torch.allclose(mobius_add(-x, x, 0.3), torch.zeros_like(x), atol=1e-12)
+
+
+def loop_reference(anchors, candidates, pos, valid, c, t, clip_r):
+    """InfoNCE on -d/t with every quantity computed pair by pair through Mobius addition."""
+    a = [to_ball(v[None].double(), c, clip_r)[0] for v in anchors]
+    b = [to_ball(v[None].double(), c, clip_r)[0] for v in candidates]
+    total, count = 0.0, 0
+    for i in range(len(a)):
+        logit = lambda j: -poincare_distance(a[i], b[j], c).item() / t
+        positives = [j for j in range(len(b)) if valid[i, j] and pos[i, j]]
+        negatives = [j for j in range(len(b)) if valid[i, j] and not pos[i, j]]
+        if not positives:
+            continue
+        row = 0.0
+        for p in positives:
+            denom = math.exp(logit(p)) + sum(math.exp(logit(j)) for j in negatives)
+            row += -logit(p) + math.log(denom)
+        total += row / len(positives)
+        count += 1
+    return total / count
+
+
+# Without clipping, points reach |z| ~ 0.997 where fp32 distances lose ~1e-3 relative precision
+# (the reason for feature clipping); that case is compared in float64.
+@pytest.mark.parametrize("c,t,clip_r,dtype", [(0.1, 0.2, 2.3, torch.float32), (1.0, 0.5, 0.0, torch.float64)])
+def test_matches_loop_with_labels(c, t, clip_r, dtype):
+    torch.manual_seed(2)
+    x = 1.5 * torch.randn(10, 4, dtype=dtype)
+    labels = torch.tensor([0, 0, 1, 1, 1, 2, 3, 3, 4, 4])
+    loss = HyperbolicPairwiseCE(c=c, temperature=t, clip_r=clip_r)(x, labels=labels)
+    _, pairs = resolve_pairs(x, labels=labels)
+    assert loss.item() == pytest.approx(loop_reference(x, x, pairs.pos, pairs.valid, c, t, clip_r), rel=1e-5)
+
+
+def test_paper_two_slot_loss():
+    """Two samples per class: the paper's contrastive_loss(x0, x1) averaged over both slot orders."""
+    torch.manual_seed(3)
+    x0, x1 = torch.randn(5, 4, dtype=torch.float64), torch.randn(5, 4, dtype=torch.float64)
+    c, t = 0.1, 0.2
+    z0, z1 = to_ball(x0, c), to_ball(x1, c)
+
+    def paper(u, v):  # CE over [d(u_a, v_b) for all b] + [d(u_a, u_b) for b != a]
+        logits = torch.cat([-pairwise_poincare_distance(u, v, c), -pairwise_poincare_distance(u, u, c)], 1) / t
+        logits[:, 5:] -= 1e9 * torch.eye(5, dtype=torch.float64)
+        return F.cross_entropy(logits, torch.arange(5))
+
+    anchors, labels = two_view(x0, x1)
+    ours = HyperbolicPairwiseCE(c=c, temperature=t)(anchors, labels=labels)
+    assert ours.item() == pytest.approx(((paper(z0, z1) + paper(z1, z0)) / 2).item(), rel=1e-9)
+
+
+def test_sphere_mode_is_cosine_infonce():
+    from contrasuite.core.objectives import InfoNCE
+
+    torch.manual_seed(4)
+    q, k = torch.randn(6, 3), torch.randn(6, 3)
+    assert HyperbolicPairwiseCE(c=0, temperature=0.1)(q, k).item() == pytest.approx(InfoNCE(0.1)(q, k).item())
+
+
+def test_gradcheck_float64():
+    torch.manual_seed(5)
+    q = torch.randn(5, 3, dtype=torch.float64, requires_grad=True)
+    k = (3 * torch.randn(6, 3, dtype=torch.float64)).requires_grad_()  # some rows past clip_r
+    fn = lambda q, k: HyperbolicPairwiseCE(c=0.5, temperature=0.3, clip_r=2.3)(q, k)
+    assert torch.autograd.gradcheck(fn, (q, k))
+
+
+@pytest.mark.parametrize("near_duplicate", [False, True])
+def test_bf16_autocast_low_temperature_finite(near_duplicate):
+    torch.manual_seed(6)
+    base = torch.randn(64, 32)
+    other = base + 1e-4 * torch.randn_like(base) if near_duplicate else torch.randn(64, 32)
+    q, k = base.requires_grad_(), other.requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = HyperbolicPairwiseCE(temperature=0.01)(q, k)
+    loss.backward()
+    assert loss.dtype == torch.float32
+    assert torch.isfinite(loss) and torch.isfinite(q.grad).all() and torch.isfinite(k.grad).all()
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="curvature"):
+        HyperbolicPairwiseCE(c=-1)
+    with pytest.raises(ValueError, match="temperature"):
+        HyperbolicPairwiseCE(temperature=0)
