@@ -4,6 +4,7 @@
     contrasuite eval RUN_DIR [--checkpoint best|last]
     contrasuite resume RUN_DIR
     contrasuite validate-configs [--root configs]
+    contrasuite upscale RUN_DIR INPUT OUTPUT [--tile N]  -> contrasuite.pipelines.upscale.main(argv)
     contrasuite bench NAME [args ...]      -> contrasuite.pipelines.bench.<NAME>.main(argv)
     contrasuite compare NAME [args ...]    -> contrasuite.pipelines.reports.<NAME>.main(argv)
 
@@ -38,6 +39,8 @@ def _parser() -> argparse.ArgumentParser:
     res.add_argument("run_dir", type=Path)
     val = sub.add_parser("validate-configs", help="load and validate every YAML under a folder")
     val.add_argument("--root", type=Path, default=Path("configs"))
+    up = sub.add_parser("upscale", help="super-resolve an image or folder with a super_resolution run (see --help)")
+    up.add_argument("args", nargs=argparse.REMAINDER, help="RUN_DIR INPUT OUTPUT [--tile N --overlap N --checkpoint best|last]")
     for name, package in (("bench", "bench"), ("compare", "reports")):
         p = sub.add_parser(name, help=f"run contrasuite.pipelines.{package}.<NAME>.main(argv)")
         p.add_argument("name")
@@ -93,6 +96,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"run folder: {trainer.resume(args.run_dir)}")
         elif args.command == "eval":
             print(json.dumps(trainer.evaluate(args.run_dir, args.checkpoint), indent=2))
+        elif args.command == "upscale":
+            from contrasuite.pipelines.upscale import main as upscale_main
+
+            return upscale_main(args.args)
         elif args.command == "validate-configs":
             return 1 if validate_configs(args.root) else 0
         else:
