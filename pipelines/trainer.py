@@ -130,6 +130,7 @@ class Trainer:
             "epoch_rng": self._epoch_rng,
             "position": asdict(self.position),
             "best": self.best,
+            "last_eval_step": self._last_eval_step,
             "config": self.loaded.resolved,
         }
 
@@ -147,7 +148,7 @@ class Trainer:
         self.position = Position(**state["position"])
         self.best = state["best"]
         self._epoch_rng, self._resume_rng = state["epoch_rng"], state["rng"]
-        self._last_eval_step = self.position.global_step if self.position.step_in_epoch == 0 else -1
+        self._last_eval_step = state["last_eval_step"]
         self.log.truncate_after(self.position.global_step)
 
     def _status(self, state: str, **extra: Any) -> None:
@@ -195,8 +196,6 @@ class Trainer:
         """Train from the current position to the end; returns the run folder."""
         from tqdm import tqdm
 
-        if self._finished():
-            return self.run_dir
         self._status("running")
         bar = tqdm(total=self._total_steps(), initial=self.position.global_step, disable=not (self.dist.is_main and self.run.progress),
                    desc=f"{self.loaded.task_name}/{self.loaded.stem}", dynamic_ncols=True, file=sys.stderr)

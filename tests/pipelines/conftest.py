@@ -1,0 +1,36 @@
+"""Shared helpers for the engine tests: toy run configs and a subprocess environment."""
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.fixture
+def toy_yaml(tmp_path):
+    """``toy_yaml(name="toy", run={...}, config={...})`` -> path of a toy-task run config in tmp_path."""
+
+    def write(name: str = "toy", run: dict | None = None, config: dict | None = None) -> Path:
+        run_section = {"output_root": str(tmp_path / "runs"), "progress": False, "precision": "fp32",
+                       "log_every_steps": 1, "health_every_steps": 2, **(run or {})}
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump({"task": "toy_task:ToyTask", "run": run_section, "config": config or {}}))
+        return path
+
+    return write
+
+
+@pytest.fixture
+def cli_env():
+    """Environment for ``python -m contrasuite.pipelines.cli`` subprocesses that import the toy task."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["OMP_NUM_THREADS"] = "1"
+    return env
+
+
+CLI = [sys.executable, "-m", "contrasuite.pipelines.cli"]

@@ -1,0 +1,135 @@
+"""The training loop on the toy task: run folder, logging, precision, non-finite handling, eval, resume."""
+
+import csv
+import json
+
+import pytest
+import torch
+
+from contrasuite.pipelines import trainer
+from contrasuite.pipelines.checkpoint import CheckpointError, load
+from contrasuite.pipelines.cli import main
+from contrasuite.pipelines.config import load_config
+from contrasuite.pipelines.step import NonFiniteStepError
+
+
+def _metrics(run_dir):
+    with open(run_dir / "metrics.csv", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _params(run_dir, name="last"):
+    return load(run_dir / "checkpoints" / f"{name}.pt")["modules"]["model"]
+
+
+def test_run_folder_contents(toy_yaml):
+    run_dir = trainer.train(load_config(toy_yaml(run={"epochs": 2}), ["config.objective.terms.0.temperature=0.2"]))
+    assert run_dir.parent.name == "toy" and run_dir.parent.parent.name == "ToyTask"
+    for name in ("config.yaml", "environment.json", "metrics.csv", "eval_val.json", "status.json",
+                 "checkpoints/last.pt", "checkpoints/best.pt"):
+        assert (run_dir / name).is_file(), name
+    assert "temperature: 0.2" in (run_dir / "config.yaml").read_text()
+    env = json.loads((run_dir / "environment.json").read_text())
+    assert "torch" in env["packages"] and env["device"] == "cpu"
+    assert json.loads((run_dir / "status.json").read_text())["state"] == "finished"
+    names = {row["name"] for row in _metrics(run_dir)}
+    assert {"train/loss", "lr/model", "grad_norm/model", "health/alignment", "health/uniformity",
+            "health/similarity_gap", "health/effective_rank", "val/top1"} <= names
+    plots = sorted((run_dir / "plots").glob("similarity_step*.png"))
+    assert len(plots) == 2 and plots[0].read_bytes()[:4] == b"\x89PNG"  # one per evaluation
+    state = load(run_dir / "checkpoints" / "last.pt")
+    assert state["position"] == {"epoch": 2, "step_in_epoch": 0, "global_step": 8}
+    assert set(state["rng"]) == {"python", "numpy", "torch", "cuda"} and state["optimizers"]["model"]["state"]
+    assert state["schedulers"]["model"]["last_epoch"] == 8  # stepped once per optimisation step
+    assert not list(run_dir.rglob(".*.tmp"))
+
+
+def test_training_reduces_the_loss(toy_yaml):
+    run_dir = trainer.train(load_config(toy_yaml(run={"epochs": 6, "health_every_steps": 0}), ["config.augment=0"]))
+    losses = [float(r["value"]) for r in _metrics(run_dir) if r["name"] == "train/loss"]
+    assert sum(losses[-4:]) < 0.8 * sum(losses[:4])
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_mixed_precision_runs_on_cpu(toy_yaml, precision):
+    run_dir = trainer.train(load_config(toy_yaml(run={"precision": precision, "max_steps": 3})))
+    state = load(run_dir / "checkpoints" / "last.pt")
+    assert state["position"]["global_step"] == 3
+    assert (state["scaler"] is not None) == (precision == "fp16")
+    assert all(torch.isfinite(v).all() for v in state["modules"]["model"].values())
+
+
+def test_non_finite_loss_stops_naming_step_and_optimizer(toy_yaml, capsys):
+    path = toy_yaml(config={"nan_at_step": 2})
+    with pytest.raises(NonFiniteStepError, match=r"step 2 \(epoch 0\), optimizer 'model': non-finite loss .* from terms \['objective'\]"):
+        trainer.train(load_config(path))
+    run_dir = next((path.parent / "runs").rglob("status.json")).parent
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "failed" and "non-finite" in status["error"]
+    assert main(["train", str(path)]) == 1 and "non-finite loss" in capsys.readouterr().err
+
+
+def test_non_finite_loss_skip_keeps_weights_finite(toy_yaml):
+    run_dir = trainer.train(load_config(toy_yaml(run={"non_finite": "skip"}, config={"nan_at_step": 1})))
+    assert any(r["name"] == "skipped/model" for r in _metrics(run_dir))
+    assert all(torch.isfinite(v).all() for v in _params(run_dir).values())
+
+
+def test_gradcache_step_matches_plain_step(toy_yaml):
+    plain = trainer.train(load_config(toy_yaml("plain", run={"max_steps": 3}), ["config.augment=0"]))
+    cached = trainer.train(load_config(toy_yaml("cached", run={"max_steps": 3}), ["config.augment=0", "config.gradcache_chunk=5"]))
+    for key, value in _params(plain).items():
+        torch.testing.assert_close(_params(cached)[key], value, rtol=1e-5, atol=1e-6)
+
+
+def test_eval_writes_test_json_from_best(toy_yaml):
+    run_dir = trainer.train(load_config(toy_yaml(run={"epochs": 2})))
+    assert main(["eval", str(run_dir)]) == 0
+    result = json.loads((run_dir / "eval_test.json").read_text())
+    assert result["split"] == "test" and result["checkpoint"] == "best" and 0 <= result["metrics"]["top1"] <= 1
+
+
+def test_corrupt_checkpoint_is_a_clear_error(toy_yaml, capsys):
+    run_dir = trainer.train(load_config(toy_yaml(run={"max_steps": 1})))
+    (run_dir / "checkpoints" / "best.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(CheckpointError, match="best.pt is unreadable"):
+        trainer.evaluate(run_dir)
+    assert main(["eval", str(run_dir / "missing")]) == 2
+    assert "config file not found" in capsys.readouterr().err
+
+
+def test_resume_auto_continues_the_unfinished_run(toy_yaml):
+    path = toy_yaml(run={"epochs": 3, "checkpoint_every_steps": 2})
+    full = trainer.train(load_config(path, ["run.output_root=" + str(path.parent / "full")]))
+    partial = trainer.train(load_config(path, ["run.max_steps=6"]))
+    status = json.loads((partial / "status.json").read_text())
+    status["state"] = "running"  # pretend it was killed after the step-6 checkpoint
+    (partial / "status.json").write_text(json.dumps(status))
+    resumed = trainer.train(load_config(path, ["run.resume=auto"]))
+    assert resumed == partial  # continued, not a new folder
+    # the resumed run kept max_steps=6 from its own saved config: it is already at the end
+    assert load(partial / "checkpoints" / "last.pt")["position"]["global_step"] == 6
+    fresh = trainer.train(load_config(path, ["run.resume=auto", "run.max_steps=2"]))
+    assert fresh != partial  # nothing unfinished left: a fresh run
+    assert load(full / "checkpoints" / "last.pt")["position"]["global_step"] == 12
+
+
+def test_in_process_resume_from_mid_epoch_matches(toy_yaml):
+    """Stop mid-epoch (checkpoint at step 3 of 4 per epoch), resume, compare with an uninterrupted run."""
+    path = toy_yaml(run={"epochs": 2, "checkpoint_every_steps": 3, "deterministic": True},
+                    config={"dropout": 0.2})
+    full = trainer.train(load_config(path))
+    stopped = trainer.train(load_config(path, ["run.max_steps=3"]))
+    (stopped / "checkpoints" / "best.pt").unlink()
+    # continue the same folder with the uninterrupted run's limits
+    cfg = (stopped / "config.yaml").read_text().replace("max_steps: 3", "max_steps: null")
+    (stopped / "config.yaml").write_text(cfg)
+    status = json.loads((stopped / "status.json").read_text())
+    (stopped / "status.json").write_text(json.dumps({**status, "state": "running"}))
+    last = torch.load(stopped / "checkpoints" / "last.pt", weights_only=True)
+    assert last["position"] == {"epoch": 0, "step_in_epoch": 3, "global_step": 3}
+    trainer.resume(stopped)
+    for key, value in _params(full).items():
+        assert torch.equal(_params(stopped)[key], value), key
+    steps = [int(r["step"]) for r in _metrics(stopped) if r["name"] == "train/loss"]
+    assert steps == sorted(steps) and len(steps) == len(set(steps)) == 8  # no duplicated rows
