@@ -1,0 +1,339 @@
+"""SimCLR-style self-supervised training on CIFAR-10 with any core objective, and its evaluation.
+
+A step: two kornia views of a uint8 batch (seeded by ``(seed, epoch, batch, rank)``), the encoder and
+projection head on both, then the configured objective terms on the projections ``z``:
+
+* ``objective.views = "two_view"`` (SimCLR's 2N batch): anchors are both views, candidates the anchors
+  themselves (self-pairs excluded), positives the other view: NT-Xent, DCL, WEINCE.
+* ``objective.views = "paired"``: anchors are view 1, candidates view 2 (diagonal positives) plus any
+  extra negatives from ``negatives``; ``objective.symmetric`` averages both directions. DHEL, KCL and
+  SigLIP need this form; the negative sources (queue, MoCHi, Feature Transformation) use it.
+
+Across ranks every term runs through :func:`contrasuite.core.negatives.gather.distributed_objective`,
+which applies the objective's declared behaviour (local rows against gathered columns, ring, or the
+global batch). Evaluation (:mod:`contrasuite.core.metrics.probe`) uses the encoder features ``h``
+with BatchNorm in eval mode: weighted kNN (k=200, T=0.1) and a linear probe selected on a validation
+split carved from the training set; ``evaluate("val")`` scores kNN on that split, ``evaluate("test")``
+reports on the test set.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping, Optional
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from contrasuite.core.metrics.probe import extract_features, knn_accuracy, linear_probe, stratified_split
+from contrasuite.core.negatives.gather import distributed_objective
+from contrasuite.core.objectives import ObjectiveSum
+from contrasuite.domains.image_ssl.augment import AugmentConfig, Normalize, TwoViewAugment, batch_seed
+from contrasuite.domains.image_ssl.data import CLASSES, load_cifar10
+from contrasuite.domains.image_ssl.encoders import SSLModel, build_encoder
+from contrasuite.domains.image_ssl.negatives import NegativeSource, build_negative_source
+from contrasuite.domains.task import StepContext, TaskContext
+
+
+@dataclass
+class DataConfig:
+    """``config.data``: which CIFAR-10 files, and which part of them."""
+
+    source: str = "auto"
+    """``auto`` (JPEG copy if present, else the official archive), ``jpeg`` or ``python``."""
+    cache_dir: Optional[str] = None
+    """Where the decoded JPEG set is cached (default ``$CONTRASUITE_CACHE`` or ``~/.cache/contrasuite``)."""
+    download: bool = True
+    """Download the official archive when no layout is found (needs network)."""
+    train_subset: int = 0
+    """Train on a class-balanced subset of this many training images (0: all 50,000)."""
+    test_subset: int = 0
+    """Report on a class-balanced subset of this many test images (0: all 10,000)."""
+    val_fraction: float = 0.1
+    """Stratified share of the (subset of the) training set held out for selection (kNN val, probe)."""
+    split_seed: int = 0
+    """Seed of the subsets and of the validation split (fixed across training seeds)."""
+
+
+@dataclass
+class ModelConfig:
+    """``config.model``: encoder ``f`` and projection head ``g``."""
+
+    encoder: str = "resnet18_cifar"
+    """``resnet18_cifar`` or ``small_conv``."""
+    width: int = 64
+    proj_hidden: int = 512
+    proj_dim: int = 128
+
+
+@dataclass
+class ObjectiveConfig:
+    """``config.objective``: loss terms (any core objective) and how the two views are paired."""
+
+    terms: list[dict[str, Any]] = field(default_factory=lambda: [{"name": "infonce", "weight": 1.0, "temperature": 0.5}])
+    views: str = "two_view"
+    """``two_view`` (2N anchors compared with each other) or ``paired`` (view 1 against view 2 + negatives)."""
+    symmetric: bool = True
+    """``paired`` only: average the loss of (view 1 -> view 2) and (view 2 -> view 1)."""
+
+
+@dataclass
+class OptimConfig:
+    """``config.optim``: SGD (momentum) or Adam/AdamW, linear warm-up then cosine decay, per step."""
+
+    name: str = "sgd"
+    lr: float = 0.12
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    warmup_epochs: float = 10.0
+    schedule_epochs: int = 0
+    """Length of the cosine decay in epochs; shipped configs set ``${run.epochs}``. 0: constant after warm-up."""
+
+
+@dataclass
+class EvalConfig:
+    """``config.eval``: frozen-feature protocol (BatchNorm in eval mode)."""
+
+    knn_k: int = 200
+    knn_temperature: float = 0.1
+    linear: bool = True
+    """Run the linear probe in ``evaluate("test")``."""
+    linear_epochs: int = 100
+    linear_lr: float = 1e-3
+    linear_batch_size: int = 512
+    linear_weight_decays: list[float] = field(default_factory=lambda: [0.0, 1e-5, 1e-4, 1e-3])
+    batch_size: int = 1024
+    """Batch size of feature extraction."""
+
+
+@dataclass
+class ImageSSLConfig:
+    """The ``config:`` section of an ``image_ssl`` run."""
+
+    batch_size: int = 512
+    """Global batch (images per step, each giving two views); split evenly over ranks."""
+    data: DataConfig = field(default_factory=DataConfig)
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    negatives: dict[str, Any] = field(default_factory=dict)
+    """Extra negative source ``{name: queue|mochi|feature_transformation, ...}``; empty: in-batch only."""
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+
+@dataclass(frozen=True)
+class SSLBatch:
+    """Indices into the training images and the seed of their augmentation."""
+
+    indices: Tensor
+    seed: int
+
+
+class _EpochBatches:
+    """One epoch's batches for one rank: a seeded permutation, cut into full global batches (drop last)."""
+
+    def __init__(self, n: int, global_batch: int, rank: int, world: int, seed: int, epoch: int) -> None:
+        self.n, self.global_batch, self.rank, self.world = n, global_batch, rank, world
+        self.seed, self.epoch = seed, epoch
+
+    def __len__(self) -> int:
+        return self.n // self.global_batch
+
+    def __iter__(self) -> Iterator[SSLBatch]:
+        gen = torch.Generator().manual_seed(batch_seed(self.seed, self.epoch))
+        order = torch.randperm(self.n, generator=gen)
+        local = self.global_batch // self.world
+        for b in range(len(self)):
+            start = b * self.global_batch + self.rank * local
+            yield SSLBatch(order[start : start + local], batch_seed(self.seed, self.epoch, b, self.rank))
+
+
+def balanced_subset(labels: np.ndarray, size: int, seed: int, what: str) -> np.ndarray:
+    """Sorted indices of ``size // classes`` random images per class (all of them for ``size = 0``)."""
+    if size == 0:
+        return np.arange(len(labels))
+    classes = np.unique(labels)
+    per_class = size // len(classes)
+    if size < 0 or per_class < 1 or size > len(labels):
+        raise ValueError(f"{what} must be 0 or between {len(classes)} and {len(labels)}, got {size}")
+    rng = np.random.default_rng(seed)
+    picked = [rng.permutation(np.flatnonzero(labels == c))[:per_class] for c in classes]
+    return np.sort(np.concatenate(picked))
+
+
+def warmup_cosine(step: int, warmup: int, total: int) -> float:
+    """LR factor: linear warm-up over ``warmup`` steps, then cosine to 0 at ``total`` (constant if 0)."""
+    if warmup > 0 and step < warmup:
+        return (step + 1) / warmup
+    if total <= warmup:
+        return 1.0
+    progress = min(1.0, (step - warmup) / (total - warmup))
+    return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+class ImageSSLTask:
+    """Self-supervised image representations on CIFAR-10 (see the module docstring)."""
+
+    config_class = ImageSSLConfig
+
+    def setup(self, ctx: TaskContext) -> None:
+        cfg: ImageSSLConfig = ctx.config
+        self.ctx, self.cfg = ctx, cfg
+        if cfg.objective.views not in ("two_view", "paired"):
+            raise ValueError(f"config.objective.views must be 'two_view' or 'paired', got {cfg.objective.views!r}")
+        if cfg.batch_size < 2 or cfg.batch_size % ctx.world_size:
+            raise ValueError(f"config.batch_size={cfg.batch_size} must be >= 2 and divisible by the {ctx.world_size} ranks")
+        self._load_data(ctx, cfg.data)
+        if len(self.train_images) < cfg.batch_size:
+            raise ValueError(
+                f"config.batch_size={cfg.batch_size} exceeds the {len(self.train_images)} training images "
+                f"(config.data.train_subset={cfg.data.train_subset})"
+            )
+        encoder, feature_dim = build_encoder(cfg.model.encoder, cfg.model.width)
+        self.model = SSLModel(encoder, feature_dim, cfg.model.proj_hidden, cfg.model.proj_dim).to(ctx.device)
+        self.train_model = ctx.wrap(self.model)
+        self.objective = ObjectiveSum(cfg.objective.terms).to(ctx.device)
+        self.negatives: NegativeSource | None = build_negative_source(cfg.negatives, cfg.model.proj_dim)
+        if self.negatives is not None:
+            self.negatives.to(ctx.device)
+            if cfg.objective.views != "paired":
+                raise ValueError("config.negatives adds candidate columns: set config.objective.views=paired")
+        self.augment = TwoViewAugment(cfg.augment).to(ctx.device)
+        self.normalize = Normalize().to(ctx.device)
+        self._build_optimizer(cfg.optim)
+
+    # -- construction -------------------------------------------------------------------------
+
+    def _load_data(self, ctx: TaskContext, cfg: DataConfig) -> None:
+        train = load_cifar10(ctx.data_root, "train", source=cfg.source, cache_dir=cfg.cache_dir, download=cfg.download)
+        test = load_cifar10(ctx.data_root, "test", source=cfg.source, cache_dir=cfg.cache_dir, download=cfg.download)
+        self.data_source = train.source
+        keep = balanced_subset(train.labels, cfg.train_subset, cfg.split_seed, "config.data.train_subset")
+        keep_test = balanced_subset(test.labels, cfg.test_subset, cfg.split_seed, "config.data.test_subset")
+        self.train_images = torch.from_numpy(train.images[keep]).to(ctx.device)
+        self.train_labels = torch.from_numpy(train.labels[keep])
+        self.test_images = torch.from_numpy(test.images[keep_test]).to(ctx.device)
+        self.test_labels = torch.from_numpy(test.labels[keep_test])
+        self.fit_idx, self.val_idx = stratified_split(self.train_labels, cfg.val_fraction, cfg.split_seed)
+
+    def _build_optimizer(self, cfg: OptimConfig) -> None:
+        groups = [{"params": list(self.model.parameters()), "weight_decay": cfg.weight_decay}]
+        extra = [p for p in self.objective.parameters() if p.requires_grad]
+        if extra:  # learned temperatures / logit scale and bias: no weight decay
+            groups.append({"params": extra, "weight_decay": 0.0})
+        if cfg.name == "sgd":
+            self.optimizer: torch.optim.Optimizer = torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum)
+        elif cfg.name in ("adam", "adamw"):
+            opt_class = torch.optim.Adam if cfg.name == "adam" else torch.optim.AdamW
+            self.optimizer = opt_class(groups, lr=cfg.lr)
+        else:
+            raise ValueError(f"config.optim.name must be 'sgd', 'adam' or 'adamw', got {cfg.name!r}")
+        steps = len(self.batches(0))
+        warmup = round(cfg.warmup_epochs * steps)
+        total = cfg.schedule_epochs * steps
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: warmup_cosine(s, warmup, total))
+
+    # -- the Task protocol --------------------------------------------------------------------
+
+    def modules(self) -> Mapping[str, nn.Module]:
+        out: dict[str, nn.Module] = {"model": self.model, "objective": self.objective}
+        if self.negatives is not None:
+            out["negatives"] = self.negatives
+        return out
+
+    def optimizers(self) -> Mapping[str, torch.optim.Optimizer]:
+        return {"model": self.optimizer}
+
+    def schedulers(self) -> Mapping[str, Any]:
+        return {"model": self.scheduler}
+
+    def batches(self, epoch: int) -> _EpochBatches:
+        ctx = self.ctx
+        return _EpochBatches(len(self.train_images), self.cfg.batch_size, ctx.rank, ctx.world_size, ctx.seed, epoch)
+
+    def _views(self, batch: SSLBatch) -> tuple[Tensor, Tensor]:
+        images = self.train_images[batch.indices.to(self.train_images.device)]
+        return self.augment(images, batch.seed)
+
+    def train_step(self, batch: SSLBatch, step: StepContext) -> Mapping[str, float]:
+        view1, view2 = self._views(batch)
+        with step.autocast():
+            _, z = self.train_model(torch.cat([view1, view2]))
+        z1, z2 = z.float().chunk(2)
+        loss = self.loss(z1, z2, step.epoch)
+        step.optimize("model", loss)
+        return {"loss": float(loss.detach())}
+
+    def loss(self, z1: Tensor, z2: Tensor, epoch: int = 0) -> Tensor:
+        """The objective terms on projections ``z1, z2 [n, d]`` of this rank's batch."""
+        if self.cfg.objective.views == "two_view":
+            n = z1.shape[0]
+            anchors = torch.cat([z1, z2])
+            labels = (torch.arange(n, device=z1.device) + self.ctx.rank * n).repeat(2)
+            return self._terms(anchors, None, labels=labels)
+        forward = self._paired(z1, z2, epoch)
+        if not self.cfg.objective.symmetric:
+            return forward
+        return 0.5 * (forward + self._paired(z2, z1, epoch))
+
+    def _paired(self, anchors: Tensor, positives: Tensor, epoch: int) -> Tensor:
+        if self.negatives is None:
+            return self._terms(anchors, positives)
+        anchors, candidates, pos_mask = self.negatives(anchors, positives, epoch=epoch, training=self.model.training)
+        return self._terms(anchors, candidates, pos_mask=pos_mask)
+
+    def _terms(self, anchors: Tensor, candidates: Tensor | None, **kwargs: Any) -> Tensor:
+        total = anchors.new_zeros(())
+        for weight, term in zip(self.objective.weights, self.objective.terms):
+            try:
+                value = distributed_objective(term, anchors, candidates, **kwargs)
+            except ValueError as err:
+                raise ValueError(
+                    f"config.objective.terms ({type(term).__name__}) with views={self.cfg.objective.views!r}: {err}"
+                ) from err
+            total = total + weight * value
+        return total
+
+    @torch.no_grad()
+    def embed_for_health(self, batch: SSLBatch) -> tuple[Tensor, Tensor]:
+        """Projections of both views of (at most 256 images of) ``batch``, for the engine's health metrics."""
+        view1, view2 = self._views(SSLBatch(batch.indices[:256], batch.seed))
+        _, z = self.model(torch.cat([view1, view2]))
+        z1, z2 = z.float().chunk(2)
+        return z1, z2
+
+    # -- evaluation ---------------------------------------------------------------------------
+
+    def features(self, images: Tensor) -> Tensor:
+        """Encoder features ``h`` of uint8 ``images`` with BatchNorm in eval mode (fp32, CPU)."""
+        size = self.cfg.eval.batch_size
+        chunks = (images[i : i + size] for i in range(0, len(images), size))
+        with self.ctx.autocast():
+            return extract_features(self.model.encoder, chunks, preprocess=self.normalize)
+
+    def evaluate(self, split: str = "val") -> Mapping[str, float]:
+        """``val``: kNN accuracy (%) on the held-out part of train; ``test``: kNN and linear probe (%) on test."""
+        cfg = self.cfg.eval
+        knn = {"k": cfg.knn_k, "temperature": cfg.knn_temperature, "num_classes": len(CLASSES)}
+        train_feats = self.features(self.train_images)
+        if split == "val":
+            bank, queries = train_feats[self.fit_idx], train_feats[self.val_idx]
+            acc = knn_accuracy(bank, self.train_labels[self.fit_idx], queries, self.train_labels[self.val_idx], **knn)
+            return {"knn_acc": 100.0 * acc}
+        if split != "test":
+            raise ValueError(f"evaluate: split must be 'val' or 'test', got {split!r}")
+        test_feats = self.features(self.test_images)
+        out = {"knn_acc": 100.0 * knn_accuracy(train_feats, self.train_labels, test_feats, self.test_labels, **knn)}
+        if cfg.linear:
+            probe = linear_probe(
+                train_feats, self.train_labels, test_feats, self.test_labels,
+                weight_decays=tuple(cfg.linear_weight_decays), epochs=cfg.linear_epochs, lr=cfg.linear_lr,
+                batch_size=cfg.linear_batch_size, val_fraction=self.cfg.data.val_fraction,
+                seed=self.cfg.data.split_seed, device=self.ctx.device,
+            )
+            out.update(linear_acc=100.0 * probe.test_accuracy, linear_val_acc=100.0 * probe.val_accuracy,
+                       linear_weight_decay=probe.weight_decay, linear_epoch=float(probe.epoch))
+        return out
