@@ -17,6 +17,7 @@ from importlib.metadata import entry_points
 ENTRY_POINT_GROUP = "contrasuite.tasks"
 
 TASKS: dict[str, str] = {
+    "image_ssl": "contrasuite.domains.image_ssl.task:ImageSSLTask",
     "super_resolution": "contrasuite.domains.super_resolution.task:SuperResolutionTask",
     "graph": "contrasuite.domains.graph.task:GraphTask",
 }
