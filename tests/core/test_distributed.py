@@ -27,7 +27,8 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from contrasuite.core.negatives.gather import distributed_objective
+from contrasuite.core.negatives.gather import all_gather_with_grad, distributed_objective, world as dist_world
+from contrasuite.core.negatives.queue import NegativeQueue
 from contrasuite.core.objectives import OBJECTIVES, ContrastiveObjective, Distributed, weighted_infonce
 
 pytestmark = pytest.mark.distributed
@@ -164,6 +165,32 @@ def compare(factory, layout: str, rank: int, world: int) -> dict:
 LAYOUTS = ("paired", "paired_extra", "labels")
 
 
+def queue_enqueues_gathered_keys(rank: int, world: int) -> dict:
+    """Every rank's queue holds all ranks' keys in rank order, wrapping round K = 7."""
+    queue = NegativeQueue(size=7, dim=2)
+    for step in range(2):
+        keys = torch.full((3, 2), float(100 * step + rank))
+        queue.enqueue(keys)
+    expected = [float(100 * step + r) for step in range(2) for r in range(world) for _ in range(3)][-7:]
+    got = queue.negatives()[:, 0].tolist()
+    return {"status": "ok" if got == expected and dist_world()[1] == world else "mismatch", "errors": {"got": got}}
+
+
+def gather_backward_sums_over_ranks(rank: int, world: int) -> dict:
+    """d/dx_r of sum_q (w_q . gathered) is sum_q w_q restricted to rank r's rows (uneven sizes)."""
+    sizes = [2 + r for r in range(world)]
+    x = torch.full((sizes[rank], 3), float(rank), dtype=torch.float64, requires_grad=True)
+    gathered = all_gather_with_grad(x)
+    weights = torch.arange(gathered.numel(), dtype=torch.float64).reshape(gathered.shape) * (rank + 1)
+    (gathered * weights).sum().backward()
+    start = sum(sizes[:rank])
+    base = torch.arange(gathered.numel(), dtype=torch.float64).reshape(gathered.shape)[start : start + sizes[rank]]
+    want = base * sum(q + 1 for q in range(world))
+    values_ok = gathered[:, 0].tolist() == [float(r) for r in range(world) for _ in range(sizes[r])]
+    ok = values_ok and torch.equal(x.grad, want)
+    return {"status": "ok" if ok else "mismatch", "errors": {"grad": x.grad.tolist()}}
+
+
 def run_group(rank: int, world: int, init_file: str, out_dir: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group(
@@ -175,6 +202,8 @@ def run_group(rank: int, world: int, init_file: str, out_dir: str) -> None:
             for layout in LAYOUTS:
                 results[f"{name}/{layout}"] = compare(cls, layout, rank, world)
         results["control:quantile_as_gather/labels"] = compare(QuantileDeclaredAsGather, "labels", rank, world)
+        results["queue:gathered_enqueue/keys"] = queue_enqueues_gathered_keys(rank, world)
+        results["gather:uneven_sizes/grad"] = gather_backward_sums_over_ranks(rank, world)
     finally:
         dist.destroy_process_group()
     Path(out_dir, f"rank{rank}.json").write_text(json.dumps(results))
@@ -190,6 +219,9 @@ def test_split_batch_equals_single_process(world, tmp_path):
         statuses = [res[key] for res in per_rank]
         if key.startswith("control:"):
             assert all(s["status"] == "mismatch" for s in statuses), f"{key}: a wrongly declared objective matched"
+            continue
+        if key.startswith(("queue:", "gather:")):
+            assert all(s["status"] == "ok" for s in statuses), f"{key}: {statuses}"
             continue
         if all(s["status"] == "inapplicable" for s in statuses):
             continue
