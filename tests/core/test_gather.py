@@ -32,3 +32,17 @@ def test_offset_diagonal_mask():
     assert mask.nonzero().tolist() == [[0, 3], [1, 4]]
     with pytest.raises(ValueError, match="exceeds"):
         offset_diagonal_mask(3, 4, 2)
+
+
+def test_docs_negatives_snippets_run():
+    """The python blocks of docs/negatives.md, run in order in one namespace."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "negatives.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
+    assert len(blocks) >= 5
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, "docs/negatives.md", "exec"), namespace)
+    assert torch.isfinite(namespace["loss"])
