@@ -1,0 +1,34 @@
+"""Two gloo processes under torchrun train like one process on the same global batch."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from contrasuite.pipelines import trainer
+from contrasuite.pipelines.config import load_config
+
+OVERRIDES = ["config.augment=0", "run.max_steps=4", "config.batch_size=16"]
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_two_process_gloo_matches_one_process(toy_yaml, cli_env, tmp_path):
+    path = toy_yaml(run={"health_every_steps": 2})
+    one = trainer.train(load_config(path, [*OVERRIDES, f"run.output_root={tmp_path / 'one'}"]))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "-m", "contrasuite.pipelines.cli", "train", str(path), *OVERRIDES, f"run.output_root={tmp_path / 'two'}"]
+    out = subprocess.run(cmd, env=cli_env, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (two,) = [p.parent for p in (tmp_path / "two").rglob("config.yaml")]
+    a = torch.load(one / "checkpoints" / "last.pt", weights_only=True)
+    b = torch.load(two / "checkpoints" / "last.pt", weights_only=True)
+    assert a["position"] == b["position"] and a["position"]["global_step"] == 4
+    for key, value in a["modules"]["model"].items():
+        torch.testing.assert_close(b["modules"]["model"][key], value, rtol=1e-5, atol=1e-6)
+    # the tolerance is tight enough to see a different global batch (8 instead of 16)
+    small = trainer.train(load_config(path, [*OVERRIDES[:-1], "config.batch_size=8", f"run.output_root={tmp_path / 'b8'}"]))
+    c = torch.load(small / "checkpoints" / "last.pt", weights_only=True)["modules"]["model"]
+    assert any(not torch.allclose(c[k], v, rtol=1e-5, atol=1e-6) for k, v in a["modules"]["model"].items())
+    assert '"world_size": 2' in (two / "environment.json").read_text()
