@@ -10,7 +10,8 @@ A run YAML has three top-level keys::
 Both sections are OmegaConf structured configs, so an unknown key or a wrong type is a
 :class:`ConfigError` naming the key and the file. Overrides are dotlists applied after the file,
 with list indices as path parts (``config.objective.terms.0.name=weince``); a value is parsed as
-YAML (``run.grad_clip=1.0``, ``config.objective.terms.1={name: dcl}``). Index ``len(list)`` appends.
+YAML (``run.grad_clip=1.0``, ``config.objective.terms.1={name: dcl}``). Index ``len(list)`` appends;
+a value given for a list item replaces it, a mapping given for a mapping is merged into it.
 """
 
 from __future__ import annotations
@@ -170,10 +171,14 @@ def apply_override(root: DictConfig, key: str, value: Any, path: Path) -> None:
     if parent is None:
         raise ConfigError(f"{path}: override {key}: no key {parent_key!r} in the config")
     try:
-        if isinstance(parent, ListConfig) and last.isdigit() and int(last) == len(parent):
+        if isinstance(parent, ListConfig) and not last.isdigit():
+            raise ConfigError(f"{path}: override {key}: {parent_key!r} is a list; index it with a number")
+        if isinstance(parent, ListConfig) and int(last) == len(parent):
             parent.append(value)
         elif isinstance(parent, DictConfig) and last not in parent:
             raise ConfigError(f"{path}: override {key}: unknown key {last!r} (known: {sorted(parent.keys())})")
+        elif isinstance(parent, ListConfig):
+            parent[int(last)] = value  # a list item (e.g. an objective term) is replaced, not merged
         else:
             OmegaConf.update(root, key, value, merge=True)
     except OmegaConfBaseException as err:

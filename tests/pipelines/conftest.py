@@ -15,7 +15,7 @@ def toy_yaml(tmp_path):
     """``toy_yaml(name="toy", run={...}, config={...})`` -> path of a toy-task run config in tmp_path."""
 
     def write(name: str = "toy", run: dict | None = None, config: dict | None = None) -> Path:
-        run_section = {"output_root": str(tmp_path / "runs"), "progress": False, "precision": "fp32",
+        run_section = {"output_root": str(tmp_path / "runs"), "progress": False, "precision": "fp32", "device": "cpu",
                        "log_every_steps": 1, "health_every_steps": 2, **(run or {})}
         path = tmp_path / f"{name}.yaml"
         path.write_text(yaml.safe_dump({"task": "toy_task:ToyTask", "run": run_section, "config": config or {}}))

@@ -72,6 +72,12 @@ def test_overrides_with_list_indices_and_append(tmp_path):
         load_config(path, ["config.lrr=1"])
     with pytest.raises(ConfigError, match=r"override run\.epochs: .*'x'"):
         load_config(path, ["run.epochs=x"])
+    with pytest.raises(ConfigError, match="is a list; index it with a number"):
+        load_config(path, ["config.objective.terms.first=1"])
+    with pytest.raises(ConfigError, match=r"override config\.objective\.terms\.5"):
+        load_config(path, ["config.objective.terms.5={name: dcl}"])
+    replaced = load_config(path, ["config.objective.terms.0={name: clip}"])
+    assert replaced.config.objective.terms == [{"name": "clip"}]  # a list item is replaced, not merged
     with pytest.raises(ConfigError, match="not key=value"):
         load_config(path, ["run.epochs"])
 

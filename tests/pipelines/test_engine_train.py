@@ -133,3 +133,25 @@ def test_in_process_resume_from_mid_epoch_matches(toy_yaml):
         assert torch.equal(_params(stopped)[key], value), key
     steps = [int(r["step"]) for r in _metrics(stopped) if r["name"] == "train/loss"]
     assert steps == sorted(steps) and len(steps) == len(set(steps)) == 8  # no duplicated rows
+
+
+def test_learnable_temperature_and_tensorboard_are_logged(toy_yaml):
+    run_dir = trainer.train(load_config(toy_yaml(run={"max_steps": 2, "tensorboard": True}),
+                                        ["config.objective.terms.0={name: clip}"]))
+    names = {row["name"] for row in _metrics(run_dir)}
+    assert "param/objective.terms.0.logit_scale" in names
+    assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def test_cli_train_data_root_flag(toy_yaml, capsys):
+    assert main(["train", str(toy_yaml(run={"max_steps": 1})), "--data-root", "/flag/root"]) == 0
+    run_dir = capsys.readouterr().out.strip().split("run folder: ")[-1]
+    assert "data_root: /flag/root" in (__import__("pathlib").Path(run_dir) / "config.yaml").read_text()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_cuda_precisions(toy_yaml, precision):
+    run_dir = trainer.train(load_config(toy_yaml(run={"device": "auto", "precision": precision, "max_steps": 4})))
+    assert json.loads((run_dir / "environment.json").read_text())["device"].startswith("cuda")
+    assert all(torch.isfinite(v).all() for v in _params(run_dir).values())

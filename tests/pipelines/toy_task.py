@@ -51,12 +51,13 @@ class ToyTask:
             nn.Linear(cfg.dim, cfg.hidden), nn.ReLU(), nn.Dropout(cfg.dropout), nn.Linear(cfg.hidden, cfg.dim)
         ).to(ctx.device)
         self.net = ctx.wrap(self.model)
-        self.objective = ObjectiveSum(cfg.objective.terms)
-        self.opt = torch.optim.SGD(self.model.parameters(), lr=cfg.lr, momentum=0.9)
+        self.objective = ObjectiveSum(cfg.objective.terms).to(ctx.device)
+        self.opt = torch.optim.SGD([*self.model.parameters(), *self.objective.parameters()], lr=cfg.lr, momentum=0.9)
         self.sched = torch.optim.lr_scheduler.StepLR(self.opt, step_size=5, gamma=0.5)
 
     def modules(self):
-        return {"model": self.model}
+        learnable = any(True for _ in self.objective.parameters())
+        return {"model": self.model, **({"objective": self.objective} if learnable else {})}
 
     def optimizers(self):
         return {"model": self.opt}
@@ -89,7 +90,7 @@ class ToyTask:
             chunks = [(v1[i : i + k], v2[i : i + k]) for i in range(0, v1.shape[0], k)]
             loss = step.optimize_cached(
                 "model", lambda c: (self.net(c[0]), self.net(c[1])), chunks,
-                lambda z1, z2: self.objective(z1, z2, pos_mask=torch.eye(z1.shape[0], dtype=torch.bool)),
+                lambda z1, z2: self.objective(z1, z2, pos_mask=torch.eye(z1.shape[0], dtype=torch.bool, device=z1.device)),
             )
             return {"loss": float(loss.detach())}
         with step.autocast():
