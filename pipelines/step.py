@@ -11,6 +11,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
+import torch.distributed as dist
 from torch import Tensor, nn
 
 from contrasuite.core.gradcache import cached_backward
@@ -18,6 +19,14 @@ from contrasuite.core.gradcache import cached_backward
 
 class NonFiniteStepError(FloatingPointError):
     """A non-finite loss or gradient under ``run.non_finite=stop``."""
+
+
+def _finite_everywhere(value: Tensor) -> bool:
+    """True when ``value`` is finite on every rank (ranks must agree to skip, or DDP would hang)."""
+    flag = torch.isfinite(value.detach()).all().to(torch.int32).reshape(1)
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+    return bool(flag.item())
 
 
 class Step:
@@ -71,7 +80,7 @@ class Step:
         ``terms`` (optional, e.g. each objective term) makes a non-finite message name the culprit.
         """
         optimizer = self._optimizer(name)
-        if not torch.isfinite(loss.detach()).all():
+        if not _finite_everywhere(loss):
             bad = [k for k, v in (terms or {}).items() if not torch.isfinite(v.detach()).all()]
             what = f"loss {loss.detach().float().flatten()[:4].tolist()}" + (f" from terms {bad}" if bad else "")
             self._fail(name, what, optimizer)
@@ -98,7 +107,7 @@ class Step:
 
         def checked_loss(*reps: Tensor) -> Tensor:
             loss = loss_fn(*reps)
-            if not torch.isfinite(loss.detach()).all():
+            if not _finite_everywhere(loss):
                 raise _NonFiniteCachedLoss(loss.detach())
             return loss
 
@@ -120,7 +129,7 @@ class Step:
         max_norm = self._grad_clip if self._grad_clip else math.inf
         norm = nn.utils.clip_grad_norm_(params, max_norm) if params else torch.zeros(())
         self.stats[f"grad_norm/{name}"] = float(norm)
-        if not torch.isfinite(norm) and self._scaler is None:
+        if self._scaler is None and not _finite_everywhere(norm):
             self._fail(name, f"gradient norm {float(norm)}", optimizer)
             return
         if self._scaler is not None:

@@ -70,18 +70,22 @@ class Trainer:
             save_resolved(loaded.resolved, self.run_dir / "config.yaml")
             write_json(environment(self.device, self.dist.world_size), self.run_dir / "environment.json")
         self._wrapped: list[nn.Module] = []
+        self.position = Position()
         seed_all(self.run.seed)
         self.task = loaded.task_class()
-        self.task.setup(TaskContext(
-            config=loaded.config, device=self.device, precision=self.run.precision, run_dir=self.run_dir,
-            data_root=Path(self.run.data_root), seed=self.run.seed, rank=self.dist.rank,
-            world_size=self.dist.world_size, gather=distributed.gather_with_grad, wrap=self._wrap,
-        ))
+        try:
+            self.task.setup(TaskContext(
+                config=loaded.config, device=self.device, precision=self.run.precision, run_dir=self.run_dir,
+                data_root=Path(self.run.data_root), seed=self.run.seed, rank=self.dist.rank,
+                world_size=self.dist.world_size, gather=distributed.gather_with_grad, wrap=self._wrap,
+            ))
+        except BaseException as err:
+            self._status("failed", error=f"task setup: {type(err).__name__}: {err}")
+            raise
         if self.dist.enabled:
             seed_all(self.run.seed + self.dist.rank)
         self.scaler = make_scaler(self.run.precision, self.device)
         self.log = MetricsLog(self.run_dir, enabled=self.dist.is_main, tensorboard=self.run.tensorboard)
-        self.position = Position()
         self.best: float | None = None
         self._epoch_rng: dict[str, Any] | None = None
         self._resume_rng: dict[str, Any] | None = None

@@ -155,3 +155,13 @@ def test_cuda_precisions(toy_yaml, precision):
     run_dir = trainer.train(load_config(toy_yaml(run={"device": "auto", "precision": precision, "max_steps": 4})))
     assert json.loads((run_dir / "environment.json").read_text())["device"].startswith("cuda")
     assert all(torch.isfinite(v).all() for v in _params(run_dir).values())
+
+
+def test_missing_data_file_is_a_clear_error(toy_yaml, tmp_path, capsys):
+    path = toy_yaml(config={"data_file": "toy.bin"})
+    assert main(["train", str(path), "--data-root", str(tmp_path / "data")]) == 2
+    assert f"toy data file not found: {tmp_path / 'data' / 'toy.bin'}" in capsys.readouterr().err
+    (run_dir,) = [p.parent for p in (tmp_path / "runs").rglob("config.yaml")]
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "failed" and "toy.bin" in status["error"]
+    assert not (run_dir / "checkpoints").exists()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 import torch
 from torch import nn
@@ -34,6 +34,8 @@ class ToyConfig:
     sleep: float = 0.0
     nan_at_step: int = -1
     gradcache_chunk: int = 0
+    data_file: Optional[str] = None
+    """A file under the data root that must exist (exercises missing-data errors)."""
     objective: ToyObjective = field(default_factory=ToyObjective)
 
 
@@ -42,6 +44,8 @@ class ToyTask:
 
     def setup(self, ctx: TaskContext) -> None:
         self.ctx, cfg = ctx, ctx.config
+        if cfg.data_file and not (ctx.data_root / cfg.data_file).is_file():
+            raise FileNotFoundError(f"toy data file not found: {ctx.data_root / cfg.data_file}")
         self.cfg = cfg
         gen = torch.Generator().manual_seed(1234)
         x = torch.randn(cfg.n, cfg.dim, generator=gen)
