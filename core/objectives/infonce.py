@@ -31,25 +31,40 @@ def weighted_infonce(
     positive_in_denominator: bool = True,
     other_positives_in_denominator: bool = False,
 ) -> Tensor:
-    """Per-anchor loss ``[N]`` of the weighted-denominator kernel (module docstring) on ``logits [N, M]``."""
-    neg = pairs.neg
-    neg_logits = logits
-    if neg_weight is not None:
-        neg = neg & (neg_weight > 0)
-        neg_logits = logits + torch.log(neg_weight.clamp_min(torch.finfo(logits.dtype).tiny))
-    if other_positives_in_denominator:
-        # log(sum_{P_i} exp(l) + sum_{N_i} w exp(l)), shared by all positives of the row.
-        joint = torch.where(pairs.pos, logits, neg_logits)
-        denom = masked_logsumexp(joint, pairs.pos | neg, dim=1, keepdim=True)
-        if not positive_in_denominator:
-            raise ValueError("other_positives_in_denominator=True needs positive_in_denominator=True")
+    """Per-anchor loss ``[N]`` of the weighted-denominator kernel (module docstring) on ``logits [N, M]``.
+
+    Only the ``P`` positive entries are gathered (``[P]`` tensors); the ``N x M`` work is one
+    masked ``logsumexp``. Without weights, when the denominator is every valid column (SupCon, or
+    at most one positive per anchor with ``a = 1``: NT-Xent, CLIP, two views), that logsumexp is a
+    plain ``torch.logsumexp`` whenever all pairs are valid.
+    """
+    if other_positives_in_denominator and not positive_in_denominator:
+        raise ValueError("other_positives_in_denominator=True needs positive_in_denominator=True")
+    pos = pairs.pos
+    rows, cols = pos.nonzero(as_tuple=True)
+    pos_logits = logits[rows, cols]
+    n_pos = pos.sum(dim=1)
+    shared = positive_in_denominator and (other_positives_in_denominator or bool((n_pos <= 1).all()))
+    if neg_weight is None and shared:
+        # Denominator = all valid columns (the positive(s) and every negative).
+        valid = pairs.valid
+        denom = torch.logsumexp(logits, dim=1) if bool(valid.all()) else masked_logsumexp(logits, valid, dim=1)
+        per_pair = denom[rows] - pos_logits
     else:
-        denom = masked_logsumexp(neg_logits, neg, dim=1, keepdim=True)
-        if positive_in_denominator:
-            denom = torch.logaddexp(logits, denom)
-    per_pair = denom - logits
-    n_pos = pairs.pos.sum(dim=1).clamp_min(1)
-    return torch.where(pairs.pos, per_pair, torch.zeros_like(per_pair)).sum(dim=1) / n_pos
+        neg = pairs.neg
+        neg_logits = logits
+        if neg_weight is not None:
+            neg = neg & (neg_weight > 0)
+            neg_logits = logits + torch.log(neg_weight.clamp_min(torch.finfo(logits.dtype).tiny))
+        if other_positives_in_denominator:
+            # log(sum_{P_i} exp(l) + sum_{N_i} w exp(l)), shared by all positives of the row.
+            denom = masked_logsumexp(torch.where(pos, logits, neg_logits), pos | neg, dim=1)
+            per_pair = denom[rows] - pos_logits
+        else:
+            neg_lse = masked_logsumexp(neg_logits, neg, dim=1)[rows]
+            per_pair = (torch.logaddexp(pos_logits, neg_lse) if positive_in_denominator else neg_lse) - pos_logits
+    total = torch.zeros(logits.shape[0], dtype=logits.dtype, device=logits.device).index_add(0, rows, per_pair)
+    return total / n_pos.clamp_min(1)
 
 
 class InfoNCE(ContrastiveObjective):

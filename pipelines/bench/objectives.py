@@ -1,0 +1,268 @@
+"""``contrasuite bench objectives``: forward+backward time and peak memory of every registered objective.
+
+Each objective runs at each ``N`` on random ``D``-dimensional features in two call forms:
+
+* ``paired``: ``obj(a, b)`` with ``a, b [N, D]`` and diagonal positives; baseline: the bare
+  ``logsumexp(a @ b.T / t)`` forward+backward on ``N x N``;
+* ``two_view``: ``obj(cat(a, b), labels=...)`` (SimCLR's ``2N`` batch); baseline: the bare
+  ``2N x 2N`` ``logsumexp``. Objectives that need separate candidates (CLIP, SigLIP) skip it.
+
+Ratios are against the baseline measured in the same process, and against the public
+implementation where one exists (pytorch-metric-learning's NTXentLoss, CircleLoss,
+MultiSimilarityLoss + MultiSimilarityMiner; open_clip's ClipLoss, SigLipLoss), run on the same
+inputs. All cases of one ``(N, form)`` run back to back in each repeat (after one warm-up each),
+so they share whatever load the machine has; a time ratio is the median over repeats of the
+per-repeat ratio, and ``ms`` the median time. Peak memory is, on CUDA,
+``torch.cuda.max_memory_allocated`` above the starting level; on the CPU, the peak of live bytes
+allocated by PyTorch's CPU allocator during one forward+backward, replayed from the profiler's memory
+events (``torch.profiler`` with ``profile_memory=True``: allocations minus frees in time order).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from contrasuite.core.objectives import OBJECTIVES
+from contrasuite.core.pairs import two_view
+
+TEMPERATURE = 0.1
+Step = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclass
+class Row:
+    objective: str
+    form: str
+    n: int
+    ms: float
+    peak_mb: float
+    time_vs_bare: float
+    mem_vs_bare: float
+    public: str = ""
+    time_vs_public: float | None = None
+    mem_vs_public: float | None = None
+
+
+def bare(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.logsumexp(a @ b.T / TEMPERATURE, dim=1).sum()
+
+
+def bare_two_view(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    z = torch.cat([a, b])
+    return bare(z, z)
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def run_once(step: Step, a: torch.Tensor, b: torch.Tensor) -> None:
+    a.grad = b.grad = None
+    step(a, b).backward()
+
+
+def interleaved_ms(steps: list[Step], a: torch.Tensor, b: torch.Tensor, repeats: int) -> list[list[float]]:
+    """Times (ms) of each step in each repeat; steps run back to back so they share the machine's load."""
+    for step in steps:
+        run_once(step, a, b)  # warm-up
+    times: list[list[float]] = [[] for _ in steps]
+    for _ in range(repeats):
+        for k, step in enumerate(steps):
+            sync(a.device)
+            start = time.perf_counter()
+            run_once(step, a, b)
+            sync(a.device)
+            times[k].append(1000 * (time.perf_counter() - start))
+    return times
+
+
+def median_ratio(num: list[float], den: list[float]) -> float:
+    """Median over repeats of the per-repeat ratio (robust to load shared by both)."""
+    return statistics.median(x / y for x, y in zip(num, den))
+
+
+def peak_mb(step: Step, a: torch.Tensor, b: torch.Tensor) -> float:
+    """Peak bytes allocated above the starting level during one forward+backward (module docstring)."""
+    a.grad = b.grad = None
+    if a.device.type == "cuda":
+        sync(a.device)
+        base = torch.cuda.memory_allocated(a.device)
+        torch.cuda.reset_peak_memory_stats(a.device)
+        run_once(step, a, b)
+        sync(a.device)
+        return (torch.cuda.max_memory_allocated(a.device) - base) / 2**20
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        run_once(step, a, b)
+    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
+    live = peak = 0
+    for event in sorted(events, key=lambda e: e.start_ns()):
+        live += event.nbytes()
+        peak = max(peak, live)
+    return peak / 2**20
+
+
+def ours(name: str, form: str, device: torch.device) -> Step | None:
+    obj = OBJECTIVES[name]().to(device)
+    if form == "paired":
+        return lambda a, b: obj(a, b)
+
+    def two(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        z, labels = two_view(a, b)
+        return obj(z, labels=labels)
+
+    try:  # objectives that need separate candidates (image-text) have no two-view form
+        with torch.no_grad():
+            two(torch.randn(4, 3, device=device), torch.randn(4, 3, device=device))
+    except ValueError:
+        return None
+    return two
+
+
+def public(name: str, form: str) -> tuple[str, Step] | None:
+    """The pytorch-metric-learning / open_clip counterpart, called on the same inputs."""
+    try:
+        if name in ("clip", "siglip"):
+            from open_clip import loss as oc
+        else:
+            from pytorch_metric_learning import losses, miners
+    except ImportError:
+        return None
+    if name in ("clip", "siglip"):
+        if form != "paired":
+            return None
+        if name == "clip":
+            fn = oc.ClipLoss()
+            return "open_clip ClipLoss", lambda a, b: fn(F.normalize(a, dim=1), F.normalize(b, dim=1), 1 / 0.07)
+        fn = oc.SigLipLoss()
+        return "open_clip SigLipLoss", lambda a, b: fn(F.normalize(a, dim=1), F.normalize(b, dim=1), 10.0, -10.0)
+    builders = {
+        "infonce": ("PML NTXentLoss", lambda: losses.NTXentLoss(temperature=TEMPERATURE), None),
+        "circle": ("PML CircleLoss", losses.CircleLoss, None),
+        "multi_similarity": ("PML MultiSimilarityLoss+Miner", losses.MultiSimilarityLoss, miners.MultiSimilarityMiner),
+    }
+    if name not in builders:
+        return None
+    label, make_loss, make_miner = builders[name]
+    loss_fn, miner = make_loss(), (make_miner() if make_miner else None)
+
+    def call(emb, labels, ref=None, ref_labels=None):
+        tuples = None if miner is None else miner(emb, labels, ref, ref_labels)
+        return loss_fn(emb, labels, tuples, ref, ref_labels)
+
+    if form == "paired":
+        def paired(a, b):
+            idx = torch.arange(a.shape[0], device=a.device)
+            return call(a, idx, b, idx)
+
+        return label, paired
+
+    def two(a, b):
+        z, labels = two_view(a, b)
+        return call(z, labels)
+
+    return label, two
+
+
+def run(ns: list[int], dim: int, repeats: int, large_repeats: int, names: list[str], device: torch.device) -> list[Row]:
+    rows = []
+    for n in ns:
+        reps = repeats if n < 4096 else large_repeats
+        gen = torch.Generator().manual_seed(n)
+        a = torch.randn(n, dim, generator=gen).to(device).requires_grad_()
+        b = torch.randn(n, dim, generator=gen).to(device).requires_grad_()
+        for form, baseline in (("paired", bare), ("two_view", bare_two_view)):
+            cases: list[tuple[str, Step, tuple[str, Step] | None]] = []
+            for name in names:
+                step = ours(name, form, device)
+                if step is not None:
+                    cases.append((name, step, public(name, form)))
+            steps = [baseline] + [s for c in cases for s in ([c[1]] + ([c[2][1]] if c[2] else []))]
+            times = iter(interleaved_ms(steps, a, b, reps))
+            mems = iter([peak_mb(s, a, b) for s in steps])
+            base_t, base_m = next(times), next(mems)
+            rows.append(Row("bare logsumexp", form, n, statistics.median(base_t), base_m, 1.0, 1.0))
+            print(_line(rows[-1]), flush=True)
+            for name, _, ref in cases:
+                t, m = next(times), next(mems)
+                row = Row(name, form, n, statistics.median(t), m, median_ratio(t, base_t), m / base_m)
+                if ref is not None:
+                    pub_t, pub_m = next(times), next(mems)
+                    row.public, row.time_vs_public, row.mem_vs_public = ref[0], median_ratio(t, pub_t), m / pub_m
+                rows.append(row)
+                print(_line(row), flush=True)
+    return rows
+
+
+def _fmt(x: float | None) -> str:
+    return "" if x is None else f"{x:.2f}"
+
+
+def _line(r: Row) -> str:
+    return (
+        f"| {r.objective} | {r.form} | {r.n} | {r.ms:.1f} | {r.peak_mb:.1f} | {r.time_vs_bare:.2f} | "
+        f"{r.mem_vs_bare:.2f} | {r.public} | {_fmt(r.time_vs_public)} | {_fmt(r.mem_vs_public)} |"
+    )
+
+
+def markdown(rows: list[Row]) -> str:
+    head = (
+        "| objective | form | N | ms (median) | peak MiB | time / bare | mem / bare | public | time / public | mem / public |\n"
+        "|---|---|---|---|---|---|---|---|---|---|\n"
+    )
+    return head + "\n".join(_line(r) for r in rows) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="contrasuite bench objectives", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", default="256,1024,4096", help="comma-separated batch sizes N")
+    parser.add_argument("--dim", type=int, default=128, help="feature dimension D")
+    parser.add_argument("--repeats", type=int, default=5, help="timed repeats per case (median)")
+    parser.add_argument("--large-repeats", type=int, default=3, help="timed repeats when N >= 4096")
+    parser.add_argument("--objectives", default="", help="comma-separated registry names (default: all)")
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: leave as is)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
+    parser.add_argument("--output", default="", help="write the table here (.md) or rows (.json)")
+    args = parser.parse_args(argv)
+
+    names = [s for s in args.objectives.split(",") if s] or list(OBJECTIVES)
+    unknown = sorted(set(names) - set(OBJECTIVES))
+    if unknown:
+        parser.error(f"--objectives: unknown {unknown}; known: {sorted(OBJECTIVES)}")
+    try:
+        ns = [int(s) for s in args.n.split(",") if s]
+    except ValueError:
+        parser.error(f"--n must be comma-separated integers, got {args.n!r}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device_name = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    device = torch.device(device_name)
+
+    print(f"# torch {torch.__version__}, {device}, threads={torch.get_num_threads()}, {platform.processor() or platform.machine()}")
+    rows = run(ns, args.dim, args.repeats, args.large_repeats, names, device)
+    table = markdown(rows)
+    if args.output:
+        out = Path(args.output)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if out.suffix == ".json":
+            out.write_text(json.dumps([asdict(r) for r in rows], indent=1))
+        else:
+            out.write_text(table)
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,30 @@
+"""``contrasuite bench objectives`` on tiny N: one row per registered objective, ratios written out."""
+
+import json
+
+from contrasuite.core.objectives import OBJECTIVES
+from contrasuite.pipelines.bench import objectives as bench
+
+
+def test_bench_writes_a_row_per_objective(tmp_path):
+    out = tmp_path / "bench.json"
+    assert bench.main(["--n", "16", "--dim", "8", "--repeats", "1", "--threads", "1", "--output", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    paired = {r["objective"] for r in rows if r["form"] == "paired"}
+    assert paired == set(OBJECTIVES) | {"bare logsumexp"}
+    assert {r["objective"] for r in rows if r["form"] == "two_view"} >= {"infonce", "circle", "bare logsumexp"}
+    for r in rows:
+        assert r["ms"] > 0 and r["peak_mb"] >= 0 and r["time_vs_bare"] > 0
+    assert next(r for r in rows if r["objective"] == "clip")["public"] == "open_clip ClipLoss"
+
+
+def test_bench_markdown_and_bad_names(tmp_path, capsys):
+    out = tmp_path / "bench.md"
+    assert bench.main(["--n", "8", "--dim", "4", "--repeats", "1", "--objectives", "infonce", "--output", str(out)]) == 0
+    lines = out.read_text().splitlines()
+    assert lines[0].startswith("| objective |") and any(line.startswith("| infonce | paired | 8 |") for line in lines)
+    try:
+        bench.main(["--objectives", "nope"])
+    except SystemExit as err:
+        assert err.code == 2
+    assert "unknown ['nope']" in capsys.readouterr().err
