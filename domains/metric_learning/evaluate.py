@@ -1,0 +1,69 @@
+"""Unseen-class retrieval evaluation: embed a split, rank the gallery for every query, score.
+
+Protocol (Oh Song et al. 2016; Musgrave et al., "A Metric Learning Reality Check", ECCV 2020):
+every image of the split queries all *other* images of the split (In-Shop: queries search the
+gallery). Scores are cosine similarities, or negative geodesic distances on the Poincare ball for a
+hyperbolic head (Ermolov et al. 2022). Metrics:
+
+* ``recall@K``: fraction of queries with a same-class image among their top ``K``;
+* ``map@r``: ``1/R sum_{i<=R} P(i) rel(i)`` with ``R`` the number of same-class gallery images
+  (mean average precision at R; pytorch-metric-learning's ``mean_average_precision_at_r``).
+
+Queries without any same-class gallery image are left out, as in PML's ``AccuracyCalculator``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+Scorer = Callable[[Tensor, Tensor], Tensor]
+
+
+def cosine_scores(queries: Tensor, gallery: Tensor) -> Tensor:
+    return F.normalize(queries.float(), dim=1) @ F.normalize(gallery.float(), dim=1).T
+
+
+def retrieval_metrics(
+    queries: Tensor,
+    query_labels: Tensor,
+    gallery: Tensor,
+    gallery_labels: Tensor,
+    *,
+    same_set: bool,
+    ks: Sequence[int] = (1, 2, 4, 8),
+    scorer: Scorer = cosine_scores,
+    chunk: int = 1024,
+) -> dict[str, float]:
+    """Recall@K and MAP@R; ``same_set``: queries are the gallery, each query's own entry is excluded."""
+    if same_set and len(queries) != len(gallery):
+        raise ValueError(f"same_set needs queries == gallery, got {len(queries)} and {len(gallery)}")
+    relevant = (query_labels[:, None] == gallery_labels[None, :]).sum(dim=1) - int(same_set)
+    keep = relevant > 0
+    depth = min(len(gallery) - int(same_set), max(max(ks), int(relevant.max().clamp_min(1))))
+    hits = {k: 0.0 for k in ks}
+    ap_sum = 0.0
+    for start in range(0, len(queries), chunk):
+        stop = min(start + chunk, len(queries))
+        scores = scorer(queries[start:stop], gallery).float()
+        if same_set:
+            rows = torch.arange(stop - start)
+            scores[rows, rows + start] = -torch.inf  # drop self from the ranking (not a loss: plain sort)
+        top = scores.topk(depth, dim=1).indices
+        match = (gallery_labels[top] == query_labels[start:stop, None]).float()
+        k_keep = keep[start:stop]
+        for k in ks:
+            hits[k] += float(match[:, :k].amax(dim=1)[k_keep].sum())
+        r = relevant[start:stop].clamp_min(1)
+        ranks = torch.arange(1, depth + 1, dtype=torch.float32)
+        within_r = (ranks[None, :] <= r[:, None]).float()
+        precision = match.cumsum(dim=1) / ranks
+        ap = (precision * match * within_r).sum(dim=1) / r
+        ap_sum += float(ap[k_keep].sum())
+    n = max(int(keep.sum()), 1)
+    out = {f"recall@{k}": hits[k] / n for k in ks}
+    out["map@r"] = ap_sum / n
+    return out

@@ -1,0 +1,72 @@
+"""Reading images for retrieval: RGBA composited on white, resized, normalised for EfficientNet-Lite.
+
+Augmentation is a mild random resized crop only: no horizontal flip, because mirrored emoji
+(arrows, pointing hands) are different classes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from PIL import Image
+from torch import Tensor
+from torch.utils.data import Dataset
+
+from contrasuite.domains.metric_learning.backbone import INPUT_MEAN, INPUT_STD
+
+
+def read_rgb(path: Path, size: int) -> Tensor:
+    """``uint8 [3, size, size]``: transparent pixels composited on white, bicubic resize."""
+    try:
+        image = Image.open(path)
+        image.load()
+    except (OSError, ValueError) as err:
+        raise OSError(f"cannot read image {path}: {err}") from None
+    if image.mode in ("RGBA", "LA", "P"):
+        rgba = image.convert("RGBA")
+        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        background.alpha_composite(rgba)
+        image = background
+    image = image.convert("RGB")
+    if image.size != (size, size):
+        image = image.resize((size, size), Image.BICUBIC)
+    return torch.from_numpy(np.asarray(image).copy()).permute(2, 0, 1)
+
+
+def normalize(images: Tensor) -> Tensor:
+    """``uint8 [B, 3, H, W]`` -> float, EfficientNet-Lite's ``(x - 127) / 128``."""
+    mean = torch.tensor(INPUT_MEAN, device=images.device).view(1, 3, 1, 1)
+    std = torch.tensor(INPUT_STD, device=images.device).view(1, 3, 1, 1)
+    return (images.float() / 255.0 - mean) / std
+
+
+def random_resized_crop(images: Tensor, generator: torch.Generator, min_scale: float = 0.7) -> Tensor:
+    """Per-image random crop of area ``[min_scale, 1]`` (aspect 1), resized back; float ``[B, 3, S, S]``."""
+    b, _, s, _ = images.shape
+    scale = min_scale + (1 - min_scale) * torch.rand(b, generator=generator)
+    side = (scale.sqrt() * s).round().clamp(8, s).long()
+    out = []
+    for img, k in zip(images, side.tolist()):
+        top, left = (torch.randint(s - k + 1, (2,), generator=generator)).tolist()
+        crop = img[:, top : top + k, left : left + k].unsqueeze(0)
+        out.append(F.interpolate(crop, size=(s, s), mode="bilinear", align_corners=False))
+    return torch.cat(out)
+
+
+class ImageFiles(Dataset):
+    """``(uint8 [3, S, S], label)`` per image; ``preload`` decodes everything once into memory."""
+
+    def __init__(self, paths: Sequence[Path], labels: Sequence[int], size: int, preload: bool = False) -> None:
+        self.paths, self.labels, self.size = list(paths), torch.tensor(list(labels)), size
+        self.images = torch.stack([read_rgb(p, size) for p in self.paths]) if preload and self.paths else None
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int) -> tuple[Tensor, Tensor]:
+        image = self.images[i] if self.images is not None else read_rgb(self.paths[i], self.size)
+        return image, self.labels[i]

