@@ -5,6 +5,7 @@
     contrasuite resume RUN_DIR
     contrasuite validate-configs [--root configs]
     contrasuite upscale RUN_DIR INPUT OUTPUT [--tile N]  -> contrasuite.pipelines.upscale.main(argv)
+    contrasuite retrieve RUN_DIR QUERY_IMAGE GALLERY_DIR [--top K]  -> contrasuite.pipelines.retrieve.main(argv)
     contrasuite bench NAME [args ...]      -> contrasuite.pipelines.bench.<NAME>.main(argv)
     contrasuite compare NAME [args ...]    -> contrasuite.pipelines.reports.<NAME>.main(argv)
 
@@ -41,6 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     val.add_argument("--root", type=Path, default=Path("configs"))
     up = sub.add_parser("upscale", help="super-resolve an image or folder with a super_resolution run (see --help)")
     up.add_argument("args", nargs=argparse.REMAINDER, help="RUN_DIR INPUT OUTPUT [--tile N --overlap N --checkpoint best|last]")
+    ret = sub.add_parser("retrieve", help="top matches of a query image in a gallery with a metric_learning run (see --help)")
+    ret.add_argument("args", nargs=argparse.REMAINDER, help="RUN_DIR QUERY_IMAGE GALLERY_DIR [--top K --out PNG --checkpoint best|last]")
     for name, package in (("bench", "bench"), ("compare", "reports")):
         p = sub.add_parser(name, help=f"run contrasuite.pipelines.{package}.<NAME>.main(argv)")
         p.add_argument("name")
@@ -100,6 +103,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from contrasuite.pipelines.upscale import main as upscale_main
 
             return upscale_main(args.args)
+        elif args.command == "retrieve":
+            from contrasuite.pipelines.retrieve import main as retrieve_main
+
+            return retrieve_main(args.args)
         elif args.command == "validate-configs":
             return 1 if validate_configs(args.root) else 0
         else:
