@@ -18,13 +18,28 @@ from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
+
+from contrasuite.core.similarity.poincare import pairwise_poincare_distance, to_ball
 
 Scorer = Callable[[Tensor, Tensor], Tensor]
 
 
 def cosine_scores(queries: Tensor, gallery: Tensor) -> Tensor:
     return F.normalize(queries.float(), dim=1) @ F.normalize(gallery.float(), dim=1).T
+
+
+def scorer_for(objective: nn.Module) -> Scorer:
+    """Cosine, or ``-d_c`` on the Poincare ball when ``objective`` has a hyperbolic term (``hyperbolic()``)."""
+    hyp = objective.hyperbolic() if hasattr(objective, "hyperbolic") else None
+    if hyp is None:
+        return cosine_scores
+
+    def poincare_scores(queries: Tensor, gallery: Tensor) -> Tensor:
+        q, g = to_ball(queries.float(), hyp.c, hyp.clip_r), to_ball(gallery.float(), hyp.c, hyp.clip_r)
+        return -pairwise_poincare_distance(q, g, hyp.c)
+
+    return poincare_scores
 
 
 def retrieval_metrics(

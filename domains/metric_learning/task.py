@@ -13,15 +13,14 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterator, Mapping
 
 import torch
 from torch import Tensor, nn
 
-from contrasuite.core.similarity.poincare import pairwise_poincare_distance, to_ball
 from contrasuite.domains.metric_learning.data import ImageList, cache_root, load_splits
-from contrasuite.domains.metric_learning.evaluate import cosine_scores, retrieval_metrics
-from contrasuite.domains.metric_learning.images import ImageFiles, normalize, random_resized_crop, read_rgb
+from contrasuite.domains.metric_learning.evaluate import retrieval_metrics, scorer_for
+from contrasuite.domains.metric_learning.images import ImageFiles, normalize, random_resized_crop
 from contrasuite.domains.metric_learning.model import EmbeddingNet
 from contrasuite.domains.metric_learning.objectives import MetricObjective
 from contrasuite.domains.metric_learning.sampler import MPerClassBatches
@@ -224,11 +223,7 @@ class MetricLearningTask:
 
     def scores(self, queries: Tensor, gallery: Tensor) -> Tensor:
         """``[Q, G]`` retrieval scores: cosine, or ``-d`` on the Poincare ball of the hyperbolic term."""
-        hyp = self.objective.hyperbolic()
-        if hyp is None:
-            return cosine_scores(queries, gallery)
-        q, g = to_ball(queries.float(), hyp.c, hyp.clip_r), to_ball(gallery.float(), hyp.c, hyp.clip_r)
-        return -pairwise_poincare_distance(q, g, hyp.c)
+        return scorer_for(self.objective)(queries, gallery)
 
     @torch.no_grad()
     def embed_images(self, images: Tensor) -> Tensor:
@@ -241,10 +236,6 @@ class MetricLearningTask:
                 out.append(self.model(normalize(chunk.to(self.device))).float())
         self.model.train(was_training)
         return torch.cat(out) if out else torch.empty(0, self.cfg.model.embedding_dim)
-
-    def embed_paths(self, paths: Sequence[Path]) -> Tensor:
-        size = self.cfg.data.image_size
-        return self.embed_images(torch.stack([read_rgb(Path(p), size) for p in paths]))
 
     @torch.no_grad()
     def embed_split(self, split: str) -> Tensor:
