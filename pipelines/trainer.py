@@ -190,7 +190,9 @@ class Trainer:
         return it
 
     def _total_steps(self) -> int | None:
+        rng = checkpoint.rng_state()  # batches() may draw from the global RNG; the count must not
         batches = self.task.batches(self.position.epoch)
+        checkpoint.set_rng_state(rng)
         if not isinstance(batches, Sized):
             return self.run.max_steps
         total = len(batches) * self.run.epochs
@@ -238,6 +240,9 @@ class Trainer:
                 self.log.log(values, step=pos.global_step, epoch=pos.epoch)
                 if "loss" in out:
                     bar.set_postfix(loss=f"{float(out['loss']):.4f}")
+            elif any(k.startswith("skipped/") for k in step.stats):
+                self.log.log({k: v for k, v in step.stats.items() if k.startswith("skipped/")},
+                             step=pos.global_step, epoch=pos.epoch)
             if run.health_every_steps and pos.global_step % run.health_every_steps == 0:
                 self._log_health(batch)
             if run.checkpoint_every_steps and pos.global_step % run.checkpoint_every_steps == 0:
