@@ -1,0 +1,1 @@
+"""Code search: mined docstring-to-code pairs, a bi-encoder, Soft-InfoNCE priors, CoSQA evaluation."""
