@@ -25,6 +25,7 @@ from typing import Any, Iterator, Mapping, Optional
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from contrasuite.core.metrics.probe import extract_features, knn_accuracy, linear_probe, stratified_split
@@ -33,7 +34,7 @@ from contrasuite.core.objectives import ObjectiveSum
 from contrasuite.domains.image_ssl.augment import AugmentConfig, Normalize, TwoViewAugment, batch_seed
 from contrasuite.domains.image_ssl.data import CLASSES, load_cifar10
 from contrasuite.domains.image_ssl.encoders import SSLModel, build_encoder
-from contrasuite.domains.image_ssl.negatives import NegativeSource, build_negative_source
+from contrasuite.domains.image_ssl.negatives import QueueNegatives, build_negative_source
 from contrasuite.domains.task import StepContext, TaskContext
 
 
@@ -196,7 +197,7 @@ class ImageSSLTask:
         self.model = SSLModel(encoder, feature_dim, cfg.model.proj_hidden, cfg.model.proj_dim).to(ctx.device)
         self.train_model = ctx.wrap(self.model)
         self.objective = ObjectiveSum(cfg.objective.terms).to(ctx.device)
-        self.negatives: NegativeSource | None = build_negative_source(cfg.negatives, cfg.model.proj_dim)
+        self.negatives: QueueNegatives | None = build_negative_source(cfg.negatives, cfg.model.proj_dim)
         if self.negatives is not None:
             self.negatives.to(ctx.device)
             if cfg.objective.views != "paired":
@@ -262,28 +263,31 @@ class ImageSSLTask:
         view1, view2 = self._views(batch)
         with step.autocast():
             _, z = self.train_model(torch.cat([view1, view2]))
-        z1, z2 = z.float().chunk(2)
-        loss = self.loss(z1, z2, step.epoch)
+        z1, z2 = F.normalize(z.float(), dim=1).chunk(2)
+        loss = self.loss(z1, z2, epoch=step.epoch, seed=batch.seed)
         step.optimize("model", loss)
+        if self.negatives is not None:
+            self.negatives.update(z1, z2)
         return {"loss": float(loss.detach())}
 
-    def loss(self, z1: Tensor, z2: Tensor, epoch: int = 0) -> Tensor:
-        """The objective terms on projections ``z1, z2 [n, d]`` of this rank's batch."""
+    def loss(self, z1: Tensor, z2: Tensor, *, epoch: int = 0, seed: int = 0) -> Tensor:
+        """The objective terms on L2-normalised projections ``z1, z2 [n, d]`` of this rank's batch."""
         if self.cfg.objective.views == "two_view":
             n = z1.shape[0]
             anchors = torch.cat([z1, z2])
             labels = (torch.arange(n, device=z1.device) + self.ctx.rank * n).repeat(2)
             return self._terms(anchors, None, labels=labels)
-        forward = self._paired(z1, z2, epoch)
+        forward = self._paired(z1, z2, epoch, seed)
         if not self.cfg.objective.symmetric:
             return forward
-        return 0.5 * (forward + self._paired(z2, z1, epoch))
+        return 0.5 * (forward + self._paired(z2, z1, epoch, seed + 1))
 
-    def _paired(self, anchors: Tensor, positives: Tensor, epoch: int) -> Tensor:
+    def _paired(self, anchors: Tensor, positives: Tensor, epoch: int, seed: int) -> Tensor:
         if self.negatives is None:
             return self._terms(anchors, positives)
-        anchors, candidates, pos_mask = self.negatives(anchors, positives, epoch=epoch, training=self.model.training)
-        return self._terms(anchors, candidates, pos_mask=pos_mask)
+        ext = self.negatives(anchors, positives, epoch=epoch, seed=seed, rank=self.ctx.rank, world=self.ctx.world_size)
+        kwargs = {} if ext.neg_weight is None else {"neg_weight": ext.neg_weight}
+        return self._terms(ext.anchors, ext.candidates, **kwargs)
 
     def _terms(self, anchors: Tensor, candidates: Tensor | None, **kwargs: Any) -> Tensor:
         total = anchors.new_zeros(())
@@ -302,7 +306,7 @@ class ImageSSLTask:
         """Projections of both views of (at most 256 images of) ``batch``, for the engine's health metrics."""
         view1, view2 = self._views(SSLBatch(batch.indices[:256], batch.seed))
         _, z = self.model(torch.cat([view1, view2]))
-        z1, z2 = z.float().chunk(2)
+        z1, z2 = F.normalize(z.float(), dim=1).chunk(2)
         return z1, z2
 
     # -- evaluation ---------------------------------------------------------------------------
