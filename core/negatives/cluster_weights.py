@@ -47,20 +47,33 @@ def _sq_dist(x: Tensor, c: Tensor) -> Tensor:
 
 
 def _kmeans_pp(x: Tensor, k: int, runs: int, generator: torch.Generator) -> Tensor:
-    """k-means++ seeding for ``runs`` restarts at once: ``[runs, k, D]``."""
+    """k-means++ seeding for ``runs`` restarts at once: ``[runs, k, D]``.
+
+    Each next centroid is drawn with probability proportional to the squared distance to the
+    closest centroid so far, by inverse-CDF sampling (one uniform draw per restart).
+    """
     n = x.shape[0]
-    first = torch.randint(n, (runs,), generator=generator, device=x.device)
-    centroids = x[first][:, None, :]
-    closest = _sq_dist(x, centroids)[..., 0]
+    sq = (x * x).sum(1)
+    picks = [torch.randint(n, (runs,), generator=generator, device=x.device)]
+    closest = (sq[None, :] - 2 * x[picks[0]] @ x.T + sq[picks[0], None]).clamp_min(0)
     for _ in range(1, k):
-        probs = closest / closest.sum(1, keepdim=True).clamp_min(torch.finfo(x.dtype).tiny)
-        degenerate = closest.sum(1) <= 0  # all points coincide with centroids: pick uniformly
-        probs[degenerate] = 1.0 / n
-        pick = torch.multinomial(probs, 1, generator=generator)[:, 0]
-        new = x[pick][:, None, :]
-        centroids = torch.cat([centroids, new], dim=1)
-        closest = torch.minimum(closest, _sq_dist(x, new)[..., 0])
-    return centroids
+        cdf = closest.cumsum(1)
+        total = cdf[:, -1:]
+        u = torch.rand(runs, 1, generator=generator, device=x.device) * total
+        pick = torch.searchsorted(cdf, u).clamp_max(n - 1)[:, 0]
+        # all points already coincide with centroids: draw uniformly instead
+        uniform = torch.randint(n, (runs,), generator=generator, device=x.device)
+        pick = torch.where(total[:, 0] > 0, pick, uniform)
+        picks.append(pick)
+        closest = torch.minimum(closest, (sq[None, :] - 2 * x[pick] @ x.T + sq[pick, None]).clamp_min(0))
+    return x[torch.stack(picks, dim=1)]
+
+
+def _assign(x: Tensor, centroids: Tensor, spherical: bool) -> Tensor:
+    """Nearest centroid ``[R, N]``: largest inner product for unit vectors, else smallest distance."""
+    if spherical:
+        return (x @ centroids.transpose(1, 2)).argmax(-1)
+    return _sq_dist(x, centroids).argmin(-1)
 
 
 def kmeans(
@@ -87,7 +100,7 @@ def kmeans(
     centroids = _kmeans_pp(x, num_clusters, n_init, generator)
     runs = torch.arange(n_init, device=x.device)[:, None].expand(n_init, n)
     for _ in range(n_iter):
-        assign = _sq_dist(x, centroids).argmin(-1)  # [R, N]
+        assign = _assign(x, centroids, spherical)  # [R, N]
         flat = (runs * num_clusters + assign).reshape(-1)
         sums = torch.zeros(n_init * num_clusters, x.shape[1], device=x.device).index_add_(0, flat, x.repeat(n_init, 1))
         counts = torch.bincount(flat, minlength=n_init * num_clusters).to(x.dtype)[:, None]

@@ -1,0 +1,1 @@
+"""Heterogeneous graph contrastive learning: MEOW and AdaMEOW on HeCo/MEOW-layout datasets."""

@@ -1,0 +1,263 @@
+"""``GraphTask``: MEOW / AdaMEOW-style heterogeneous graph contrastive learning, full batch.
+
+One batch per epoch holds every target node. The loss is the config's objective terms between the
+two views (anchor view ``objective.anchor``: ``coarse`` for MEOW, ``fine`` for AdaMEOW), with the
+negative weights chosen by ``negatives.kind``:
+
+* ``none``: the objective as configured (plain InfoNCE, DHEL, WEINCE, ...);
+* ``cluster`` (MEOW): ``w_ij`` = number of the K k-means clusterings of the detached fine-view
+  projections that separate i and j, re-clustered every step, plus ``proto_weight`` times ProtoNCE
+  (PCL) over the same clusterings;
+* ``learned`` (AdaMEOW): ``w_ij = sigmoid(MLP(z_i + z_j))`` learned end to end, the positive's own
+  weight ``w_ii`` included in the denominator (it enters as one extra weighted negative column, so
+  use ``positive_in_denominator: false`` in the term).
+
+Evaluation follows :mod:`contrasuite.domains.graph.evaluate`; ``evaluate("val")`` returns only
+validation scores (``macro_f1`` first: the mean over the label ratios, what selects the checkpoint),
+``evaluate("test")`` the validation-selected test scores and clustering NMI/ARI.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from contrasuite.core.negatives.cluster_weights import ClusterWeights
+from contrasuite.core.negatives.learned_weights import LearnedNegativeWeights
+from contrasuite.core.objectives import InfoNCE, ObjectiveSum
+from contrasuite.domains.graph.data import DatasetSpec, load_hetero, metapath_counts
+from contrasuite.domains.graph.evaluate import ProbeSettings, clustering_scores, linear_probe
+from contrasuite.domains.graph.graphs import context_chains, mean_adjacency, pathsim_topk
+from contrasuite.domains.graph.model import MEOWModel
+from contrasuite.domains.task import StepContext, TaskContext
+
+NEGATIVE_KINDS = ("none", "cluster", "learned")
+
+
+@dataclass
+class ModelConfig:
+    """Encoder settings (MEOW's table: dim 64, dropout, feature mask, per-meta-path edge drop and PathSim top-k)."""
+
+    dim: int = 64
+    dropout: float = 0.2
+    feat_mask: float = 0.3
+    adj_mask: list[float] = field(default_factory=list)
+    """Edge-drop rate per meta-path of the augmented copy (empty: none)."""
+    nei_max: list[int] = field(default_factory=list)
+    """PathSim top-k per meta-path (empty: keep every neighbour)."""
+
+
+@dataclass
+class NegativesConfig:
+    """Where the negative weights come from: ``none``, ``cluster`` (MEOW) or ``learned`` (AdaMEOW)."""
+
+    kind: str = "none"
+    num_clusters: list[int] = field(default_factory=lambda: [100, 300])
+    normalize: bool = False
+    kmeans_iters: int = 20
+    kmeans_restarts: int = 5
+    proto_weight: float = 0.0
+    """Weight of ProtoNCE over the clusterings (MEOW: 1; 0 turns it off)."""
+    proto_temperature: float = 0.4
+    """Mean of the rescaled PCL concentrations (MEOW: its tau)."""
+    hidden: int = 16
+    """Hidden width of the learned weight MLP."""
+    chunk_size: int = 512
+
+
+@dataclass
+class ObjectiveConfig:
+    """Loss terms (``contrasuite.core`` objectives) between the views; ``anchor``: ``coarse`` or ``fine``."""
+
+    terms: list[dict[str, Any]] = field(
+        default_factory=lambda: [{"name": "infonce", "weight": 1.0, "temperature": 0.5}]
+    )
+    anchor: str = "coarse"
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 7e-4
+    weight_decay: float = 0.0
+
+
+@dataclass
+class GraphConfig:
+    """The ``config:`` section of a graph run."""
+
+    dataset: DatasetSpec = field(default_factory=DatasetSpec)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    negatives: NegativesConfig = field(default_factory=NegativesConfig)
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    probe: ProbeSettings = field(default_factory=ProbeSettings)
+    val_probe_runs: Optional[int] = None
+    """Probe runs of ``evaluate("val")`` (None: ``probe.runs``); fewer makes frequent validation cheap."""
+    eval_ratios: list[int] = field(default_factory=lambda: [20, 40, 60])
+
+
+def _check(cfg: GraphConfig, num_metapaths: int) -> None:
+    if cfg.negatives.kind not in NEGATIVE_KINDS:
+        raise ValueError(f"config.negatives.kind: {cfg.negatives.kind!r} is not one of {NEGATIVE_KINDS}")
+    if cfg.objective.anchor not in ("coarse", "fine"):
+        raise ValueError(f"config.objective.anchor: {cfg.objective.anchor!r} is not 'coarse' or 'fine'")
+    for key in ("adj_mask", "nei_max"):
+        values = getattr(cfg.model, key)
+        if values and len(values) != num_metapaths:
+            raise ValueError(
+                f"config.model.{key}: {len(values)} values for {num_metapaths} meta-paths in config.dataset.metapaths"
+            )
+    missing = [r for r in cfg.eval_ratios if r not in cfg.dataset.splits]
+    if missing:
+        raise ValueError(f"config.eval_ratios: {missing} not in config.dataset.splits {list(cfg.dataset.splits)}")
+
+
+class GraphTask:
+    """Full-batch heterogeneous graph contrastive learning (module docstring)."""
+
+    config_class = GraphConfig
+
+    def setup(self, ctx: TaskContext) -> None:
+        cfg: GraphConfig = ctx.config
+        spec = cfg.dataset
+        self.cfg, self.seed, self.device = cfg, ctx.seed, ctx.device
+        _check(cfg, len(spec.metapaths))
+        data = load_hetero(spec, ctx.data_root)
+        counts = metapath_counts(data, list(spec.metapaths))
+        self.graphs = []
+        for i, m in enumerate(spec.metapaths):
+            nei_max = cfg.model.nei_max[i] if cfg.model.nei_max else data[spec.target].num_nodes
+            graph = pathsim_topk(counts[m.name], nei_max)
+            graph.edge_index = graph.edge_index.to(self.device)
+            self.graphs.append(graph)
+        self.mean_graph = mean_adjacency(self.graphs)
+        contexts = [
+            [(t, [hop.to(self.device) for hop in chain]) for t, chain in context_chains(data, list(m.path))]
+            for m in spec.metapaths
+        ]
+        self.features = {t: data[t].get("x") for t in data.node_types}
+        self.features = {t: None if x is None else x.to(self.device) for t, x in self.features.items()}
+        self.data = data
+        torch.manual_seed(ctx.seed)
+        self.model = MEOWModel(
+            {t: None if x is None else x.shape[1] for t, x in self.features.items()},
+            {t: data[t].num_nodes for t in data.node_types},
+            spec.target,
+            contexts,
+            cfg.model.dim,
+            cfg.model.dropout,
+        ).to(self.device)
+        self.objective = ObjectiveSum(list(cfg.objective.terms))
+        params = list(self.model.parameters()) + list(self.objective.parameters())
+        self.weigher: LearnedNegativeWeights | None = None
+        self.clusterer: ClusterWeights | None = None
+        neg = cfg.negatives
+        if neg.kind == "learned":
+            self.weigher = LearnedNegativeWeights(cfg.model.dim, neg.hidden, neg.chunk_size).to(self.device)
+            params += list(self.weigher.parameters())
+        elif neg.kind == "cluster":
+            self.clusterer = ClusterWeights(
+                neg.num_clusters, n_iter=neg.kmeans_iters, n_init=neg.kmeans_restarts, normalize=neg.normalize
+            )
+            self.proto = InfoNCE(temperature=1.0, similarity="dot")
+        self.optimizer = torch.optim.Adam(params, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
+
+    def modules(self) -> Mapping[str, nn.Module]:
+        out: dict[str, nn.Module] = {"model": self.model, "objective": self.objective}
+        if self.weigher is not None:
+            out["weigher"] = self.weigher
+        return out
+
+    def optimizers(self) -> Mapping[str, torch.optim.Optimizer]:
+        return {"model": self.optimizer}
+
+    def schedulers(self) -> Mapping[str, Any]:
+        return {}
+
+    def batches(self, epoch: int) -> Iterable[int]:
+        return [epoch]
+
+    def views(self, epoch: int) -> tuple[Tensor, Tensor]:
+        """Projected ``(coarse, fine)`` embeddings of every target node, augmentations seeded by epoch."""
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+        h = self.model.project(self.features)
+        z_c = self.model.coarse(h, self.mean_graph)
+        z_f = self.model.fine(h, self.graphs, self.cfg.model.feat_mask, list(self.cfg.model.adj_mask), gen)
+        return self.model.project_head(z_c), self.model.project_head(z_f)
+
+    def loss_terms(self, coarse: Tensor, fine: Tensor, epoch: int) -> dict[str, Tensor]:
+        """The contrastive loss (and ProtoNCE under ``cluster``) for one step."""
+        anchors, candidates = (coarse, fine) if self.cfg.objective.anchor == "coarse" else (fine, coarse)
+        if self.clusterer is not None:
+            neg = self.cfg.negatives
+            clusterings = self.clusterer.cluster(fine.detach(), seed=self.seed * 1_000_003 + epoch)
+            terms = {"contrastive": self.objective(anchors, candidates, neg_weight=self.clusterer.weights(clusterings))}
+            if neg.proto_weight > 0:
+                phis = self.clusterer.concentrations(fine.detach(), clusterings, neg.proto_temperature)
+                proto = [
+                    self.proto(coarse, c.centroids / phi[:, None], pos_mask=F.one_hot(c.assignments, len(phi)).bool())
+                    for c, phi in zip(clusterings, phis)
+                ]
+                terms["proto"] = neg.proto_weight * torch.stack(proto).mean()
+            return terms
+        if self.weigher is not None:
+            weight = self.weigher(anchors, candidates)
+            eye = torch.eye(weight.shape[0], device=weight.device, dtype=torch.bool)
+            zero = torch.zeros_like(weight)
+            extended = torch.cat([candidates, candidates])
+            pos_mask = torch.cat([eye, torch.zeros_like(eye)], dim=1)
+            neg_weight = torch.cat([torch.where(eye, zero, weight), torch.where(eye, weight, zero)], dim=1)
+            return {"contrastive": self.objective(anchors, extended, pos_mask=pos_mask, neg_weight=neg_weight)}
+        return {"contrastive": self.objective(anchors, candidates)}
+
+    def train_step(self, batch: int, step: StepContext) -> Mapping[str, float]:
+        self.model.train()
+        with step.autocast():
+            coarse, fine = self.views(batch)
+        terms = self.loss_terms(coarse.float(), fine.float(), batch)
+        loss = sum(terms.values())
+        step.optimize("model", loss)
+        return {"loss": float(loss.detach()), **{k: float(v.detach()) for k, v in terms.items()}}
+
+    def embed_for_health(self, batch: int) -> tuple[Tensor, Tensor]:
+        with torch.no_grad():
+            coarse, fine = self.views(batch)
+        return coarse, fine
+
+    @torch.no_grad()
+    def embeddings(self) -> Tensor:
+        """The fused fine-grained embedding before projection, dropout and augmentation off."""
+        self.model.eval()
+        h = self.model.project(self.features)
+        return self.model.fine(h, self.graphs).float().cpu()
+
+    def evaluate(self, split: str = "val") -> Mapping[str, float]:
+        if split not in ("val", "test"):
+            raise ValueError(f"split must be 'val' or 'test', got {split!r}")
+        emb = self.embeddings()
+        target = self.data[self.cfg.dataset.target]
+        probe = self.cfg.probe
+        if split == "val" and self.cfg.val_probe_runs is not None:
+            probe = ProbeSettings(probe.lr, probe.weight_decay, probe.iterations, self.cfg.val_probe_runs, probe.cluster_runs)
+        out: dict[str, float] = {}
+        per_ratio = {}
+        for r in self.cfg.eval_ratios:
+            per_ratio[r] = linear_probe(
+                emb, target.y, target[f"train_{r}"], target[f"val_{r}"], target[f"test_{r}"], probe, seed=self.seed
+            )
+        if split == "val":
+            out["macro_f1"] = sum(m["val_macro_f1"] for m in per_ratio.values()) / len(per_ratio)
+            for r, m in per_ratio.items():
+                out[f"macro_f1_{r}"] = m["val_macro_f1"]
+                out[f"micro_f1_{r}"] = m["val_micro_f1"]
+            return out
+        out["macro_f1"] = sum(m["macro_f1"] for m in per_ratio.values()) / len(per_ratio)
+        for r, m in per_ratio.items():
+            for key in ("macro_f1", "macro_f1_std", "micro_f1", "micro_f1_std", "auc", "auc_std"):
+                out[f"{key}_{r}"] = m[key]
+        out.update(clustering_scores(emb, target.y, probe.cluster_runs))
+        return out

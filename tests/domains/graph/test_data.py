@@ -1,0 +1,149 @@
+"""HeteroData building, meta-path counts against the precomputed files, DBLP's APCPA, downloads."""
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+import yaml
+
+from contrasuite.domains.graph.data import DatasetSpec, EdgeSpec, MetaPathSpec, NodeTypeSpec, load_hetero, metapath_counts
+from contrasuite.domains.graph.graphs import MetaPathGraph, context_chains, apply_chain, mean_adjacency, pathsim_topk
+from tests.domains.graph.conftest import DATA_ROOT, graph_data
+
+CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "graph"
+
+
+def spec_of(name: str) -> DatasetSpec:
+    """The dataset block of ``configs/graph/datasets/<name>.yaml`` as a typed spec."""
+    block = yaml.safe_load((CONFIGS / "datasets" / f"{name}.yaml").read_text())["config"]["dataset"]
+    return DatasetSpec(
+        **{
+            **block,
+            "node_types": [NodeTypeSpec(**t) for t in block["node_types"]],
+            "edges": [EdgeSpec(**e) for e in block["edges"]],
+            "metapaths": [MetaPathSpec(**m) for m in block["metapaths"]],
+        }
+    )
+
+
+def to_scipy(t: torch.Tensor) -> sp.csr_matrix:
+    t = t.coalesce()
+    return sp.csr_matrix((t.values().numpy(), t.indices().numpy()), shape=t.shape)
+
+
+def test_acm_heterodata_shapes_and_counts():
+    graph_data("acm")
+    data = load_hetero(spec_of("acm"), DATA_ROOT)
+    assert data["paper"].x.shape == (4019, 1902)
+    assert data["author"].num_nodes == 7167 and data["subject"].num_nodes == 60
+    assert data["paper", "pa", "author"].edge_index.shape == (2, 13407)
+    assert data["author", "rev_pa", "paper"].edge_index.shape == (2, 13407)
+    assert data["paper", "ps", "subject"].edge_index.shape == (2, 4019)
+    y = data["paper"].y
+    assert y.shape == (4019,) and torch.bincount(y).tolist() == [899, 1998, 1122] or torch.bincount(y).sum() == 4019
+    assert len(torch.unique(y)) == 3
+    for n in (20, 40, 60):
+        train = data["paper"][f"train_{n}"]
+        assert len(train) == 3 * n and torch.equal(torch.bincount(y[train]), torch.full((3,), n))
+        assert len(data["paper"][f"val_{n}"]) == 1000 and len(data["paper"][f"test_{n}"]) == 1000
+
+
+@pytest.mark.parametrize("name", ["acm", "imdb"])
+def test_metapath_counts_equal_precomputed_files(name):
+    folder = graph_data(name)
+    spec = spec_of(name)
+    data = load_hetero(spec, DATA_ROOT)
+    counts = metapath_counts(data, spec.metapaths)
+    for m in spec.metapaths:
+        reference = sp.load_npz(folder / m.reference).tocsr()
+        built = to_scipy(counts[m.name])
+        assert built.shape == reference.shape
+        assert abs(built - reference).max() == 0, m.name
+
+
+def test_dblp_apcpa_and_aptpa_built_from_edge_lists():
+    folder = graph_data("dblp")
+    spec = spec_of("dblp")
+    data = load_hetero(spec, DATA_ROOT)
+    counts = metapath_counts(data, spec.metapaths)
+
+    def incidence(file, rows, cols):
+        e = np.loadtxt(folder / file, dtype=np.int64)
+        return sp.csr_matrix((np.ones(len(e)), (e[:, 0], e[:, 1])), shape=(rows, cols))
+
+    pa = incidence("pa.txt", 14328, 4057)
+    pc = incidence("pc.txt", 14328, 20)
+    apc = pa.T @ pc
+    apcpa = to_scipy(counts["apcpa"])
+    assert apcpa.nnz == (apc @ apc.T).nnz and abs(apcpa - apc @ apc.T).max() == 0
+    assert 4.9e6 < apcpa.nnz < 5.1e6  # about 5.0M non-zeros (research notes)
+    assert 6.9e6 < counts["aptpa"]._nnz() < 7.1e6
+    assert abs(to_scipy(counts["apa"]) - sp.load_npz(folder / "apa.npz")).max() == 0
+
+
+def test_pathsim_topk_and_contexts_on_tiny_graph(tiny_graph):
+    spec = DatasetSpec(
+        **{
+            **tiny_graph,
+            "node_types": [NodeTypeSpec(**t) for t in tiny_graph["node_types"]],
+            "edges": [EdgeSpec(**e) for e in tiny_graph["edges"]],
+            "metapaths": [MetaPathSpec(**m) for m in tiny_graph["metapaths"]],
+        }
+    )
+    data = load_hetero(spec, "/nonexistent")
+    counts = metapath_counts(data, spec.metapaths)["ic0i"].to_dense()
+    graph = pathsim_topk(counts, 4)
+    src, dst = graph.edge_index
+    # every node keeps its top 4 (itself usually among them; ties can push it out) plus a self-loop
+    assert torch.all(torch.bincount(dst[src != dst], minlength=60) <= 4)
+    assert torch.all(torch.bincount(dst, minlength=60) <= 5) and (src == dst).sum() == 60
+    # the kept neighbours of node 0 have the highest PathSim
+    diag = counts.diagonal()
+    sim = 2 * counts[0] / (diag[0] + diag)
+    kept = src[dst == 0]
+    assert sim[kept].min() >= sim[torch.ones(60, dtype=torch.bool).index_fill_(0, kept, False)].max() - 1e-6
+    adj = graph.normalized().to_dense()
+    deg = torch.bincount(dst, minlength=60).float()
+    assert torch.allclose(adj[dst, src], (deg[src] * deg[dst]).rsqrt())
+    dropped = graph.normalized(0.5, torch.Generator().manual_seed(0)).to_dense()
+    assert (dropped > 0).sum() < (adj > 0).sum() and torch.all(dropped.diagonal() > 0)
+    assert mean_adjacency([graph, graph]).to_dense().allclose(adj)
+    # the context of a meta-path item-ctx0-item is the mean of the item's ctx0 neighbours
+    (ctx_type, chain), = context_chains(data, ["item", "ctx0", "item"])
+    feats = torch.randn(15, 3)
+    e = data["item", "ic0", "ctx0"].edge_index
+    expected = torch.stack([feats[torch.unique(e[1][e[0] == i])].mean(0) for i in range(60)])
+    assert ctx_type == "ctx0" and torch.allclose(apply_chain(chain, feats), expected, atol=1e-6)
+
+
+def test_missing_file_error_names_file_and_path(tmp_path, tiny_graph):
+    spec = DatasetSpec(**{**tiny_graph, "root": str(tmp_path / "empty")})
+    spec.edges = [EdgeSpec(**e) for e in tiny_graph["edges"]]
+    spec.node_types = [NodeTypeSpec(**t) for t in tiny_graph["node_types"]]
+    spec.metapaths = [MetaPathSpec(**m) for m in tiny_graph["metapaths"]]
+    with pytest.raises(FileNotFoundError, match=r"'ic0.txt' at .*empty/ic0.txt"):
+        load_hetero(spec, tmp_path)
+
+
+def test_download_checks_sha256(tmp_path, tiny_graph):
+    """A missing file comes from ``url`` (a file:// URL here) and must match its SHA-256."""
+    source = Path(tiny_graph["root"])
+    target = tmp_path / "copy"
+    sums = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in source.iterdir()}
+    spec = DatasetSpec(
+        **{**tiny_graph, "root": str(target), "url": source.as_uri(), "sha256": sums},
+    )
+    spec.edges = [EdgeSpec(**e) for e in tiny_graph["edges"]]
+    spec.node_types = [NodeTypeSpec(**t) for t in tiny_graph["node_types"]]
+    spec.metapaths = [MetaPathSpec(**m) for m in tiny_graph["metapaths"]]
+    data = load_hetero(spec, tmp_path)
+    assert data["item"].x.shape == (60, 8) and (target / "labels.npy").is_file()
+    bad = tmp_path / "bad"
+    spec.root = str(bad)
+    spec.sha256 = {**sums, "labels.npy": "0" * 64}
+    with pytest.raises(FileNotFoundError, match="SHA-256"):
+        load_hetero(spec, tmp_path)
+    assert not (bad / "labels.npy").exists()
