@@ -28,7 +28,10 @@ class MetricsLog:
             with open(self.path, "w", newline="") as handle:
                 csv.writer(handle).writerow(FIELDS)
         if tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError as err:
+                raise RuntimeError(f"run.tensorboard=true needs the tensorboard package ({err})") from None
 
             self._tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
 
