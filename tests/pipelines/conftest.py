@@ -8,6 +8,8 @@ import pytest
 import yaml
 
 HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:  # the toy task is imported by name ("toy_task:ToyTask") in every import mode
+    sys.path.insert(0, str(HERE))
 
 
 @pytest.fixture
@@ -32,5 +34,3 @@ def cli_env():
     env["OMP_NUM_THREADS"] = "1"
     return env
 
-
-CLI = [sys.executable, "-m", "contrasuite.pipelines.cli"]

@@ -3,12 +3,13 @@
 import json
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
 import torch
 
-from conftest import CLI
+CLI = [sys.executable, "-m", "contrasuite.pipelines.cli"]
 
 RUN = {"epochs": 2, "checkpoint_every_steps": 1, "deterministic": True, "health_every_steps": 3}
 CONFIG = {"dropout": 0.2, "sleep": 0.15}
