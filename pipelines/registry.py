@@ -20,6 +20,7 @@ TASKS: dict[str, str] = {
     "image_ssl": "contrasuite.domains.image_ssl.task:ImageSSLTask",
     "super_resolution": "contrasuite.domains.super_resolution.task:SuperResolutionTask",
     "graph": "contrasuite.domains.graph.task:GraphTask",
+    "image_text": "contrasuite.domains.image_text.task:ImageTextTask",
     "code_search": "contrasuite.domains.code_search.task:CodeSearchTask",
     "metric_learning": "contrasuite.domains.metric_learning.task:MetricLearningTask",
 }
