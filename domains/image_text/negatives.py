@@ -1,0 +1,192 @@
+"""Generate, write and read a dataset's hard negatives (the ``contrasuite generate-negatives`` work).
+
+A negatives file is JSONL, one negative a line, every line recording its operation::
+
+    {"modality": "text",  "key": "1f499.png", "caption": "blue heart", "negative": "red heart",
+     "operation": "replace_colour"}
+    {"modality": "image", "key": "1f499.png", "style": "twitter", "caption": "blue heart",
+     "negative": "red heart", "operation": "replace_colour", "editor": "kornia", "image": "images/twitter/000007.png"}
+
+``negative`` of an image record is the true caption of the negative image (what it depicts).
+``editor: dataset`` records point to another image of the same set instead of a file
+(``image_key``): a skin-tone variation is the exact image of a ``replace_skin_tone`` caption.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import torch
+from PIL import Image
+
+from contrasuite.domains.image_text.captions import normalise
+from contrasuite.domains.image_text.data import PairSet
+from contrasuite.domains.image_text.image_negatives import DiffusionEditor, KorniaEditor, to_tensor, to_uint8
+from contrasuite.domains.image_text.text_negatives import (
+    OPERATIONS, LanguageModelGenerator, RuleGenerator, TextNegativeGenerator, generate_text_negatives,
+)
+
+
+@dataclass
+class NegativesConfig:
+    """``config.negatives``: how hard negatives are generated (the same for training and evaluation)."""
+
+    operations: list[str] = field(default_factory=lambda: list(OPERATIONS))
+    per_operation: int = 2
+    """Text negatives per caption and operation (before the false-negative filter)."""
+    seed: int = 0
+    image_editor: str = "kornia"
+    """``kornia`` (exact flips and hue rotations), ``diffusion`` (inpainting from ``diffusion_path``) or ``none``."""
+    dataset_siblings: bool = True
+    """Use another image of the set as the negative image when it depicts a negative caption exactly."""
+    diffusion_path: Optional[str] = None
+    diffusion_steps: int = 30
+    language_model: Optional[str] = None
+    """A local text-generation model folder; its rewrites are added to the rule-based negatives."""
+    output: str = "negatives/emoji.jsonl"
+    """Where ``contrasuite generate-negatives`` writes (relative paths: to the working directory)."""
+
+
+def object_vocabulary(pairs: PairSet) -> dict[str, list[str]] | None:
+    """Emoji: each category's head nouns (last name word); ``None`` for free text (the offline list)."""
+    if pairs.items is None:
+        return None
+    vocab: dict[str, set[str]] = defaultdict(set)
+    for item in pairs.items:
+        word = item.caption.split(", ")[0].split(" ")[-1]
+        if word.isalpha():
+            vocab[item.category].add(word)
+    return {k: sorted(v) for k, v in vocab.items()}
+
+
+def text_generators(cfg: NegativesConfig, pairs: PairSet) -> list[TextNegativeGenerator]:
+    vocab = object_vocabulary(pairs)
+    rules = RuleGenerator(cfg.operations, cfg.per_operation, **({"object_vocabulary": vocab} if vocab else {}))
+    generators: list[TextNegativeGenerator] = [rules]
+    if cfg.language_model:
+        generators.append(LanguageModelGenerator.from_pretrained(cfg.language_model))
+    return generators
+
+
+def text_negative_records(pairs: PairSet, cfg: NegativesConfig,
+                          generators: list[TextNegativeGenerator] | None = None) -> list[dict[str, Any]]:
+    """Text negatives of every pair; a negative equal to another true caption of the same image is dropped."""
+    generators = generators if generators is not None else text_generators(cfg, pairs)
+    truths: dict[str, list[str]] = defaultdict(list)
+    for key, caption in zip(pairs.keys, pairs.captions):
+        truths[key].append(caption)
+    rng, records = random.Random(cfg.seed), []
+    for i, (key, caption) in enumerate(zip(pairs.keys, pairs.captions)):
+        item = pairs.items[i] if pairs.items is not None else None
+        for neg in generate_text_negatives(caption, item, generators, rng, truths[key]):
+            records.append({"modality": "text", "key": key, "caption": caption, "negative": neg.text,
+                            "operation": neg.operation, **({"edit": neg.edit} if neg.edit else {})})
+    return records
+
+
+def image_negative_records(pairs: PairSet, style: str, text_records: list[dict[str, Any]], cfg: NegativesConfig,
+                           editor: Any = None) -> tuple[list[dict[str, Any]], list[np.ndarray]]:
+    """Negative images of ``pairs`` (one style) for the text negatives that an editor can realise.
+
+    Returns the records and the edited images (``record["image_index"]`` indexes the list).
+    """
+    index = {k: i for i, k in enumerate(pairs.keys)}
+    by_caption = {normalise(c): k for k, c in zip(pairs.keys, pairs.captions)}
+    records, images = [], []
+    if cfg.image_editor == "kornia":
+        editor = editor or KorniaEditor()
+    elif cfg.image_editor == "diffusion":
+        if editor is None:
+            if not cfg.diffusion_path:
+                raise ValueError("negatives.image_editor=diffusion needs negatives.diffusion_path (a local pipeline folder)")
+            editor = DiffusionEditor(cfg.diffusion_path, steps=cfg.diffusion_steps)
+    elif cfg.image_editor != "none":
+        raise ValueError(f"negatives.image_editor must be kornia, diffusion or none, got {cfg.image_editor!r}")
+    for n, rec in enumerate(text_records):
+        if rec["key"] not in index:
+            continue
+        base = {k: rec[k] for k in ("key", "caption", "negative", "operation")}
+        sibling = by_caption.get(normalise(rec["negative"]))
+        if cfg.dataset_siblings and sibling is not None and sibling != rec["key"] and pairs.items is not None \
+                and pairs.items[index[sibling]].base == pairs.items[index[rec["key"]]].base:
+            records.append({"modality": "image", "style": style, "editor": "dataset", "image_key": sibling, **base})
+            continue
+        if cfg.image_editor == "none":
+            continue
+        source = to_tensor(pairs.images[index[rec["key"]]][None])[0]
+        if cfg.image_editor == "kornia":
+            if not editor.can_edit(rec.get("edit")):
+                continue
+            edited = editor(source, rec["edit"])
+        else:
+            edited = editor(source, rec["negative"], seed=cfg.seed + n)
+        if edited is None:
+            continue
+        records.append({"modality": "image", "style": style, "editor": cfg.image_editor, "image_index": len(images),
+                        **base})
+        images.append(to_uint8(edited[None])[0])
+    return records, images
+
+
+def write_negatives(path: str | Path, text_records: list[dict[str, Any]],
+                    image_sets: dict[str, tuple[list[dict[str, Any]], list[np.ndarray]]]) -> Path:
+    """Write the JSONL and each edited image as ``images/<style>/NNNNNN.png`` next to it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps(r) for r in text_records]
+    for style, (records, images) in image_sets.items():
+        folder = path.parent / "images" / style
+        folder.mkdir(parents=True, exist_ok=True)
+        for rec in records:
+            rec = dict(rec)
+            if "image_index" in rec:
+                name = f"{rec.pop('image_index'):06d}.png"
+                Image.fromarray(images[int(name[:6])]).save(folder / name)
+                rec["image"] = f"images/{style}/{name}"
+            lines.append(json.dumps(rec))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def read_negatives(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, tuple[list[dict[str, Any]], list[np.ndarray]]]]:
+    """The inverse of :func:`write_negatives`: text records and per-style image records with their images."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"negatives file not found: {path} (make it with `contrasuite generate-negatives`)")
+    texts, sets = [], defaultdict(lambda: ([], []))
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        rec = json.loads(line)
+        for key in ("modality", "key", "caption", "negative", "operation"):
+            if key not in rec:
+                raise ValueError(f"{path}:{n}: negative record lacks {key!r}")
+        if rec["modality"] == "text":
+            texts.append(rec)
+            continue
+        records, images = sets[rec["style"]]
+        if "image" in rec:
+            file = path.parent / rec.pop("image")
+            if not file.is_file():
+                raise FileNotFoundError(f"{path}:{n}: negative image {file} not found")
+            with Image.open(file) as im:
+                rec["image_index"] = len(images)
+                images.append(np.asarray(im.convert("RGB"), dtype=np.uint8))
+        records.append(rec)
+    return texts, dict(sets)
+
+
+def generate(pairs_by_style: dict[str, PairSet], cfg: NegativesConfig,
+             editor: Any = None) -> tuple[list[dict[str, Any]], dict[str, tuple[list[dict[str, Any]], list[np.ndarray]]]]:
+    """Text negatives of the first style's pairs (captions are shared) and image negatives of every style."""
+    first = next(iter(pairs_by_style.values()))
+    texts = text_negative_records(first, cfg)
+    with torch.no_grad():
+        images = {s: image_negative_records(p, s, texts, cfg, editor) for s, p in pairs_by_style.items()}
+    return texts, images
