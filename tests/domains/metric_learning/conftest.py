@@ -1,0 +1,47 @@
+"""Shared fixtures: the data root, a session emoji cache, tiny public-layout folders."""
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+DATA_ROOT = Path(os.environ.get("CONTRASUITE_DATA", "/work/shared/data"))
+
+
+@pytest.fixture(scope="session")
+def emoji_root() -> Path:
+    if not (DATA_ROOT / "emoji" / "emoji.json").is_file():
+        pytest.skip(f"emoji data not found under {DATA_ROOT}/emoji (set CONTRASUITE_DATA)")
+    return DATA_ROOT
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory) -> Path:
+    """One extraction of the emoji archives (and stem caches) for the whole test session."""
+    return tmp_path_factory.mktemp("contrasuite_cache")
+
+
+def write_image(path: Path, value: int, size: int = 24) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(value)
+    Image.fromarray(rng.integers(0, 255, (size, size, 3), dtype=np.uint8)).save(path)
+
+
+@pytest.fixture
+def tiny_cub(tmp_path) -> Path:
+    """CUB_200_2011 layout with classes 1-4 and 101-104, 3 images each."""
+    base = tmp_path / "CUB_200_2011"
+    images, labels = [], []
+    n = 0
+    for c in [1, 2, 3, 4, 101, 102, 103, 104]:
+        for k in range(3):
+            n += 1
+            rel = f"{c:03d}.Bird_{c}/img_{k}.jpg"
+            write_image(base / "images" / rel, n)
+            images.append(f"{n} {rel}")
+            labels.append(f"{n} {c}")
+    (base / "images.txt").write_text("\n".join(images) + "\n")
+    (base / "image_class_labels.txt").write_text("\n".join(labels) + "\n")
+    return tmp_path

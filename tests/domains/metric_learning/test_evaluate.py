@@ -1,0 +1,67 @@
+"""Recall@K and MAP@R against pytorch-metric-learning's AccuracyCalculator, core metrics and a loop."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from contrasuite.core.metrics.retrieval import map_at_r, recall_at_k
+from contrasuite.core.similarity.poincare import poincare_distance, to_ball
+from contrasuite.domains.metric_learning.evaluate import retrieval_metrics, scorer_for
+from contrasuite.domains.metric_learning.objectives import MetricObjective
+
+
+def data(seed=0, n_classes=12, per_class=(1, 2, 3, 4)):
+    g = torch.Generator().manual_seed(seed)
+    labels = torch.tensor([c for c in range(n_classes) for _ in range(per_class[c % len(per_class)] + 1)])
+    centres = torch.randn(n_classes, 16, generator=g)
+    emb = centres[labels] + 0.9 * torch.randn(len(labels), 16, generator=g)
+    return emb, labels
+
+
+def test_matches_pml_accuracy_calculator_leave_one_out():
+    pml = pytest.importorskip("pytorch_metric_learning")
+    from pytorch_metric_learning.distances import CosineSimilarity
+    from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
+    from pytorch_metric_learning.utils.inference import CustomKNN
+
+    emb, labels = data()
+    calc = AccuracyCalculator(include=("precision_at_1", "mean_average_precision_at_r"), knn_func=CustomKNN(CosineSimilarity()))
+    ref = calc.get_accuracy(emb, labels, emb, labels, ref_includes_query=True)
+    ours = retrieval_metrics(emb, labels, emb, labels, same_set=True, ks=(1, 2, 4, 8), chunk=7)
+    assert ours["recall@1"] == pytest.approx(ref["precision_at_1"], abs=1e-6)
+    assert ours["map@r"] == pytest.approx(ref["mean_average_precision_at_r"], abs=1e-6)
+    assert 0.1 < ours["recall@1"] < 1.0  # the data is neither trivial nor hopeless
+
+
+def test_matches_core_metrics_both_protocols():
+    emb, labels = data(1)
+    ours = retrieval_metrics(emb, labels, emb, labels, same_set=True, ks=(1, 2, 4, 8))
+    core_r = recall_at_k(emb, labels, ks=(1, 2, 4, 8))
+    for k in (1, 2, 4, 8):
+        assert ours[f"recall@{k}"] == pytest.approx(core_r[k])
+    assert ours["map@r"] == pytest.approx(map_at_r(emb, labels))
+    q, g = emb[::3], emb[1::3]
+    ql, gl = labels[::3], labels[1::3]
+    ours = retrieval_metrics(q, ql, g, gl, same_set=False, ks=(1, 4))
+    keep = (ql[:, None] == gl[None, :]).any(dim=1)
+    core_r = recall_at_k(q[keep], ql[keep], g, gl, ks=(1, 4))
+    assert ours["recall@1"] == pytest.approx(core_r[1]) and ours["recall@4"] == pytest.approx(core_r[4])
+
+
+def test_recall_loop_reference():
+    emb, labels = data(2)
+    s = F.normalize(emb, dim=1) @ F.normalize(emb, dim=1).T
+    s.fill_diagonal_(-2)
+    hits = sum(int(labels[s[i].argmax()] == labels[i]) for i in range(len(labels)))
+    assert retrieval_metrics(emb, labels, emb, labels, same_set=True, ks=(1,))["recall@1"] == pytest.approx(hits / len(labels))
+
+
+def test_hyperbolic_objective_ranks_by_poincare_distance():
+    emb, _ = data(3)
+    scorer = scorer_for(MetricObjective([{"name": "hyperbolic_pairwise_ce", "c": 0.1, "clip_r": 2.3}]))
+    scores = scorer(emb[:3], emb)
+    ball = to_ball(emb, 0.1, 2.3)
+    expected = -poincare_distance(ball[:3, None, :], ball[None, :, :], 0.1)
+    assert torch.allclose(scores[:, 3:], expected[:, 3:], atol=1e-4)  # off self: fp32 cancellation at d=0
+    cos = scorer_for(MetricObjective([{"name": "circle"}]))(emb[:3], emb)
+    assert torch.allclose(cos, F.normalize(emb[:3], dim=1) @ F.normalize(emb, dim=1).T)
