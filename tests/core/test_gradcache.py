@@ -90,3 +90,19 @@ def test_rejects_empty_chunks_and_mismatched_outputs():
     calls = iter([torch.zeros(2, 2), (torch.zeros(2, 2), torch.zeros(2, 2))])
     with pytest.raises(ValueError, match="different number"):
         cached_backward(lambda c: next(calls), [0, 1], lambda *z: z[0].sum())
+
+
+def test_no_sync_wraps_all_chunks_but_the_last():
+    import contextlib
+
+    entered = []
+
+    @contextlib.contextmanager
+    def no_sync():
+        entered.append(1)
+        yield
+
+    model = _model().eval()
+    x = torch.randn(9, 6, dtype=torch.float64)
+    cached_backward(model, [x[:3], x[3:6], x[6:]], lambda z: z.pow(2).sum(), no_sync=no_sync)
+    assert len(entered) == 2
