@@ -42,9 +42,11 @@ def sigmoid_pair_loss(logits: Tensor, pairs: Pairs, neg_weight: Tensor | None = 
     terms = F.softplus(logits)
     if neg_weight is not None:
         terms = torch.where(pairs.pos, terms, terms * neg_weight)
-    terms = torch.where(pairs.valid, terms, torch.zeros_like(terms))
-    positive = torch.where(pairs.pos, logits, torch.zeros_like(logits))
-    return terms.sum(dim=1) - positive.sum(dim=1)
+    if not bool(pairs.valid.all()):
+        terms = torch.where(pairs.valid, terms, 0.0)
+    rows, cols = pairs.pos.nonzero(as_tuple=True)
+    positive = torch.zeros(logits.shape[0], dtype=logits.dtype, device=logits.device).index_add(0, rows, logits[rows, cols])
+    return terms.sum(dim=1) - positive
 
 
 def normalised(x: Tensor) -> Tensor:
@@ -96,9 +98,10 @@ class SigLIP(ContrastiveObjective):
             scale = upcast(self.logit_scale).clamp(0.0, MAX_LOGIT_SCALE).exp().to(images.dtype)
             bias = upcast(self.logit_bias).to(images.dtype)
             weight = None if neg_weight is None else upcast(neg_weight)
-            total = sigmoid_pair_loss(scale * (images @ texts.T) + bias, pairs, weight).sum()
+            scaled_images = scale * images
+            total = sigmoid_pair_loss(torch.addmm(bias, scaled_images, texts.T), pairs, weight).sum()
             if extra_texts is not None:
-                total = total + F.softplus(scale * (images @ normalised(extra_texts).T) + bias).sum()
+                total = total + F.softplus(torch.addmm(bias, scaled_images, normalised(extra_texts).T)).sum()
             if extra_images is not None:
-                total = total + F.softplus(scale * (normalised(extra_images) @ texts.T) + bias).sum()
+                total = total + F.softplus(torch.addmm(bias, scale * normalised(extra_images), texts.T)).sum()
         return total / pairs.has_pos.sum().clamp_min(1)
