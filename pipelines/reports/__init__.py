@@ -1,0 +1,1 @@
+"""Comparison reports: ``contrasuite compare NAME`` runs ``contrasuite.pipelines.reports.NAME.main(argv)``."""

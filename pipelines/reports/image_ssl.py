@@ -1,0 +1,296 @@
+"""``contrasuite compare image_ssl``: the reduced CPU comparison of the image_ssl objectives.
+
+Runs ``configs/image_ssl/reduced_<name>.yaml`` for every objective and seed through the public CLI
+(``contrasuite train`` then ``contrasuite eval --checkpoint last``), one thread per run and ``--jobs``
+runs at a time, caches each finished run's result as JSON (so a partial comparison resumes where it
+stopped, across sessions), adds a random-initialisation reference, and writes
+``docs/results/image_ssl.md``: kNN and linear accuracy (mean and std over seeds), wall time, the
+exact command, and the WEINCE-vs-InfoNCE sentence computed from the numbers.
+
+    contrasuite compare image_ssl                        # everything: 10 configs x 3 seeds
+    contrasuite compare image_ssl --configs infonce,weince --seeds 0
+    contrasuite compare image_ssl --quick                # tiny smoke version (not written to docs/)
+    python -m contrasuite.pipelines.reports.image_ssl --help
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG_DIR = ROOT / "configs" / "image_ssl"
+CONFIGS = (
+    "infonce", "dcl", "dhel", "kcl", "weince", "weince_repro", "siglip", "infonce_ft", "infonce_mochi", "infonce_queue",
+)
+SEEDS = (0, 1, 2)
+QUICK_OVERRIDES = (
+    "run.epochs=1", "config.batch_size=128", "config.data.train_subset=1000", "config.data.test_subset=1000",
+    "config.model.width=8", "config.eval.linear_epochs=5",
+)
+PER_CONFIG_QUICK = {"infonce_mochi": ("config.negatives.warmup_epochs=0",)}
+OUTPUT = ROOT / "docs" / "results" / "image_ssl.md"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="contrasuite compare image_ssl", description=__doc__.splitlines()[0])
+    p.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated objective names (default: all)")
+    p.add_argument("--seeds", default=",".join(map(str, SEEDS)), help="comma-separated training seeds (default: 0,1,2)")
+    p.add_argument("--jobs", type=int, default=2, help="runs at a time, one thread each (default 2)")
+    p.add_argument("--quick", action="store_true", help="tiny smoke protocol; results go to <results-dir>/quick")
+    p.add_argument("--results-dir", type=Path, default=ROOT / "runs" / "compare" / "image_ssl",
+                   help="run folders, logs and per-run result JSON (resumable cache)")
+    p.add_argument("--output", type=Path, default=None, help=f"markdown page (default {OUTPUT.relative_to(ROOT)}; quick: in results dir)")
+    p.add_argument("--data-root", default=None, help="data root (default: $CONTRASUITE_DATA or the config)")
+    p.add_argument("--rerun", action="store_true", help="ignore cached results and run again")
+    p.add_argument("--report-only", action="store_true", help="only rebuild the page from cached results")
+    return p
+
+
+def _names(text: str, allowed: Sequence[str], what: str) -> list[str]:
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    bad = [t for t in items if t not in allowed]
+    if bad:
+        raise SystemExit(f"unknown {what} {bad}; known: {list(allowed)}")
+    return items
+
+
+def run_one(name: str, seed: int, args: argparse.Namespace, cache: Path) -> dict[str, Any]:
+    """Train and evaluate one (config, seed) through the CLI; returns (and caches) its result."""
+    result_path = cache / f"{name}_seed{seed}.json"
+    if result_path.is_file() and not args.rerun:
+        return json.loads(result_path.read_text())
+    config = CONFIG_DIR / f"reduced_{name}.yaml"
+    overrides = [f"run.seed={seed}", f"run.output_root={cache / 'runs'}"]
+    if args.quick:
+        overrides += [*QUICK_OVERRIDES, *PER_CONFIG_QUICK.get(name, ())]
+    data = ["--data-root", args.data_root] if args.data_root else []
+    cli = [sys.executable, "-m", "contrasuite.pipelines.cli"]
+    train_cmd = [*cli, "train", str(config), *overrides, *data]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    log_path = cache / "logs" / f"{name}_seed{seed}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    with open(log_path, "w") as log:
+        cpu_train = _run(train_cmd, env, log, name, seed)
+        run_dir = _run_dir_from(log_path)
+        eval_cmd = [*cli, "eval", str(run_dir), "--checkpoint", "last"]
+        cpu_eval = _run(eval_cmd, env, log, name, seed)
+    evaluation = json.loads((run_dir / "eval_test.json").read_text())
+    metrics = evaluation["metrics"]
+    result = {
+        "config": name, "seed": seed, "quick": args.quick,
+        "knn_acc": metrics["knn_acc"], "linear_acc": metrics.get("linear_acc"),
+        "wall_s": round(time.time() - started, 1), "cpu_s": round(cpu_train + cpu_eval, 1),
+        "run_dir": str(run_dir), "command": shlex.join(["contrasuite", *train_cmd[3:]]),
+    }
+    tmp = result_path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=2))
+    os.replace(tmp, result_path)
+    print(f"{name} seed {seed}: kNN {result['knn_acc']:.2f}  linear {result['linear_acc'] or float('nan'):.2f}  "
+          f"({result['wall_s']:.0f} s wall, {result['cpu_s']:.0f} s CPU)", flush=True)
+    return result
+
+
+def _run(cmd: list[str], env: dict[str, str], log: Any, name: str, seed: int) -> float:
+    """Run ``cmd`` with output to ``log``; return its CPU seconds (user + system, all threads)."""
+    log.write("$ " + shlex.join(cmd) + "\n")
+    log.flush()
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{name} seed {seed}: {cmd[3]} failed with exit code {proc.returncode}; see {log.name}")
+    return usage.ru_utime + usage.ru_stime
+
+
+def _run_dir_from(log_path: Path) -> Path:
+    for line in reversed(log_path.read_text().splitlines()):
+        if line.startswith("run folder: "):
+            return Path(line.removeprefix("run folder: ").strip())
+    raise RuntimeError(f"no 'run folder:' line in {log_path}")
+
+
+def random_init_reference(seed: int, args: argparse.Namespace, cache: Path) -> dict[str, Any]:
+    """kNN / linear accuracy of the untrained reduced encoder (same evaluation), cached like a run."""
+    result_path = cache / f"random_init_seed{seed}.json"
+    if result_path.is_file() and not args.rerun:
+        return json.loads(result_path.read_text())
+    from contrasuite.domains.task import TaskContext
+    from contrasuite.pipelines.config import load_config
+    from contrasuite.pipelines.trainer import seed_all
+
+    overrides = [f"run.seed={seed}", *(QUICK_OVERRIDES if args.quick else ())]
+    loaded = load_config(CONFIG_DIR / "reduced_infonce.yaml", overrides, data_root=args.data_root)
+    torch.set_num_threads(1)
+    seed_all(seed)
+    task = loaded.task_class()
+    task.setup(TaskContext(config=loaded.config, device=torch.device("cpu"), precision=loaded.run.precision,
+                           run_dir=cache, data_root=Path(loaded.run.data_root), seed=seed))
+    metrics = task.evaluate("test")
+    result = {"config": "random_init", "seed": seed, "quick": args.quick, "knn_acc": metrics["knn_acc"],
+              "linear_acc": metrics.get("linear_acc"), "data_source": task.data_source}
+    result_path.write_text(json.dumps(result, indent=2))
+    return result
+
+
+def _stats(values: list[float]) -> tuple[float, float | None]:
+    mean = statistics.fmean(values)
+    return mean, (statistics.stdev(values) if len(values) > 1 else None)
+
+
+def _cell(values: list[float]) -> str:
+    if not values:
+        return "-"
+    mean, std = _stats(values)
+    return f"{mean:.2f} ± {std:.2f}" if std is not None else f"{mean:.2f}"
+
+
+def weince_sentence(rows: dict[str, list[dict[str, Any]]]) -> str:
+    """What this protocol shows for WEINCE (and its repro form) against InfoNCE, from the numbers."""
+    base = [r["linear_acc"] for r in rows.get("infonce", [])]
+    if not base:
+        return "InfoNCE has no finished runs yet, so WEINCE cannot be compared with it."
+    b_mean, b_std = _stats(base)
+    parts = []
+    for name in ("weince", "weince_repro"):
+        vals = [r["linear_acc"] for r in rows.get(name, [])]
+        if not vals:
+            parts.append(f"`{name}` has no finished runs yet.")
+            continue
+        mean, std = _stats(vals)
+        diff = mean - b_mean
+        spread = ((std or 0.0) ** 2 / len(vals) + (b_std or 0.0) ** 2 / len(base)) ** 0.5
+        verdict = ("within the seed spread (|difference| < 2 standard errors)" if abs(diff) < 2 * spread
+                   else ("above" if diff > 0 else "below") + " InfoNCE by more than 2 standard errors")
+        parts.append(
+            f"`{name}`: linear {mean:.2f} ± {(std or 0):.2f} vs InfoNCE {b_mean:.2f} ± {(b_std or 0):.2f} "
+            f"({len(vals)} and {len(base)} seeds), a difference of {diff:+.2f} points (standard error {spread:.2f}), "
+            f"{verdict}."
+        )
+    return (
+        "The WEINCE paper reports +3.3 points of linear accuracy over InfoNCE on CIFAR-100 with ResNet-18 and "
+        "100 epochs (50.01 -> 53.28). On this reduced CIFAR-10 protocol: " + " ".join(parts)
+    )
+
+
+def protocol(args: argparse.Namespace) -> str:
+    """The reduced protocol in words, read from the resolved ``reduced_infonce.yaml`` (plus quick overrides)."""
+    from contrasuite.pipelines.config import load_config
+
+    loaded = load_config(CONFIG_DIR / "reduced_infonce.yaml", list(QUICK_OVERRIDES) if args.quick else [])
+    c, run = loaded.config, loaded.run
+    subset = f"a class-balanced {c.data.train_subset:,}-image training subset" if c.data.train_subset else "all 50,000 training images"
+    test = f"{c.data.test_subset:,}-image class-balanced test subset" if c.data.test_subset else "full 10,000-image test set"
+    return (
+        f"`{c.model.encoder}` encoder of width {c.model.width}, {subset}, batch {c.batch_size}, {run.epochs} epochs, "
+        f"{c.optim.name} lr {c.optim.lr}, crops of ({c.augment.crop_scale[0]}, {c.augment.crop_scale[1]}) area, "
+        f"{run.precision}, one CPU thread per run. Evaluation on frozen encoder features with BatchNorm in eval mode: "
+        f"weighted kNN (k = {c.eval.knn_k}, T = {c.eval.knn_temperature}) with the training subset as the bank, and a "
+        f"linear probe (logistic regression, {c.eval.linear_epochs} epochs; L2 weight and epoch selected on a stratified "
+        f"{c.data.val_fraction:.0%} validation split of the training subset), both reported on the {test}, at the last "
+        "checkpoint"
+    )
+
+
+def write_report(results: list[dict[str, Any]], baseline: list[dict[str, Any]], args: argparse.Namespace,
+                 seeds: list[int], output: Path, command: str) -> None:
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for r in results:
+        rows.setdefault(r["config"], []).append(r)
+    n_seeds = len(seeds)
+    source = baseline[0]["data_source"] if baseline else "CIFAR-10 (JPEG copy)"
+    lines = [
+        "# image_ssl: reduced CPU comparison of the objectives" + (" (QUICK smoke version)" if args.quick else ""),
+        "",
+        f"Data: {source}. **Reduced protocol, not the paper setting** (`configs/image_ssl/base/reduced.yaml`): "
+        f"{protocol(args)}. Accuracies in %, mean ± standard deviation over training seeds.",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"Machine: {os.cpu_count()} CPU cores, torch {torch.__version__}, {args.jobs} run(s) at a time.",
+        "",
+        "| objective | config | seeds | kNN acc | linear acc | wall time per run (s) | CPU time per run (s) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name in CONFIGS:
+        got = sorted(rows.get(name, []), key=lambda r: r["seed"])
+        if not got:
+            lines.append(f"| {name} | `reduced_{name}.yaml` | 0/{n_seeds} | - | - | - | - |")
+            continue
+        lines.append(
+            f"| {name} | `reduced_{name}.yaml` | {len(got)}/{n_seeds} | {_cell([r['knn_acc'] for r in got])} | "
+            f"{_cell([r['linear_acc'] for r in got if r['linear_acc'] is not None])} | "
+            f"{statistics.fmean(r['wall_s'] for r in got):.0f} | {statistics.fmean(r['cpu_s'] for r in got):.0f} |"
+        )
+    if baseline:
+        lines.append(
+            f"| random init (no training) | `reduced_infonce.yaml` | {len(baseline)}/{n_seeds} | "
+            f"{_cell([b['knn_acc'] for b in baseline])} | {_cell([b['linear_acc'] for b in baseline])} | - | - |"
+        )
+    missing = [f"{c} ({len(rows.get(c, []))}/{n_seeds})" for c in CONFIGS if len(rows.get(c, [])) < n_seeds]
+    total_wall = sum(r["wall_s"] for r in results)
+    lines += [
+        "",
+        f"Sum of per-run wall times: {total_wall / 60:.1f} min (runs overlap when `--jobs` > 1).",
+        "",
+        "## WEINCE against InfoNCE",
+        "",
+        weince_sentence(rows),
+        "",
+    ]
+    if missing:
+        lines += ["**Incomplete**: missing seeds for " + ", ".join(missing) + ". Rerun the command to resume; "
+                  "finished runs are cached in the results folder.", ""]
+    lines += [
+        "Per-run results (JSON, with each run's exact train command) are cached under the results folder; "
+        "the full-scale configs (`configs/image_ssl/<name>.yaml`, ResNet-18, 200 epochs, batch 512) are what a "
+        "GPU user runs: `contrasuite train configs/image_ssl/infonce.yaml`.",
+        "",
+    ]
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = output.with_suffix(".tmp")
+    tmp.write_text("\n".join(lines))
+    os.replace(tmp, output)
+    print(f"wrote {output}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parser().parse_args(argv)
+    names = _names(args.configs, CONFIGS, "config")
+    seeds = [int(s) for s in _names(args.seeds, [str(s) for s in range(10_000)], "seed")]
+    cache = args.results_dir / ("quick" if args.quick else "reduced")
+    cache.mkdir(parents=True, exist_ok=True)
+    output = args.output or (cache / "image_ssl.md" if args.quick else OUTPUT)
+    command = shlex.join(["contrasuite", "compare", "image_ssl", *argv])
+    errors: list[BaseException] = []
+    if not args.report_only:
+        jobs = [(n, s) for s in seeds for n in names]
+        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            futures = [pool.submit(run_one, n, s, args, cache) for n, s in jobs]
+            errors = [f.exception() for f in futures if f.exception() is not None]
+        for err in errors:
+            print(f"FAILED: {err}", file=sys.stderr)
+        for seed in seeds:
+            random_init_reference(seed, args, cache)
+    results = [json.loads(p.read_text()) for p in sorted(cache.glob("*_seed*.json"))]
+    runs = [r for r in results if r["config"] in CONFIGS and r["seed"] in seeds]
+    baseline = [r for r in results if r["config"] == "random_init" and r["seed"] in seeds]
+    write_report(runs, baseline, args, seeds, output, command)
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
