@@ -4,8 +4,10 @@ An SR output should be rich in high frequencies like the HR image, not smooth li
 versions. So, per HR image ``[B, 3, H, W]`` in ``[0, 1]`` (each variant quantised to 8 bits, as
 the official code does):
 
-* positives: ``n_sharp`` sharpened copies (kornia ``sharpness``, factor ~ U(sharp_min, sharp_max);
-  the official scripts use U(0.5, 3.0)), which boost high frequencies;
+* positives: ``n_sharp`` sharpened copies (kornia ``sharpness``, factor ~ U(sharp_min, sharp_max)),
+  which boost high frequencies. The official scripts draw U(0.5, 3.0); kornia's factor < 1 blends
+  towards a smoothed image, so such a "positive" loses high frequencies. The default here is
+  U(1.0, 3.0); ``frequency.sharp_min=0.5`` restores the official range;
 * negatives, all missing high frequencies:
   - ``n_blur`` anisotropic Gaussian blurs (kernel sizes from {3, 5, 7, 9, 11}, sigmas ~ U(0.1, 2.0));
   - ``n_lowpass`` ideal-ish low-pass filters in the Fourier domain: a Gaussian mask
@@ -64,10 +66,10 @@ def fourier_lowpass(hr: Tensor, cutoff_range: tuple[float, float], generator: to
 
 @dataclass
 class FrequencyConfig:
-    """How many variants of each kind per HR image, and their ranges (defaults: official PCL-SR scripts)."""
+    """How many variants of each kind per HR image, and their ranges (official PCL-SR scripts except sharp_min)."""
 
     n_sharp: int = 3
-    sharp_min: float = 0.5
+    sharp_min: float = 1.0
     sharp_max: float = 3.0
     n_blur: int = 3
     blur_sigma_min: float = 0.1

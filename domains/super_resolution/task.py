@@ -128,8 +128,11 @@ class SuperResolutionTask:
             self.discriminator = ctx.wrap(d)
             self.objective = ObjectiveSum(cfg.objective.terms).to(self.device)
             self._modules["discriminator"] = self.discriminator
+            self._modules["objective"] = self.objective
             self._optimizers["discriminator"] = torch.optim.Adam(self.discriminator.parameters(), lr=cfg.discriminator.lr, betas=betas)
-        self._optimizers["generator"] = torch.optim.Adam(self.generator.parameters(), lr=cfg.lr, betas=betas)
+        # A learnable objective (SigLIP's scale and bias, ...) trains with the generator.
+        g_params = list(self.generator.parameters()) + (list(self.objective.parameters()) if cfg.contrastive else [])
+        self._optimizers["generator"] = torch.optim.Adam(g_params, lr=cfg.lr, betas=betas)
         self._schedulers = {
             k: torch.optim.lr_scheduler.MultiStepLR(o, milestones=list(cfg.milestones), gamma=0.5)
             for k, o in self._optimizers.items()
