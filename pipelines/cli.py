@@ -6,6 +6,7 @@
     contrasuite validate-configs [--root configs]
     contrasuite upscale RUN_DIR INPUT OUTPUT [--tile N]  -> contrasuite.pipelines.upscale.main(argv)
     contrasuite retrieve RUN_DIR QUERY_IMAGE GALLERY_DIR [--top K]  -> contrasuite.pipelines.retrieve.main(argv)
+    contrasuite code-search mine|index|query ...  -> contrasuite.pipelines.code_search_cli.main(argv)
     contrasuite generate-negatives CONFIG [key=value ...] [--out FILE]  -> contrasuite.pipelines.generate_negatives.main(argv)
     contrasuite bench NAME [args ...]      -> contrasuite.pipelines.bench.<NAME>.main(argv)
     contrasuite compare NAME [args ...]    -> contrasuite.pipelines.reports.<NAME>.main(argv)
@@ -45,6 +46,8 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("args", nargs=argparse.REMAINDER, help="RUN_DIR INPUT OUTPUT [--tile N --overlap N --checkpoint best|last]")
     ret = sub.add_parser("retrieve", help="top matches of a query image in a gallery with a metric_learning run (see --help)")
     ret.add_argument("args", nargs=argparse.REMAINDER, help="RUN_DIR QUERY_IMAGE GALLERY_DIR [--top K --out PNG --checkpoint best|last]")
+    cs = sub.add_parser("code-search", help="mine a code search dataset, index a source tree, query it (see --help)")
+    cs.add_argument("args", nargs=argparse.REMAINDER, help="mine|index|query ...")
     gen = sub.add_parser("generate-negatives", help="write hard negatives for an image_text config (see --help)")
     gen.add_argument("args", nargs=argparse.REMAINDER, help="CONFIG [key=value ...] [--out FILE --data-root DIR]")
     for name, package in (("bench", "bench"), ("compare", "reports")):
@@ -110,6 +113,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from contrasuite.pipelines.retrieve import main as retrieve_main
 
             return retrieve_main(args.args)
+        elif args.command == "code-search":
+            from contrasuite.pipelines.code_search_cli import main as code_search_main
+
+            return code_search_main(args.args)
         elif args.command == "generate-negatives":
             from contrasuite.pipelines.generate_negatives import main as generate_negatives_main
 

@@ -115,7 +115,7 @@ def train_simcse(
             opt.step()
             step += 1
             if step % 20 == 0 or step == 1:
-                log(f"simcse prior: epoch {epoch} step {step} loss {float(loss):.4f}")
+                log(f"simcse prior: epoch {epoch} step {step} loss {float(loss.detach()):.4f}")
             if max_steps and step >= max_steps:
                 return encoder
     return encoder
