@@ -23,6 +23,7 @@ TASKS: dict[str, str] = {
     "image_text": "contrasuite.domains.image_text.task:ImageTextTask",
     "code_search": "contrasuite.domains.code_search.task:CodeSearchTask",
     "metric_learning": "contrasuite.domains.metric_learning.task:MetricLearningTask",
+    "translation": "contrasuite.domains.translation.task:TranslationTask",
 }
 
 
