@@ -1,0 +1,92 @@
+"""``contrasuite bench super_resolution``: training throughput (LR patches per second).
+
+Times full training steps of the super_resolution task (generator forward, D step and generator
+step with the contrastive term for ``pcl``; generator only for ``l1``) through the engine's
+:class:`~contrasuite.pipelines.step.Step`, for each precision, on real T91 patches. The first
+``--warmup`` steps are not timed. Prints a markdown table and writes ``--output`` JSON if given.
+
+    contrasuite bench super_resolution --precisions fp32,bf16 --modes l1,pcl --patch 48 --batch 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from contrasuite.domains.super_resolution.task import SRConfig, SuperResolutionTask
+from contrasuite.domains.task import TaskContext
+from contrasuite.pipelines.precision import make_scaler, pick_device
+from contrasuite.pipelines.step import Step
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="contrasuite bench super_resolution", description=__doc__.splitlines()[0])
+    p.add_argument("--precisions", default="fp32,bf16")
+    p.add_argument("--modes", default="l1,pcl", help="l1 (EDSR-baseline + L1) and/or pcl (+ contrastive term)")
+    p.add_argument("--scale", type=int, default=2)
+    p.add_argument("--patch", type=int, default=48, help="LR patch side")
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--steps", type=int, default=5, help="timed steps")
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: leave as is)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--data-root", default=None, help="data root with sr/T91.tar.gz (default $CONTRASUITE_DATA or data)")
+    p.add_argument("--output", type=Path, default=None, help="write the results as JSON here")
+    return p
+
+
+def measure(mode: str, precision: str, args: argparse.Namespace, device: torch.device, data_root: Path) -> dict[str, Any]:
+    """Patches per second of one (mode, precision)."""
+    cfg = SRConfig(scale=args.scale, contrastive=mode == "pcl", test_sets=[])
+    cfg.data.patch_size, cfg.data.batch_size = args.patch, args.batch
+    cfg.data.steps_per_epoch = args.warmup + args.steps
+    torch.manual_seed(0)
+    task = SuperResolutionTask()
+    ctx = TaskContext(config=cfg, device=device, precision=precision, run_dir=Path("."), data_root=data_root, seed=0)
+    task.setup(ctx)
+    scaler = make_scaler(precision, device)
+    batches = list(task.batches(0))
+    times = []
+    for i, batch in enumerate(batches):
+        step = Step(epoch=0, step=i, optimizers=task.optimizers(), schedulers=task.schedulers(), autocast=ctx.autocast,
+                    scaler=scaler, grad_clip=None, non_finite="stop", no_sync=contextlib.nullcontext)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        task.train_step(batch, step)
+        step.finish()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    timed = times[args.warmup :]
+    per_step = sum(timed) / len(timed)
+    return {"mode": mode, "precision": precision, "device": str(device), "scale": args.scale, "patch": args.patch,
+            "batch": args.batch, "steps": len(timed), "seconds_per_step": per_step, "patches_per_second": args.batch / per_step}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = pick_device(args.device, 0)
+    data_root = Path(args.data_root or os.environ.get("CONTRASUITE_DATA", "data"))
+    rows = [measure(m, p, args, device, data_root)
+            for m in args.modes.split(",") for p in args.precisions.split(",")]
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU {platform.processor() or platform.machine()}"
+    print(f"device: {name}, torch {torch.__version__}, threads {torch.get_num_threads()}, "
+          f"x{args.scale}, LR patch {args.patch}, batch {args.batch}, {args.steps} timed steps")
+    print("| mode | precision | s/step | patches/s |\n|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['mode']} | {r['precision']} | {r['seconds_per_step']:.3f} | {r['patches_per_second']:.1f} |")
+    if args.output:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(json.dumps({"device": name, "threads": torch.get_num_threads(), "rows": rows}, indent=2))
+    return 0
