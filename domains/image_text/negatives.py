@@ -60,7 +60,7 @@ def object_vocabulary(pairs: PairSet) -> dict[str, list[str]] | None:
     vocab: dict[str, set[str]] = defaultdict(set)
     for item in pairs.items:
         word = item.caption.split(", ")[0].split(" ")[-1]
-        if word.isalpha():
+        if word.isalpha() and len(word) > 2:
             vocab[item.category].add(word)
     return {k: sorted(v) for k, v in vocab.items()}
 

@@ -128,7 +128,7 @@ def swap_attributes(caption: str, item: EmojiItem | None, rng: random.Random, k:
         a, b = colours[0], colours[1]
         after_a = head[a.end(): b.start()].split()
         after_b = head[b.end():].split()
-        if after_a and after_b and after_a[0] != after_b[0]:  # bound to different words
+        if after_a and after_b and after_a[0] not in ("and", "or") and after_a[0] != after_b[0]:  # bound to different words
             swapped = head[: a.start()] + b.group(1) + head[a.end(): b.start()] + a.group(1) + head[b.end():]
             out.append(TextNegative(swapped + tail, "swap_attributes"))
     return out[:k]

@@ -1,0 +1,165 @@
+"""``contrasuite compare image_text``: CLIP fine-tuning with generated hard negatives, reduced CPU protocol.
+
+For each seed: stage 1 aligns the heads on image-caption pairs (``reduced_align.yaml``), then three
+stage-2 runs start from it with the same schedule: pairs only, + text negatives, + text and image
+negatives (``reduced_{pairs,text_negatives,text_image_negatives}.yaml``). Every run goes through the
+public CLI (``contrasuite train`` then ``contrasuite eval --checkpoint last``); each finished run's
+test metrics are cached as JSON in the results folder, so an interrupted comparison resumes. Writes
+``docs/results/clip_hard_negatives.md``: Recall@1/5/10 both ways, compositional accuracy per operation
+(text side and image side), the same on the unseen Noto style, mean and std over seeds, and the commands.
+
+Reduced: EfficientNet-Lite0 and MiniLM trunks frozen (features cached once), only the projection
+heads and the logit scale train; 128-pixel inputs; 15 + 10 epochs.
+
+    contrasuite compare image_text                  # 3 seeds x (align + 3 variants)
+    contrasuite compare image_text --seeds 0 --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG_DIR = ROOT / "configs" / "image_text"
+VARIANTS = (("pairs", "pairs only"), ("text_negatives", "+ text negatives"),
+            ("text_image_negatives", "+ text and image negatives"))
+SEEDS = (0, 1, 2)
+QUICK = ("config.data.limit=60", "run.epochs=1", "config.batch_size=32")
+OUTPUT = ROOT / "docs" / "results" / "clip_hard_negatives.md"
+HEADLINE = ("i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10", "comp_text/mean", "comp_image/mean")
+
+
+def _run(cmd: list[str], log: Path, env: dict[str, str]) -> str:
+    with log.open("a") as f:
+        f.write("$ " + shlex.join(cmd) + "\n")
+        f.flush()
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=f, text=True, env=env, cwd=ROOT)
+        f.write(proc.stdout)
+    if proc.returncode:
+        raise RuntimeError(f"command failed ({proc.returncode}), see {log}: {shlex.join(cmd)}")
+    return proc.stdout
+
+
+def _train(config: str, overrides: Sequence[str], out: Path, log: Path, env: dict[str, str]) -> tuple[Path, float, str]:
+    cmd = ["contrasuite", "train", str(CONFIG_DIR / f"{config}.yaml"), *overrides, f"run.output_root={out}"]
+    start = time.time()
+    stdout = _run([sys.executable, "-m", "contrasuite.pipelines.cli", *cmd[1:]], log, env)
+    run_dir = Path(stdout.strip().splitlines()[-1].split("run folder: ", 1)[1])
+    return run_dir, time.time() - start, shlex.join(cmd)
+
+
+def run_one(name: str, seed: int, args: argparse.Namespace, env: dict[str, str], align_dir: Path | None) -> dict:
+    cache = args.results_dir / f"{name}-seed{seed}.json"
+    if cache.is_file() and not args.rerun:
+        return json.loads(cache.read_text())
+    overrides = [f"run.seed={seed}", *(QUICK if args.quick else ())]
+    if align_dir is not None:
+        overrides.append(f"config.init_from={align_dir}")
+    config = "reduced_align" if name == "align" else f"reduced_{name}"
+    run_dir, seconds, command = _train(config, overrides, args.results_dir / "runs", args.results_dir / "log.txt", env)
+    _run([sys.executable, "-m", "contrasuite.pipelines.cli", "eval", str(run_dir), "--checkpoint", "last"],
+         args.results_dir / "log.txt", env)
+    metrics = json.loads((run_dir / "eval_test.json").read_text())
+    metrics = metrics.get("metrics", metrics)
+    result = {"name": name, "seed": seed, "run_dir": str(run_dir), "seconds": seconds, "command": command,
+              "metrics": metrics}
+    cache.write_text(json.dumps(result, indent=2))
+    return result
+
+
+def _stat(values: list[float]) -> str:
+    if not values:
+        return "-"
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.mean(values):.1f} ± {sd:.1f}"
+
+
+def write_page(results: dict[str, list[dict]], output: Path, seeds: Sequence[int], quick: bool) -> None:
+    def col(name: str, key: str) -> list[float]:
+        return [r["metrics"][key] for r in results.get(name, []) if key in r["metrics"]]
+
+    lines = ["# CLIP fine-tuning with generated hard negatives (emoji, reduced CPU protocol)", "",
+             "**Reduced protocol.** " + ("QUICK SMOKE SETTINGS, not a result. " if quick else "") +
+             "Frozen ImageNet EfficientNet-Lite0 (image) and all-MiniLM-L6-v2 (text) trunks, features cached; "
+             "trainable MLP projection heads and CLIP logit scale; 128-px inputs; CPU, bf16 autocast. "
+             "Stage 1 aligns on Twemoji image-caption pairs (15 epochs); stage 2 continues 10 epochs from it "
+             "in each variant. Test: emoji held out by base emoji (20%, split seed 0), never seen in training; "
+             "Noto (google) style is never trained on. Numbers: test split, last checkpoint, mean ± std over "
+             f"seeds {', '.join(map(str, seeds))}; all in %.", "",
+             "Compositional accuracy: text side = P[s(I, caption) > s(I, negative caption)], image side = "
+             "P[s(I, caption) > s(negative image, caption)], per operation, `mean` = mean over operations.", ""]
+    names = [("align", "stage 1 (aligned)")] + list(VARIANTS)
+    for prefix, title in (("", "Twemoji (training style, held-out emoji)"), ("google/", "Noto (unseen style)")):
+        lines += [f"## {title}", "", "| variant | " + " | ".join(HEADLINE) + " |", "|---" * (len(HEADLINE) + 1) + "|"]
+        for name, label in names:
+            lines.append(f"| {label} | " + " | ".join(_stat(col(name, prefix + k)) for k in HEADLINE) + " |")
+        ops = sorted({k[len(prefix):] for rs in results.values() for r in rs for k in r["metrics"]
+                      if k.startswith(prefix + "comp_") and not k.endswith(("/mean", "/n"))
+                      and (prefix or not k.startswith("google/"))})
+        lines += ["", "| operation | " + " | ".join(label for _, label in names) + " |", "|---" * (len(names) + 1) + "|"]
+        for op in ops:
+            lines.append(f"| {op} | " + " | ".join(_stat(col(name, prefix + op)) for name, _ in names) + " |")
+        lines.append("")
+    base, both = results.get("pairs", []), results.get("text_image_negatives", [])
+    if base and both:
+        d_comp = statistics.mean(col("text_image_negatives", "comp_text/mean") + col("text_image_negatives", "comp_image/mean")) \
+            - statistics.mean(col("pairs", "comp_text/mean") + col("pairs", "comp_image/mean"))
+        d_r1 = statistics.mean(col("text_image_negatives", "i2t_r1") + col("text_image_negatives", "t2i_r1")) \
+            - statistics.mean(col("pairs", "i2t_r1") + col("pairs", "t2i_r1"))
+        met = d_comp >= 10 and d_r1 >= -1
+        lines += ["## Goal", "", f"Text and image negatives vs pairs only: compositional accuracy (mean of text and "
+                  f"image side) {d_comp:+.1f} points, Recall@1 (mean of both directions) {d_r1:+.1f} points. The "
+                  f"goal (>= +10 compositional, >= -1 Recall@1) is {'met' if met else 'NOT met'} in this reduced protocol.", ""]
+    seconds = sum(r["seconds"] for rs in results.values() for r in rs)
+    lines += ["## Commands", "", f"Total training wall time of the cached runs: {seconds / 60:.1f} min.", "", "```",
+              "contrasuite compare image_text" + (" --quick" if quick else ""), "# which runs, per seed S:"]
+    for rs in results.values():
+        for r in rs[:1]:
+            lines.append(r["command"].replace(str(ROOT) + "/", ""))
+    lines += ["contrasuite eval RUN_DIR --checkpoint last", "```", ""]
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text("\n".join(lines))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="contrasuite compare image_text", description=__doc__.splitlines()[0])
+    p.add_argument("--seeds", default=",".join(map(str, SEEDS)))
+    p.add_argument("--quick", action="store_true", help="tiny smoke protocol; page goes to the results folder")
+    p.add_argument("--results-dir", type=Path, default=ROOT / "runs" / "compare" / "image_text")
+    p.add_argument("--output", type=Path, default=None)
+    p.add_argument("--data-root", default=None)
+    p.add_argument("--threads", type=int, default=2, help="torch threads per run (default 2)")
+    p.add_argument("--rerun", action="store_true")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.results_dir = args.results_dir / "quick"
+    args.results_dir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads), HF_HUB_OFFLINE="1")
+    if args.data_root:
+        env["CONTRASUITE_DATA"] = args.data_root
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    results: dict[str, list[dict]] = {}
+    for seed in seeds:
+        align = run_one("align", seed, args, env, None)
+        results.setdefault("align", []).append(align)
+        for name, _ in VARIANTS:
+            results.setdefault(name, []).append(run_one(name, seed, args, env, Path(align["run_dir"])))
+            print(f"{name} seed {seed}: " + ", ".join(f"{k} {results[name][-1]['metrics'].get(k, float('nan')):.1f}"
+                                                     for k in HEADLINE), flush=True)
+    output = args.output or (args.results_dir / "clip_hard_negatives.md" if args.quick else OUTPUT)
+    write_page(results, output, seeds, args.quick)
+    print(f"wrote {output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

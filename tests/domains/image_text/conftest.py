@@ -1,0 +1,20 @@
+import os
+from pathlib import Path
+
+import pytest
+
+DATA = Path(os.environ.get("CONTRASUITE_DATA", "/work/shared/data"))
+
+
+@pytest.fixture(scope="session")
+def emoji_root() -> Path:
+    if not (DATA / "emoji" / "emoji.json").is_file():
+        pytest.skip(f"emoji data not found under {DATA} (set CONTRASUITE_DATA)")
+    return DATA
+
+
+TINY_OPEN_CLIP = {
+    "embed_dim": 16,
+    "vision_cfg": {"image_size": 32, "layers": 1, "width": 32, "patch_size": 16, "head_width": 16},
+    "text_cfg": {"context_length": 16, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 1},
+}
