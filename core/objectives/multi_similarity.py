@@ -31,8 +31,8 @@ def multi_similarity_mine(sim: Tensor, pairs: Pairs, epsilon: float = 0.1) -> Pa
     with torch.no_grad():
         neg = pairs.neg
         big = torch.finfo(sim.dtype).max
-        hardest_pos = torch.where(pairs.pos, sim, torch.full_like(sim, big)).amin(dim=1, keepdim=True)
-        hardest_neg = torch.where(neg, sim, torch.full_like(sim, -big)).amax(dim=1, keepdim=True)
+        hardest_pos = torch.where(pairs.pos, sim, big).amin(dim=1, keepdim=True)
+        hardest_neg = torch.where(neg, sim, -big).amax(dim=1, keepdim=True)
         keep_pos = pairs.pos & (sim - epsilon < hardest_neg)
         keep_neg = neg & (sim + epsilon > hardest_pos)
     return Pairs(pos=keep_pos, valid=keep_pos | keep_neg)
@@ -41,8 +41,9 @@ def multi_similarity_mine(sim: Tensor, pairs: Pairs, epsilon: float = 0.1) -> Pa
 def multi_similarity_loss(sim: Tensor, pairs: Pairs, *, alpha: float = 2.0, beta: float = 50.0, base: float = 0.5) -> Tensor:
     """Per-anchor loss ``[N]`` (step 2 of the module docstring) over ``pairs``; 0 for an anchor with no pairs."""
     # log(1 + sum exp(x)) = softplus(logsumexp(x)); an empty set gives softplus(log(tiny)) ~ 0.
-    pos_term = F.softplus(masked_logsumexp(-alpha * (sim - base), pairs.pos, dim=1))
-    neg_term = F.softplus(masked_logsumexp(beta * (sim - base), pairs.neg, dim=1))
+    shifted = sim - base
+    pos_term = F.softplus(masked_logsumexp(shifted * -alpha, pairs.pos, dim=1))
+    neg_term = F.softplus(masked_logsumexp(shifted * beta, pairs.neg, dim=1))
     return pos_term / alpha + neg_term / beta
 
 
