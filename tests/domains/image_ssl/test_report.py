@@ -1,0 +1,45 @@
+"""The comparison report: the WEINCE sentence from numbers, tables from cached results, resume."""
+
+import json
+from types import SimpleNamespace
+
+from contrasuite.pipelines.reports import image_ssl as report
+
+
+def rows(**values):
+    return {name: [{"config": name, "seed": i, "linear_acc": v, "knn_acc": v, "wall_s": 1.0, "cpu_s": 1.0}
+                   for i, v in enumerate(vals)] for name, vals in values.items()}
+
+
+def test_weince_sentence_reports_difference_and_spread():
+    text = report.weince_sentence(rows(infonce=[50.0, 51.0, 52.0], weince=[55.0, 56.0, 57.0], weince_repro=[51.0, 50.0, 52.0]))
+    assert "+3.3 points" in text  # the paper's claim is quoted
+    assert "`weince`: linear 56.00 ± 1.00 vs InfoNCE 51.00 ± 1.00" in text and "+5.00 points" in text
+    assert "above InfoNCE by more than 2 standard errors" in text
+    assert "`weince_repro`: linear 51.00" in text and "within the seed spread" in text
+
+
+def test_weince_sentence_without_runs():
+    assert "no finished runs" in report.weince_sentence(rows(weince=[1.0]))
+
+
+def test_report_only_builds_a_partial_table_from_cache(tmp_path, monkeypatch):
+    cache = tmp_path / "reduced"
+    cache.mkdir()
+    for seed, acc in enumerate([40.0, 42.0]):
+        (cache / f"infonce_seed{seed}.json").write_text(json.dumps(
+            {"config": "infonce", "seed": seed, "knn_acc": acc, "linear_acc": acc + 5, "wall_s": 100.0, "cpu_s": 90.0}))
+    out = tmp_path / "page.md"
+    assert report.main(["--report-only", "--results-dir", str(tmp_path), "--output", str(out), "--seeds", "0,1,2"]) == 0
+    page = out.read_text()
+    assert "| infonce | `reduced_infonce.yaml` | 2/3 | 41.00 ± 1.41 | 46.00 ± 1.41 | 100 | 90 |" in page
+    assert "**Incomplete**" in page and "Reduced protocol" in page and "CIFAR-10 (JPEG copy)" in page
+    assert "contrasuite compare image_ssl --report-only" in page
+
+
+def test_cached_run_is_not_repeated(tmp_path, monkeypatch):
+    cached = {"config": "dcl", "seed": 1, "knn_acc": 1.0}
+    (tmp_path / "dcl_seed1.json").write_text(json.dumps(cached))
+    monkeypatch.setattr(report, "_run", lambda *a, **k: (_ for _ in ()).throw(AssertionError("ran again")))
+    args = SimpleNamespace(rerun=False, quick=False, data_root=None)
+    assert report.run_one("dcl", 1, args, tmp_path) == cached

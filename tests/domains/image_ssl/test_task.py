@@ -1,0 +1,169 @@
+"""ImageSSLTask without the engine: batches, the two loss forms, negatives, BN-eval features, errors."""
+
+from contextlib import nullcontext
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from contrasuite.core.objectives import InfoNCE
+from contrasuite.core.pairs import two_view
+from contrasuite.domains.image_ssl.negatives import MochiNegatives, QueueNegatives, build_negative_source
+from contrasuite.domains.image_ssl.task import (
+    DataConfig, EvalConfig, ImageSSLConfig, ImageSSLTask, ModelConfig, ObjectiveConfig, _EpochBatches, warmup_cosine,
+)
+from contrasuite.domains.task import TaskContext
+
+
+class Step:
+    epoch = 0
+    step = 0
+
+    def __init__(self, task):
+        self.task = task
+
+    def autocast(self):
+        return nullcontext()
+
+    def optimize(self, name, loss):
+        opt = self.task.optimizers()[name]
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        self.task.schedulers()[name].step()
+
+
+def make_task(data_root: Path, **overrides) -> ImageSSLTask:
+    settings = dict(
+        batch_size=8, data=DataConfig(val_fraction=0.25),
+        model=ModelConfig(encoder="small_conv", width=4, proj_hidden=16, proj_dim=8),
+        eval=EvalConfig(linear_epochs=2, knn_k=5),
+    )
+    cfg = ImageSSLConfig(**{**settings, **overrides})
+    task = ImageSSLTask()
+    task.setup(TaskContext(config=cfg, device=torch.device("cpu"), precision="fp32", run_dir=data_root,
+                           data_root=data_root, seed=3))
+    return task
+
+
+def test_epoch_batches_are_seeded_disjoint_over_ranks_and_drop_last():
+    ranks = [_EpochBatches(n=50, global_batch=16, rank=r, world=2, seed=0, epoch=1) for r in range(2)]
+    assert len(ranks[0]) == 3
+    idx = [torch.cat([b.indices for b in r]) for r in ranks]
+    assert len(set(idx[0].tolist()) & set(idx[1].tolist())) == 0 and all(len(i) == 24 for i in idx)
+    again = [b.indices for b in _EpochBatches(50, 16, 0, 2, 0, 1)]
+    assert all(torch.equal(a, b.indices) for a, b in zip(again, ranks[0]))
+    other = torch.cat([b.indices for b in _EpochBatches(50, 16, 0, 2, 0, 2)])
+    assert not torch.equal(other, idx[0])
+
+
+def test_two_view_loss_is_nt_xent(tiny_cifar):
+    task = make_task(tiny_cifar)
+    z = F.normalize(torch.randn(12, 8), dim=1)
+    anchors, labels = two_view(z[:6], z[6:])
+    assert torch.allclose(task.loss(z[:6], z[6:]), InfoNCE(temperature=0.5)(anchors, labels=labels))
+
+
+def test_paired_symmetric_loss_averages_both_directions(tiny_cifar):
+    task = make_task(tiny_cifar, objective=ObjectiveConfig(views="paired", symmetric=True))
+    z1, z2 = F.normalize(torch.randn(2, 6, 8), dim=2)
+    loss = InfoNCE(temperature=0.5)
+    assert torch.allclose(task.loss(z1, z2), 0.5 * (loss(z1, z2) + loss(z2, z1)))
+
+
+def test_training_steps_change_weights_and_report_finite_loss(tiny_cifar):
+    task = make_task(tiny_cifar)
+    before = [p.detach().clone() for p in task.model.parameters()]
+    for batch in task.batches(0):
+        out = task.train_step(batch, Step(task))
+        assert torch.isfinite(torch.tensor(out["loss"]))
+    assert any(not torch.equal(a, b) for a, b in zip(before, task.model.parameters()))
+
+
+def test_features_use_batchnorm_running_stats_and_keep_train_mode(tiny_cifar):
+    task = make_task(tiny_cifar)
+    task.model.train()
+    bn = next(m for m in task.model.encoder.modules() if isinstance(m, torch.nn.BatchNorm2d))
+    bn.running_mean.fill_(0.3)
+    feats = task.features(task.test_images)
+    assert task.model.training and torch.allclose(bn.running_mean, torch.full_like(bn.running_mean, 0.3))
+    task.model.eval()
+    with torch.no_grad():
+        expected = task.model.encoder(task.normalize(task.test_images))
+    assert torch.allclose(feats, expected, atol=1e-5)
+
+
+def test_evaluate_val_and_test_keys(tiny_cifar):
+    task = make_task(tiny_cifar)
+    assert set(task.evaluate("val")) == {"knn_acc"}
+    test = task.evaluate("test")
+    assert {"knn_acc", "linear_acc", "linear_val_acc"} <= set(test)
+    assert all(0 <= test[k] <= 100 for k in ("knn_acc", "linear_acc"))
+    with pytest.raises(ValueError, match="split"):
+        task.evaluate("train")
+
+
+def test_paired_only_objective_with_two_view_names_the_fix(tiny_cifar):
+    task = make_task(tiny_cifar, objective=ObjectiveConfig(terms=[{"name": "dhel"}], views="two_view"))
+    z1, z2 = F.normalize(torch.randn(2, 6, 8), dim=2)
+    with pytest.raises(ValueError, match="views='two_view'"):
+        task.loss(z1, z2)
+
+
+def test_negatives_need_paired_views(tiny_cifar):
+    with pytest.raises(ValueError, match="objective.views=paired"):
+        make_task(tiny_cifar, negatives={"name": "queue", "size": 16})
+
+
+def test_batch_larger_than_subset_names_the_keys(tiny_cifar):
+    with pytest.raises(ValueError, match="batch_size"):
+        make_task(tiny_cifar, batch_size=64)
+
+
+def test_queue_source_appends_slices_and_enqueues():
+    source = QueueNegatives(dim=4, size=8)
+    a, p = F.normalize(torch.randn(2, 3, 4), dim=2)
+    assert source(a, p, epoch=0, seed=0).candidates.shape == (3, 4)
+    source.update(a, p)
+    ext = source(a, p, epoch=0, seed=0)
+    assert ext.candidates.shape == (9, 4) and torch.equal(ext.candidates[:3], p)
+    halves = [source.queued(r, 2) for r in range(2)]
+    assert sum(len(h) for h in halves) == 6
+
+
+def test_mochi_adds_own_columns_with_zero_weight_elsewhere():
+    source = MochiNegatives(dim=4, size=8, n_hard=4, s=2, s_prime=1)
+    a, p = F.normalize(torch.randn(2, 3, 4), dim=2)
+    source.update(a, p)
+    ext = source(a, p, epoch=0, seed=1)
+    assert ext.candidates.shape == (3 + 6 + 3 * 3, 4)
+    w = ext.neg_weight
+    assert w.shape == (3, 18) and torch.all(w[:, :9] == 1)
+    assert torch.equal(w[:, 9:].sum(dim=1), torch.full((3,), 3.0))
+    again = source(a, p, epoch=0, seed=1)
+    assert torch.equal(again.candidates, ext.candidates)  # seeded mixing
+
+
+def test_feature_transformation_source_extrapolates_the_positive_pair():
+    source = build_negative_source({"name": "feature_transformation", "size": 8}, dim=4)
+    a, p = F.normalize(torch.randn(2, 3, 4), dim=2)
+    ext = source(a, p, epoch=0, seed=0)
+    assert ext.candidates.shape == (3, 4)
+    # lambda+ in [1, 2] moves both ends apart: the positive similarity cannot increase.
+    assert torch.all((ext.anchors * ext.candidates).sum(1) <= (a * p).sum(1) + 1e-6)
+
+
+def test_negative_source_errors_name_the_key():
+    with pytest.raises(ValueError, match="config.negatives.name"):
+        build_negative_source({"name": "memory_bank"}, dim=4)
+    with pytest.raises(ValueError, match="queue"):
+        build_negative_source({"name": "queue", "sise": 3}, dim=4)
+
+
+def test_warmup_cosine_schedule():
+    assert warmup_cosine(0, 10, 100) == pytest.approx(0.1)
+    assert warmup_cosine(9, 10, 100) == pytest.approx(1.0)
+    assert warmup_cosine(55, 10, 100) == pytest.approx(0.5)
+    assert warmup_cosine(100, 10, 100) == pytest.approx(0.0)
+    assert warmup_cosine(500, 0, 0) == 1.0
