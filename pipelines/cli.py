@@ -6,6 +6,7 @@
     contrasuite validate-configs [--root configs]
     contrasuite upscale RUN_DIR INPUT OUTPUT [--tile N]  -> contrasuite.pipelines.upscale.main(argv)
     contrasuite retrieve RUN_DIR QUERY_IMAGE GALLERY_DIR [--top K]  -> contrasuite.pipelines.retrieve.main(argv)
+    contrasuite translate RUN_DIR INPUT_DIR OUTPUT_DIR [--checkpoint best|last]  -> contrasuite.pipelines.translate.main(argv)
     contrasuite code-search mine|index|query ...  -> contrasuite.pipelines.code_search_cli.main(argv)
     contrasuite generate-negatives CONFIG [key=value ...] [--out FILE]  -> contrasuite.pipelines.generate_negatives.main(argv)
     contrasuite bench NAME [args ...]      -> contrasuite.pipelines.bench.<NAME>.main(argv)
@@ -50,6 +51,8 @@ def _parser() -> argparse.ArgumentParser:
     cs.add_argument("args", nargs=argparse.REMAINDER, help="mine|index|query ...")
     gen = sub.add_parser("generate-negatives", help="write hard negatives for an image_text config (see --help)")
     gen.add_argument("args", nargs=argparse.REMAINDER, help="CONFIG [key=value ...] [--out FILE --data-root DIR]")
+    tr = sub.add_parser("translate", help="apply a translation run's generator to a folder of images (see --help)")
+    tr.add_argument("args", nargs=argparse.REMAINDER, help="RUN_DIR INPUT_DIR OUTPUT_DIR [--checkpoint best|last --device D]")
     for name, package in (("bench", "bench"), ("compare", "reports")):
         p = sub.add_parser(name, help=f"run contrasuite.pipelines.{package}.<NAME>.main(argv)")
         p.add_argument("name")
@@ -113,6 +116,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from contrasuite.pipelines.retrieve import main as retrieve_main
 
             return retrieve_main(args.args)
+        elif args.command == "translate":
+            from contrasuite.pipelines.translate import main as translate_main
+
+            return translate_main(args.args)
         elif args.command == "code-search":
             from contrasuite.pipelines.code_search_cli import main as code_search_main
 
