@@ -175,6 +175,21 @@ def warmup_cosine(step: int, warmup: int, total: int) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
+def _average_gradients_over_ranks(module: nn.Module) -> None:
+    """Average the gradients of ``module``'s parameters (learned temperatures, SigLIP's scale and bias)
+    over ranks during backward, as DDP does for the wrapped model, so every rank keeps the same values."""
+    import torch.distributed as dist
+
+    def hook(grad: Tensor) -> Tensor:
+        grad = grad.clone()
+        dist.all_reduce(grad)
+        return grad / dist.get_world_size()
+
+    for p in module.parameters():
+        if p.requires_grad:
+            p.register_hook(hook)
+
+
 class ImageSSLTask:
     """Self-supervised image representations on CIFAR-10 (see the module docstring)."""
 
@@ -197,6 +212,8 @@ class ImageSSLTask:
         self.model = SSLModel(encoder, feature_dim, cfg.model.proj_hidden, cfg.model.proj_dim).to(ctx.device)
         self.train_model = ctx.wrap(self.model)
         self.objective = ObjectiveSum(cfg.objective.terms).to(ctx.device)
+        if ctx.world_size > 1:
+            _average_gradients_over_ranks(self.objective)
         self.negatives: QueueNegatives | None = build_negative_source(cfg.negatives, cfg.model.proj_dim)
         if self.negatives is not None:
             self.negatives.to(ctx.device)
