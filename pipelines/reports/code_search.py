@@ -1,0 +1,228 @@
+"""``contrasuite compare code_search``: zero-shot vs InfoNCE vs Soft-InfoNCE with each prior (reduced).
+
+1. Mines the reduced dataset once (``contrasuite code-search mine``: standard library and
+   site-packages, at most ``--max-per-package`` pairs per package and ``--max-pairs`` in all) into
+   ``--mined`` unless its ``manifest.json`` exists.
+2. Zero-shot: the pretrained encoder of ``reduced_infonce.yaml``, evaluated without training (one
+   row; it does not depend on the seed).
+3. For every seed: ``reduced_infonce``, then ``reduced_soft_bm25``, ``reduced_soft_simcse`` and
+   ``reduced_soft_model`` (whose prior is the ``reduced_infonce`` run of the same seed), each through
+   the public CLI (``contrasuite train`` then ``contrasuite eval``, ``best.pt`` selected on the mined
+   validation MRR; CoSQA is only reported).
+
+Each finished run is cached as JSON in ``--cache`` (a partial comparison resumes where it stopped).
+Writes ``docs/results/code_search.md`` (mean and std over seeds, the commands, the protocol) unless
+``--quick``.
+
+    contrasuite compare code_search                      # the whole reduced table (~1 h on 2 idle cores)
+    contrasuite compare code_search --methods infonce --seeds 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG_DIR = ROOT / "configs" / "code_search"
+METHODS = {
+    "zero_shot": ("zero-shot all-MiniLM-L6-v2", None),
+    "infonce": ("InfoNCE", "reduced_infonce"),
+    "soft_bm25": ("Soft-InfoNCE, BM25 prior", "reduced_soft_bm25"),
+    "soft_simcse": ("Soft-InfoNCE, SimCSE prior", "reduced_soft_simcse"),
+    "soft_model": ("Soft-InfoNCE, InfoNCE-model prior", "reduced_soft_model"),
+}
+METRICS = ("mrr", "r@1", "r@5", "r@10")
+QUICK = ("config.data.train_limit=64", "config.data.val_limit=32", "config.data.test_limit=32", "config.batch_size=8",
+         "config.eval.cosqa=false")
+QUICK_SIMCSE = ("config.prior.max_steps=2", "config.prior.batch_size=4")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="contrasuite compare code_search", description=__doc__.split("\n\n")[0])
+    p.add_argument("--methods", default=",".join(METHODS), help=f"comma list of {list(METHODS)}")
+    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--mined", type=Path, default=Path("runs/code_search/mined-reduced"))
+    p.add_argument("--max-pairs", type=int, default=20000)
+    p.add_argument("--max-per-package", type=int, default=500)
+    p.add_argument("--cache", type=Path, default=Path("runs/code_search/compare"))
+    p.add_argument("--threads", type=int, default=2, help="OMP/torch threads per run")
+    p.add_argument("--data-root", default=None)
+    p.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "code_search.md")
+    p.add_argument("--quick", action="store_true", help="tiny smoke settings; nothing written to docs/")
+    p.add_argument("overrides", nargs="*", help="extra key=value overrides for every run")
+    return p
+
+
+def _cli(args: Sequence[str]) -> list[str]:
+    return [sys.executable, "-m", "contrasuite.pipelines.cli", *args]
+
+
+def _common(args: argparse.Namespace) -> list[str]:
+    out = [f"config.data.folder={args.mined.resolve()}", f"run.output_root={(args.cache / 'runs').resolve()}"]
+    return out + (list(QUICK) if args.quick else []) + list(args.overrides)
+
+
+def ensure_mined(args: argparse.Namespace) -> None:
+    if (args.mined / "manifest.json").is_file():
+        return
+    from contrasuite.pipelines.code_search_cli import main as code_search_main
+
+    code = code_search_main(["mine", "--out", str(args.mined), "--max-pairs", str(args.max_pairs),
+                             "--max-per-package", str(args.max_per_package)])
+    if code:
+        raise SystemExit(code)
+
+
+def zero_shot(args: argparse.Namespace) -> dict[str, Any]:
+    """Evaluate the untrained encoder of reduced_infonce.yaml on val and test (in this process)."""
+    import torch
+
+    from contrasuite.domains.task import TaskContext
+    from contrasuite.pipelines.config import load_config
+
+    torch.set_num_threads(args.threads)
+    loaded = load_config(CONFIG_DIR / "reduced_infonce.yaml", _common(args), data_root=args.data_root)
+    data_root = Path(loaded.run.data_root)
+    task = loaded.task_class()
+    run_dir = args.cache / "zero_shot"
+    task.setup(TaskContext(config=loaded.config, device=torch.device("cpu"), precision="fp32", run_dir=run_dir,
+                           data_root=data_root, seed=0))
+    started = time.time()
+    val = dict(task.evaluate("val"))
+    test = dict(task.evaluate("test"))
+    return {"val": val, "test": test, "seconds": time.time() - started, "command": "contrasuite compare code_search --methods zero_shot"}
+
+
+def train_run(method: str, seed: int, args: argparse.Namespace, extra: Sequence[str] = ()) -> dict[str, Any]:
+    config = CONFIG_DIR / f"{METHODS[method][1]}.yaml"
+    overrides = [f"run.seed={seed}", *_common(args), *extra]
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
+    train_cmd = ["train", str(config.relative_to(ROOT)), *overrides] + (["--data-root", args.data_root] if args.data_root else [])
+    started = time.time()
+    proc = subprocess.run(_cli(train_cmd), env=env, capture_output=True, text=True, cwd=ROOT)
+    if proc.returncode:
+        raise RuntimeError(f"{method} seed {seed} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+    run_dir = Path(proc.stdout.strip().splitlines()[-1].split("run folder:", 1)[1].strip())
+    ev = subprocess.run(_cli(["eval", str(run_dir)]), env=env, capture_output=True, text=True, cwd=ROOT)
+    if ev.returncode:
+        raise RuntimeError(f"eval of {run_dir} failed:\n{ev.stderr[-4000:]}")
+    test = json.loads((run_dir / "eval_test.json").read_text())["metrics"]
+    val = json.loads((run_dir / "eval_val.json").read_text())
+    return {"val": val, "test": test, "seconds": time.time() - started, "run_dir": str(run_dir),
+            "command": "contrasuite " + shlex.join(train_cmd)}
+
+
+def _cached(path: Path, compute) -> dict[str, Any]:
+    if path.is_file():
+        return json.loads(path.read_text())
+    result = compute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+def _val_mrr(result: dict[str, Any]) -> float | None:
+    val = result["val"]
+    for key in ("mrr", "best", "value"):
+        if isinstance(val.get(key), (int, float)):
+            return float(val[key])
+    metrics = val.get("metrics", val.get("latest", {}))
+    return float(metrics["mrr"]) if isinstance(metrics, dict) and "mrr" in metrics else None
+
+
+def _cell(values: list[float]) -> str:
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return f"{values[0]:.2f}"
+    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
+
+
+def write_report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> str:
+    manifest = json.loads((args.mined / "manifest.json").read_text())
+    head = ["method", "seeds", "val MRR", *(f"mined {m}" for m in METRICS), *(f"CoSQA {m}" for m in METRICS), "min/run"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for method, runs in results.items():
+        if not runs:
+            continue
+        cells = [METHODS[method][0], str(len(runs)), _cell([v for r in runs if (v := _val_mrr(r)) is not None])]
+        cells += [_cell([r["test"][f"mined_{m}"] for r in runs if f"mined_{m}" in r["test"]]) for m in METRICS]
+        cells += [_cell([r["test"][f"cosqa_{m}"] for r in runs if f"cosqa_{m}" in r["test"]]) for m in METRICS]
+        cells.append(f"{statistics.mean(r['seconds'] for r in runs) / 60:.1f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    commands = sorted({r["command"] for runs in results.values() for r in runs})
+    counts = manifest["counts"]
+    bench = Path("runs/bench/code_search.json")
+    bench_text = ""
+    if bench.is_file():
+        rows = json.loads(bench.read_text())["rows"]
+        bench_text = "\n## Throughput and memory (`contrasuite bench code_search`)\n\n| mode | batch | chunk | pairs/s | peak MB |\n|---|---|---|---|---|\n" + "".join(
+            f"| {r['mode']} | {r['batch']} | {r.get('chunk', '-')} | {r.get('pairs_per_s', float('nan')):.1f} | {r.get('peak_mb', float('nan')):.0f} |\n" for r in rows)
+    return f"""# Code search results (REDUCED CPU protocol)
+
+Produced by `contrasuite compare code_search` ({time.strftime('%Y-%m-%d')}). This is a **reduced** protocol sized for
+about an hour on 2 CPU cores, not the paper's setting: all-MiniLM-L6-v2 (a sentence encoder, not a code model) fine-tuned
+for one epoch on 1,280 mined pairs (40 steps of 32), queries cut to 32 and code to 64 tokens in training, code to 128
+tokens at evaluation, fp32 on the CPU. Soft-InfoNCE uses the code defaults t/alpha/beta of the configs (not tuned; any
+tuning must use the mined validation split, never CoSQA). Numbers are percentages, mean ± std over seeds.
+
+* **mined**: the held-out package-disjoint test split of the mined dataset (first {'1,000'} pairs by seeded subset), each query
+  ranked against all code of that subset. Dataset version `{manifest['dataset_version']}`: {counts['pairs']} pairs
+  (train {counts['train']}, val {counts['val']}, test {counts['test']}) from the standard library and site-packages.
+* **CoSQA**: the 500 dev queries ranked against the 6,267-function corpus (MRR over the whole corpus).
+* **val MRR**: mined validation subset (500 pairs), which selects `best.pt`.
+
+{chr(10).join(lines)}
+
+Commands (each run then `contrasuite eval RUN_DIR`):
+
+```
+{chr(10).join(commands)}
+```
+{bench_text}"""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    methods = [m for m in args.methods.split(",") if m]
+    unknown = sorted(set(methods) - set(METHODS))
+    if unknown:
+        print(f"compare code_search: unknown method(s) {unknown}; known: {list(METHODS)}", file=sys.stderr)
+        return 2
+    seeds = [int(s) for s in args.seeds.split(",") if s]
+    ensure_mined(args)
+    tag = "quick" if args.quick else "reduced"
+    results: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
+    if "zero_shot" in methods:
+        results["zero_shot"].append(_cached(args.cache / tag / "zero_shot.json", lambda: zero_shot(args)))
+    for seed in seeds:
+        infonce: dict[str, Any] | None = None
+        for method in methods:
+            if method == "zero_shot":
+                continue
+            extra: list[str] = list(QUICK_SIMCSE) if args.quick and method == "soft_simcse" else []
+            if method == "soft_model":
+                infonce = infonce or _cached(args.cache / tag / f"infonce_seed{seed}.json", lambda: train_run("infonce", seed, args))
+                extra = [f"config.prior.checkpoint={infonce['run_dir']}"]
+            result = _cached(args.cache / tag / f"{method}_seed{seed}.json", lambda: train_run(method, seed, args, extra))
+            if method == "infonce":
+                infonce = result
+            results[method].append(result)
+            print(f"{method} seed {seed}: {json.dumps(result['test'])}")
+    report = write_report(results, args)
+    if args.quick:
+        print(report)
+    else:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(report)
+        print(f"wrote {args.out}")
+    return 0
