@@ -79,14 +79,14 @@ def linear_probe(
     test_micro = torch.zeros(runs)
     test_logits = torch.zeros(runs, len(test), num_classes)
     for _ in range(settings.iterations):
-        logits = torch.einsum("nd,rdc->rnc", xt, weight) + bias
+        logits = torch.matmul(xt, weight) + bias
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, num_classes), yt.repeat(runs), reduction="sum") / len(train)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         with torch.no_grad():
-            val_logits = torch.einsum("nd,rdc->rnc", x[val], weight) + bias
-            tst_logits = torch.einsum("nd,rdc->rnc", x[test], weight) + bias
+            val_logits = torch.matmul(x[val], weight) + bias
+            tst_logits = torch.matmul(x[test], weight) + bias
             v_macro, v_micro = f1_scores(val_logits.argmax(-1), labels[val], num_classes)
             t_macro, t_micro = f1_scores(tst_logits.argmax(-1), labels[test], num_classes)
             better_macro = v_macro > best_val_macro

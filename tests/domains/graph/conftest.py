@@ -10,12 +10,22 @@ import scipy.sparse as sp
 DATA_ROOT = Path(os.environ.get("CONTRASUITE_DATA", "/work/shared/data"))
 
 
-def graph_data(name: str) -> Path:
-    """``<data root>/graph/<name>``, or skip the test with a message when it is absent."""
-    folder = DATA_ROOT / "graph" / name
-    if not (folder / "labels.npy").is_file():
-        pytest.skip(f"graph dataset {name!r} not found under {folder} (set CONTRASUITE_DATA)")
-    return folder
+@pytest.fixture
+def data_root() -> Path:
+    return DATA_ROOT
+
+
+@pytest.fixture
+def graph_data():
+    """``graph_data(name)``: ``<data root>/graph/<name>``, or skip the test when it is absent."""
+
+    def find(name: str) -> Path:
+        folder = DATA_ROOT / "graph" / name
+        if not (folder / "labels.npy").is_file():
+            pytest.skip(f"graph dataset {name!r} not found under {folder} (set CONTRASUITE_DATA)")
+        return folder
+
+    return find
 
 
 def write_tiny_graph(folder: Path, num_metapaths: int = 2, n: int = 60, others: int = 15, seed: int = 0) -> dict:
@@ -70,3 +80,20 @@ def write_tiny_graph(folder: Path, num_metapaths: int = 2, n: int = 60, others: 
 @pytest.fixture
 def tiny_graph(tmp_path):
     return write_tiny_graph(tmp_path / "tiny")
+
+
+@pytest.fixture
+def make_tiny_graph():
+    """``make_tiny_graph(folder, num_metapaths)``: write a tiny graph, return its ``dataset:`` block."""
+    return write_tiny_graph
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Small full-batch graph ops run faster on one thread, and the CI machine is shared."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -10,8 +10,7 @@ import torch
 import yaml
 
 from contrasuite.domains.graph.data import DatasetSpec, EdgeSpec, MetaPathSpec, NodeTypeSpec, load_hetero, metapath_counts
-from contrasuite.domains.graph.graphs import MetaPathGraph, context_chains, apply_chain, mean_adjacency, pathsim_topk
-from tests.domains.graph.conftest import DATA_ROOT, graph_data
+from contrasuite.domains.graph.graphs import apply_chain, context_chains, mean_adjacency, pathsim_topk
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "graph"
 
@@ -34,17 +33,16 @@ def to_scipy(t: torch.Tensor) -> sp.csr_matrix:
     return sp.csr_matrix((t.values().numpy(), t.indices().numpy()), shape=t.shape)
 
 
-def test_acm_heterodata_shapes_and_counts():
+def test_acm_heterodata_shapes_and_counts(graph_data, data_root):
     graph_data("acm")
-    data = load_hetero(spec_of("acm"), DATA_ROOT)
+    data = load_hetero(spec_of("acm"), data_root)
     assert data["paper"].x.shape == (4019, 1902)
     assert data["author"].num_nodes == 7167 and data["subject"].num_nodes == 60
     assert data["paper", "pa", "author"].edge_index.shape == (2, 13407)
     assert data["author", "rev_pa", "paper"].edge_index.shape == (2, 13407)
     assert data["paper", "ps", "subject"].edge_index.shape == (2, 4019)
     y = data["paper"].y
-    assert y.shape == (4019,) and torch.bincount(y).tolist() == [899, 1998, 1122] or torch.bincount(y).sum() == 4019
-    assert len(torch.unique(y)) == 3
+    assert y.shape == (4019,) and sorted(torch.bincount(y).tolist()) == [965, 1061, 1993]
     for n in (20, 40, 60):
         train = data["paper"][f"train_{n}"]
         assert len(train) == 3 * n and torch.equal(torch.bincount(y[train]), torch.full((3,), n))
@@ -52,10 +50,10 @@ def test_acm_heterodata_shapes_and_counts():
 
 
 @pytest.mark.parametrize("name", ["acm", "imdb"])
-def test_metapath_counts_equal_precomputed_files(name):
+def test_metapath_counts_equal_precomputed_files(name, graph_data, data_root):
     folder = graph_data(name)
     spec = spec_of(name)
-    data = load_hetero(spec, DATA_ROOT)
+    data = load_hetero(spec, data_root)
     counts = metapath_counts(data, spec.metapaths)
     for m in spec.metapaths:
         reference = sp.load_npz(folder / m.reference).tocsr()
@@ -64,10 +62,10 @@ def test_metapath_counts_equal_precomputed_files(name):
         assert abs(built - reference).max() == 0, m.name
 
 
-def test_dblp_apcpa_and_aptpa_built_from_edge_lists():
+def test_dblp_apcpa_and_aptpa_built_from_edge_lists(graph_data, data_root):
     folder = graph_data("dblp")
     spec = spec_of("dblp")
-    data = load_hetero(spec, DATA_ROOT)
+    data = load_hetero(spec, data_root)
     counts = metapath_counts(data, spec.metapaths)
 
     def incidence(file, rows, cols):
