@@ -115,6 +115,9 @@ class ImageSSLConfig:
 
     batch_size: int = 512
     """Global batch (images per step, each giving two views); split evenly over ranks."""
+    gradcache_chunk: int = 0
+    """Embed the local batch in chunks of this many images (GradCache: loss on the whole batch, backward
+    chunk by chunk, exact for any objective); 0: one pass. BatchNorm then normalises per chunk."""
     data: DataConfig = field(default_factory=DataConfig)
     augment: AugmentConfig = field(default_factory=AugmentConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -278,6 +281,8 @@ class ImageSSLTask:
 
     def train_step(self, batch: SSLBatch, step: StepContext) -> Mapping[str, float]:
         view1, view2 = self._views(batch)
+        if self.cfg.gradcache_chunk:
+            return self._cached_step(view1, view2, batch, step)
         with step.autocast():
             _, z = self.train_model(torch.cat([view1, view2]))
         z1, z2 = F.normalize(z.float(), dim=1).chunk(2)
@@ -285,6 +290,25 @@ class ImageSSLTask:
         step.optimize("model", loss)
         if self.negatives is not None:
             self.negatives.update(z1, z2)
+        return {"loss": float(loss.detach())}
+
+    def _cached_step(self, view1: Tensor, view2: Tensor, batch: SSLBatch, step: StepContext) -> Mapping[str, float]:
+        k = self.cfg.gradcache_chunk
+        chunks = [(view1[i : i + k], view2[i : i + k]) for i in range(0, view1.shape[0], k)]
+        projected: list[Tensor] = []
+
+        def embed(chunk: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
+            _, z = self.train_model(torch.cat(chunk))
+            return tuple(z.chunk(2))
+
+        def loss_fn(z1: Tensor, z2: Tensor) -> Tensor:
+            z1, z2 = F.normalize(z1.float(), dim=1), F.normalize(z2.float(), dim=1)
+            projected[:] = [z1.detach(), z2.detach()]
+            return self.loss(z1, z2, epoch=step.epoch, seed=batch.seed)
+
+        loss = step.optimize_cached("model", embed, chunks, loss_fn)
+        if self.negatives is not None and projected:
+            self.negatives.update(*projected)
         return {"loss": float(loss.detach())}
 
     def loss(self, z1: Tensor, z2: Tensor, *, epoch: int = 0, seed: int = 0) -> Tensor:

@@ -167,3 +167,30 @@ def test_warmup_cosine_schedule():
     assert warmup_cosine(55, 10, 100) == pytest.approx(0.5)
     assert warmup_cosine(100, 10, 100) == pytest.approx(0.0)
     assert warmup_cosine(500, 0, 0) == 1.0
+
+
+
+class GradientOnly(Step):
+    """Accumulates gradients without stepping, plainly or through GradCache."""
+
+    def optimize(self, name, loss):
+        loss.backward()
+
+    def optimize_cached(self, name, embed, chunks, loss_fn):
+        from contrasuite.core.gradcache import cached_backward
+
+        return cached_backward(embed, chunks, loss_fn)
+
+
+def test_gradcache_step_gives_the_full_batch_gradient(tiny_cifar):
+    # BatchNorm normalises per chunk under GradCache; eval-mode BN makes the two comparable exactly.
+    plain, cached = make_task(tiny_cifar), make_task(tiny_cifar, gradcache_chunk=3)
+    cached.model.load_state_dict(plain.model.state_dict())
+    batch = next(iter(plain.batches(0)))
+    grads = []
+    for task in (plain, cached):
+        task.model.eval()
+        task.train_step(batch, GradientOnly(task))
+        grads.append(torch.cat([p.grad.flatten() for p in task.model.parameters()]))
+    assert grads[0].abs().sum() > 0
+    assert torch.allclose(grads[0], grads[1], atol=1e-5, rtol=1e-4)
