@@ -23,6 +23,7 @@ import pickle
 import tarfile
 import tempfile
 import urllib.request
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -108,23 +109,27 @@ def _jpeg_folder_members(folder: Path) -> Iterator[tuple[str, int, bytes]]:
             yield str(path), label, path.read_bytes()
 
 
-def _jpeg_tar_members(archive: Path, split: str) -> Iterator[tuple[str, int, bytes]]:
-    """``(member name, label, bytes)`` for ``cifar10-jpg/<split>/<class>/*.jpg`` members, sorted by name."""
+def _jpeg_tar_members(archive: Path, split: str) -> list[tuple[str, int, bytes]]:
+    """``(member name, label, bytes)`` for ``cifar10-jpg/<split>/<class>/*.jpg`` members, sorted by name.
+
+    Members are read in archive order (a gzip stream cannot seek back cheaply), then sorted.
+    """
+    out = []
     try:
         with tarfile.open(archive, "r:gz") as tar:
-            members = sorted(
-                (m for m in tar.getmembers() if m.isfile() and m.name.endswith(".jpg")), key=lambda m: m.name
-            )
-            for member in members:
+            for member in tar:
+                if not (member.isfile() and member.name.endswith(".jpg")):
+                    continue
                 parts = Path(member.name).parts
                 if len(parts) < 3 or parts[-3] != split:
                     raise DataError(f"{archive}: unexpected member {member.name!r}; expected cifar10-jpg/{split}/<class>/NNNN.jpg")
                 handle = tar.extractfile(member)
                 if handle is None:
                     raise DataError(f"{archive}: cannot read member {member.name!r}")
-                yield f"{archive}:{member.name}", _class_index(parts[-2], archive), handle.read()
-    except (tarfile.TarError, EOFError, OSError) as err:
+                out.append((f"{archive}:{member.name}", _class_index(parts[-2], archive), handle.read()))
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as err:
         raise DataError(f"{archive}: corrupt or unreadable archive ({err})") from err
+    return sorted(out, key=lambda item: item[0])
 
 
 def decode_jpeg(data: bytes, name: str) -> np.ndarray:

@@ -132,3 +132,18 @@ def test_real_jpeg_copy_reads_a_few_files(tmp_path):
     test = load_cifar10(DATA, "test", cache_dir=tmp_path)
     assert test.images.shape == (10000, 32, 32, 3) and test.source == "CIFAR-10 (JPEG copy)"
     assert np.bincount(test.labels).tolist() == [1000] * 10
+
+
+def test_jpeg_tarball_layout_and_truncated_archive(tmp_path):
+    originals = _jpeg_folder(tmp_path)
+    packed = tmp_path / "packed"
+    (packed / "cifar10").mkdir(parents=True)
+    archive = packed / "cifar10" / "cifar10-jpg-test.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(tmp_path / "cifar10" / "cifar10-jpg", arcname="cifar10-jpg")
+    got = load_cifar10(packed, "test", cache_dir=tmp_path / "cache")
+    assert got.labels.tolist() == [0, 0, 9, 9]
+    assert np.abs(got.images.astype(int) - originals.astype(int)).mean() < 3
+    archive.write_bytes(archive.read_bytes()[:200])
+    with pytest.raises(DataError, match="cifar10-jpg-test.tar.gz"):
+        load_cifar10(packed, "test", cache_dir=tmp_path / "cache2")
