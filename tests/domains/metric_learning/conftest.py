@@ -29,10 +29,9 @@ def write_image(path: Path, value: int, size: int = 24) -> None:
     Image.fromarray(rng.integers(0, 255, (size, size, 3), dtype=np.uint8)).save(path)
 
 
-@pytest.fixture
-def tiny_cub(tmp_path) -> Path:
+def make_tiny_cub(root: Path) -> Path:
     """CUB_200_2011 layout with classes 1-4 and 101-104, 3 images each."""
-    base = tmp_path / "CUB_200_2011"
+    base = root / "CUB_200_2011"
     images, labels = [], []
     n = 0
     for c in [1, 2, 3, 4, 101, 102, 103, 104]:
@@ -44,4 +43,14 @@ def tiny_cub(tmp_path) -> Path:
             labels.append(f"{n} {c}")
     (base / "images.txt").write_text("\n".join(images) + "\n")
     (base / "image_class_labels.txt").write_text("\n".join(labels) + "\n")
-    return tmp_path
+    return root
+
+
+@pytest.fixture
+def tiny_cub(tmp_path) -> Path:
+    return make_tiny_cub(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def tiny_cub_session(tmp_path_factory) -> Path:
+    return make_tiny_cub(tmp_path_factory.mktemp("cub"))
