@@ -125,6 +125,8 @@ class SuperResolutionTask:
         betas = tuple(cfg.betas)
         if cfg.contrastive:
             d = WaveletDiscriminator(cfg.discriminator.embed_layer, cfg.discriminator.channel_divisor).to(self.device)
+            self.embedder = d
+            """The unwrapped discriminator: ``embed`` runs with frozen parameters, so it needs no DDP sync."""
             self.discriminator = ctx.wrap(d)
             self.objective = ObjectiveSum(cfg.objective.terms).to(self.device)
             self._modules["discriminator"] = self.discriminator
@@ -173,7 +175,7 @@ class SuperResolutionTask:
     def contrastive_loss(self, sr: Tensor, pos: Tensor, neg: Tensor) -> Tensor:
         """The objective on ``phi(SR)`` against ``phi`` of every positive and negative (gradient into ``sr``)."""
         b = sr.shape[0]
-        emb = self.discriminator.embed(torch.cat([sr, pos.flatten(0, 1), neg.flatten(0, 1)]))
+        emb = self.embedder.embed(torch.cat([sr, pos.flatten(0, 1), neg.flatten(0, 1)]))
         anchors, candidates = emb[:b], emb[b:]
         pos_mask, neg_weight = contrastive_layout(b, pos.shape[0], neg.shape[0], self.cfg.in_batch_negatives, sr.device)
         extra = {} if neg_weight is None else {"neg_weight": neg_weight}
@@ -212,7 +214,7 @@ class SuperResolutionTask:
         if not self.cfg.contrastive:
             return None
         lr, hr = (t.to(self.device) for t in batch)
-        emb = self.discriminator.embed(torch.cat([self.generator(lr), hr]))
+        emb = self.embedder.embed(torch.cat([self.generator(lr), hr]))
         return emb[: lr.shape[0]], emb[lr.shape[0] :]
 
     # -- evaluation -----------------------------------------------------------------------------

@@ -19,9 +19,9 @@ def test_page_has_table_spread_gains_and_context(tmp_path):
     bench = {"device": "CPU", "threads": 1, "rows": [{"mode": "l1", "precision": "bf16", "patch": 24, "batch": 16,
                                                        "seconds_per_step": 0.5, "patches_per_second": 32.0}]}
     page = tmp_path / "sr.md"
-    write_page(results, {"Set5/psnr_y": 33.68, "Set5/ssim_y": 0.93}, bench, [], args, 2, ["Set5"], page)
+    write_page(results, {"Set5/psnr_y": 33.68, "Set5/ssim_y": 0.93}, bench, [], args, 2, ["Set5"], page, "PROTOCOL")
     text = page.read_text()
-    assert "REDUCED protocol" in text and PAPER_GAINS in text
+    assert "REDUCED protocol" in text and PAPER_GAINS in text and "x2; PROTOCOL;" in text
     assert "| bicubic | 33.680 | 0.9300 |" in text
     assert "34.100 ± 0.141" in text  # L1 mean ± std over the two seeds
     assert "- Set5: +0.100, -0.100 (mean +0.000)" in text
