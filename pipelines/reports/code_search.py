@@ -175,7 +175,7 @@ for one epoch on 1,280 mined pairs (40 steps of 32), queries cut to 32 and code 
 tokens at evaluation, fp32 on the CPU. Soft-InfoNCE uses the code defaults t/alpha/beta of the configs (not tuned; any
 tuning must use the mined validation split, never CoSQA). Numbers are percentages, mean ± std over seeds.
 
-* **mined**: the held-out package-disjoint test split of the mined dataset (first {'1,000'} pairs by seeded subset), each query
+* **mined**: a seeded 1,000-pair subset of the held-out, package-disjoint test split of the mined dataset, each query
   ranked against all code of that subset. Dataset version `{manifest['dataset_version']}`: {counts['pairs']} pairs
   (train {counts['train']}, val {counts['val']}, test {counts['test']}) from the standard library and site-packages.
 * **CoSQA**: the 500 dev queries ranked against the 6,267-function corpus (MRR over the whole corpus).
