@@ -229,13 +229,18 @@ class ImageTextTask:
 
     def _embed_images(self, x: Tensor) -> Tensor:
         if len(x) == 0:
-            return torch.zeros(0, self.cfg.model.embed_dim, device=self.ctx.device)
+            return self._empty()
         return self.net.image_head(x) if self.frozen else self.net.encode_image(x)
 
     def _embed_texts(self, x: Tensor | list[str]) -> Tensor:
         if len(x) == 0:
-            return torch.zeros(0, self.cfg.model.embed_dim, device=self.ctx.device)
+            return self._empty()
         return self.net.text_head(x) if self.frozen else self.net.encode_text(x)
+
+    def _empty(self) -> Tensor:
+        """No rows, but attached to the graph (GradCache back-propagates every chunk's outputs)."""
+        anchor = next(p for p in self.model.parameters() if p.requires_grad)
+        return torch.zeros(0, self.cfg.model.embed_dim, device=self.ctx.device) + 0 * anchor.sum()
 
     # ---------------------------------------------------------------- training
     def modules(self) -> Mapping[str, nn.Module]:
@@ -259,6 +264,8 @@ class ImageTextTask:
             by_key.setdefault(rec["key"], []).append(j)
         for start in range(0, len(order), cfg.batch_size):
             rows = order[start: start + cfg.batch_size]
+            if len(rows) < 2:  # a contrastive batch needs a negative
+                continue
             captions = [style.pairs.captions[r] for r in rows]
             in_batch = {normalise(c) for c in captions}
             neg_texts, neg_images = [], []

