@@ -246,9 +246,9 @@ def write_report(results: list[dict[str, Any]], baseline: list[dict[str, Any]], 
         f"Sum of per-run wall times: {total_wall / 60:.1f} min (runs overlap when `--jobs` > 1). "
         + (f"Each run is single-threaded, so its CPU time is about its wall time on an otherwise idle core: at the "
            f"mean {statistics.fmean(r['cpu_s'] for r in results):.0f} s of CPU per run, the full table "
-           f"({len(CONFIGS)} configs x {n_seeds} seeds + references) needs about "
-           f"{statistics.fmean(r['cpu_s'] for r in results) * len(CONFIGS) * n_seeds / max(1, args.jobs) / 60:.0f} min "
-           f"with `--jobs {args.jobs}` on an idle machine with at least {args.jobs} cores."
+           f"({len(CONFIGS)} configs x {len(SEEDS)} seeds) needs about "
+           f"{statistics.fmean(r['cpu_s'] for r in results) * len(CONFIGS) * len(SEEDS) / 2 / 60:.0f} min "
+           "with the default `--jobs 2` on an idle 2-core machine, plus about a minute for the random-init references."
            if results else ""),
         "",
         "## WEINCE against InfoNCE",
