@@ -195,6 +195,8 @@ def load_hetero(spec: DatasetSpec, data_root: str | Path) -> HeteroData:
     target = data[spec.target]
     if labels.shape[0] != target.num_nodes:
         raise ValueError(f"{spec.labels}: {labels.shape[0]} labels for {target.num_nodes} {spec.target!r} nodes")
+    if labels.min() < 0:
+        raise ValueError(f"{spec.labels}: labels minus dataset.label_offset={spec.label_offset} go below 0")
     target.y = labels
     for n in spec.splits:
         for part in ("train", "val", "test"):

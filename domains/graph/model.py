@@ -55,9 +55,11 @@ class GCNEncoder(nn.Module):
         self.norm = nn.LayerNorm(dim, elementwise_affine=False)
 
     def forward(self, x: Tensor, adj_t: Tensor) -> Tensor:
-        """``x [N, D]`` over the normalised sparse ``adj_t [target, source]``."""
-        h = self.act(self.conv1(x, adj_t))
-        return self.norm(self.conv2(h, adj_t))
+        """``x [N, D]`` over the normalised sparse ``adj_t [target, source]``, in fp32 under any autocast
+        (sparse CSR products have no bf16/fp16 kernels on every device)."""
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            h = self.act(self.conv1(x.float(), adj_t))
+            return self.norm(self.conv2(h, adj_t))
 
 
 class SemanticAttention(nn.Module):

@@ -73,6 +73,7 @@ def write_tiny_graph(folder: Path, num_metapaths: int = 2, n: int = 60, others: 
         "edges": edges,
         "metapaths": metapaths,
         "labels": "labels.npy",
+        "label_offset": 0,
         "splits": [5],
     }
 
