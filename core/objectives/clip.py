@@ -51,16 +51,20 @@ def clip_loss(
     neg_weight: Tensor | None = None,
     extra_text_logits: Tensor | None = None,
     extra_image_logits: Tensor | None = None,
+    text_logits: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Per-image ``[N]`` and per-text ``[M]`` cross-entropies of image-text ``logits [N, M]``.
 
     ``extra_text_logits [N, K]`` (images vs extra texts) and ``extra_image_logits [M, L]`` (texts vs
-    extra images) are negative-only columns of the two directions.
+    extra images) are negative-only columns of the two directions. ``text_logits [M, N]`` is the
+    text->image matrix when it was computed separately (row-major rows reduce faster than
+    ``logits.T``); it must equal ``logits.T``.
     """
-    transposed = Pairs(pos=pairs.pos.T, valid=pairs.valid.T)
+    transposed = Pairs(pos=pairs.pos.T.contiguous(), valid=pairs.valid.T.contiguous())
     weight_t = None if neg_weight is None else neg_weight.T
+    text_logits = logits.T if text_logits is None else text_logits
     per_image = weighted_infonce(*with_extra_columns(logits, pairs, neg_weight, extra_text_logits))
-    per_text = weighted_infonce(*with_extra_columns(logits.T, transposed, weight_t, extra_image_logits))
+    per_text = weighted_infonce(*with_extra_columns(text_logits, transposed, weight_t, extra_image_logits))
     return per_image, per_text
 
 
@@ -104,9 +108,11 @@ class CLIPLoss(ContrastiveObjective):
         with full_precision(anchors):
             images, texts = normalised(anchors), normalised(candidates)
             scale = upcast(self.logit_scale).clamp(0.0, MAX_LOGIT_SCALE).exp().to(images.dtype)
-            scaled_images = scale * images
+            scaled_images, scaled_texts = scale * images, scale * texts
             extra_t = None if extra_texts is None else scaled_images @ normalised(extra_texts).T
-            extra_i = None if extra_images is None else (scale * texts) @ normalised(extra_images).T
+            extra_i = None if extra_images is None else scaled_texts @ normalised(extra_images).T
             weight = None if neg_weight is None else upcast(neg_weight)
-            per_image, per_text = clip_loss(scaled_images @ texts.T, pairs, weight, extra_t, extra_i)
+            # Two matmuls, as open_clip: each direction then reduces along contiguous rows.
+            logits, text_logits = scaled_images @ texts.T, scaled_texts @ images.T
+            per_image, per_text = clip_loss(logits, pairs, weight, extra_t, extra_i, text_logits)
         return (reduce_mean(per_image, pairs.has_pos) + reduce_mean(per_text, pairs.pos.any(dim=0))) / 2
