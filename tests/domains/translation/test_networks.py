@@ -1,0 +1,55 @@
+"""Network shapes: generator sizes and CUT's layer indexing, the 70x70 PatchGAN map, the head."""
+
+import pytest
+import torch
+
+from contrasuite.domains.translation.networks import (
+    PatchDiscriminator, PatchHead, ResnetGenerator, default_nce_layers, gather_patches, sample_locations,
+    translate_any_size,
+)
+
+
+@pytest.mark.parametrize("antialias", [True, False])
+def test_generator_shapes_and_nce_layers(antialias):
+    g = ResnetGenerator(ngf=4, n_blocks=5, antialias=antialias)
+    x = torch.randn(2, 3, 32, 32)
+    assert g(x).shape == x.shape and g(x).abs().max() <= 1
+    layers = default_nce_layers(5)
+    assert layers == [0, 4, 8, 12, 16]
+    feats = g.encode(x, layers)
+    # padded input, first down conv (full res with anti-aliasing, half without), second, blocks 1 and 5
+    first = 32 if antialias else 16
+    assert [tuple(f.shape[1:]) for f in feats] == [(3, 38, 38), (8, first, first), (16, 16, 16) if antialias else (16, 8, 8),
+                                                   (16, 8, 8), (16, 8, 8)]
+    assert [g.channels[i] for i in layers] == [f.shape[1] for f in feats]
+    with pytest.raises(ValueError, match="nce_layers"):
+        g.encode(x, [0, 30])
+
+
+def test_default_layers_scale_with_blocks():
+    assert default_nce_layers(9) == [0, 4, 8, 12, 16]
+    assert default_nce_layers(4) == [0, 4, 8, 12, 15]
+
+
+def test_patchgan_is_70x70_with_30x30_map_at_256():
+    d = PatchDiscriminator(ndf=4, n_layers=3)
+    assert d(torch.randn(1, 3, 256, 256)).shape == (1, 1, 30, 30)
+    assert d(torch.randn(2, 3, 64, 64)).shape == (2, 1, 6, 6)
+
+
+def test_head_sampling_and_unit_outputs():
+    feat = torch.randn(2, 6, 5, 5)
+    idx = sample_locations(feat, 256)
+    assert sorted(idx.tolist()) == list(range(25))  # fewer locations than patches: all of them
+    idx = sample_locations(feat, 7)
+    patches = gather_patches(feat, idx)
+    assert patches.shape == (2, 7, 6)
+    torch.testing.assert_close(patches[1, 3], feat[1, :, idx[3] // 5, idx[3] % 5])
+    z = PatchHead([6], dim=16)([patches])[0]
+    assert z.shape == (2, 7, 16)
+    torch.testing.assert_close(z.norm(dim=-1), torch.ones(2, 7), atol=1e-3, rtol=0)  # CUT: z / (|z| + 1e-7)
+
+
+def test_any_size_translation_keeps_size():
+    g = ResnetGenerator(ngf=4, n_blocks=1)
+    assert translate_any_size(g, torch.randn(1, 3, 30, 22)).shape == (1, 3, 30, 22)

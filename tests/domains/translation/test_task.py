@@ -1,0 +1,98 @@
+"""Emoji splits, the optimizer order of a CUT step, and the head's update through the engine's step."""
+
+import json
+from contextlib import nullcontext
+from pathlib import Path
+
+import torch
+
+from contrasuite.domains.task import TaskContext
+from contrasuite.domains.translation.data import DataConfig, emoji_groups, split_emoji
+from contrasuite.domains.translation.task import TranslationConfig, TranslationTask
+
+
+def test_split_emoji_disjoint_and_groups_kept_together():
+    groups = [[f"{i}.png"] + [f"{i}-{t}.png" for t in range(i % 3)] for i in range(60)]
+    s = split_emoji(groups, test_images=10, val_images=8, seed=0)
+    sets = [set(s.train_a), set(s.train_b), set(s.val), set(s.test)]
+    assert sum(map(len, sets)) == sum(map(len, groups))
+    assert all(not (a & b) for i, a in enumerate(sets) for b in sets[i + 1 :])
+    for g in groups:
+        assert sum(any(n in part for n in g) for part in sets) == 1  # a group never straddles splits
+    assert split_emoji(groups, 10, 8, seed=0) == s and split_emoji(groups, 10, 8, seed=1) != s
+
+
+def test_real_emoji_splits_disjoint(data_root):
+    meta = json.loads((data_root / "emoji" / "emoji.json").read_text())
+    names = [e["image"] for e in meta if e.get("has_img_twitter") and e.get("has_img_google")]
+    groups = emoji_groups(data_root / "emoji" / "emoji.json", names)
+    s = split_emoji(groups, 400, 150, seed=0)
+    assert len(s.test) >= 400 and len(s.val) >= 150 and min(len(s.train_a), len(s.train_b)) > 500
+    assert not (set(s.train_a) & set(s.train_b)) and not ((set(s.train_a) | set(s.train_b)) & (set(s.val) | set(s.test)))
+    assert not set(s.val) & set(s.test)
+
+
+class RecordingStep:
+    """A stand-in for the engine's Step: backward, step, zero_grad, and the order of the calls."""
+
+    epoch, step = 0, 0
+
+    def __init__(self, optimizers):
+        self.optimizers, self.calls = optimizers, []
+
+    def autocast(self):
+        return nullcontext()
+
+    def optimize(self, name, loss):
+        self.calls.append(name)
+        loss.backward()
+        self.optimizers[name].step()
+        self.optimizers[name].zero_grad(set_to_none=True)
+
+
+def tiny_task(tmp_path: Path, data_root: Path, **nce) -> TranslationTask:
+    cfg = TranslationConfig()
+    cfg.data = DataConfig(batch_size=2, crop_size=32, max_train_images=6, test_images=20, val_images=10,
+                          cache_dir=str(tmp_path.parent / "emoji_cache"))
+    cfg.generator.ngf, cfg.generator.n_blocks = 4, 2
+    cfg.discriminator.ndf = 4
+    cfg.nce.num_patches = 16
+    for k, v in nce.items():
+        setattr(cfg.nce, k, v)
+    task = TranslationTask()
+    task.setup(TaskContext(config=cfg, device=torch.device("cpu"), precision="fp32", run_dir=tmp_path,
+                           data_root=data_root, seed=0))
+    return task
+
+
+def test_step_order_and_every_optimizer_moves(tmp_path, data_root):
+    task = tiny_task(tmp_path, data_root)
+    assert list(task.optimizers()) == ["discriminator", "generator", "head"]
+    before = {k: [p.detach().clone() for p in m.parameters()] for k, m in task.modules().items()}
+    step = RecordingStep(task.optimizers())
+    out = task.train_step(next(iter(task.batches(0))), step)
+    assert step.calls == ["discriminator", "generator", "head"]
+    assert {"loss_d", "loss_gan", "nce_x", "nce_y", "loss"} <= set(out)
+    for name in ("generator", "discriminator", "head"):
+        after = list(task.modules()[name].parameters())
+        assert any(not torch.equal(a, b) for a, b in zip(after, before[name])), name
+    # D is unfrozen again and no stale gradients are left behind for the next step
+    assert all(p.requires_grad and p.grad is None for m in task.modules().values() for p in m.parameters())
+
+
+def test_gan_only_and_fastcut_variants(tmp_path, data_root):
+    gan = tiny_task(tmp_path / "gan", data_root, weight=0.0)
+    assert list(gan.optimizers()) == ["discriminator", "generator"]
+    step = RecordingStep(gan.optimizers())
+    assert "nce_x" not in gan.train_step(next(iter(gan.batches(0))), step)
+    fast = tiny_task(tmp_path / "fast", data_root, weight=10.0, identity=False, flip_equivariance=True)
+    out = fast.train_step(next(iter(fast.batches(0))), RecordingStep(fast.optimizers()))
+    assert "nce_x" in out and "nce_y" not in out
+
+
+def test_batches_reproducible_per_seed_and_epoch(tmp_path, data_root):
+    task = tiny_task(tmp_path, data_root)
+    a = [torch.cat(b) for b in task.batches(1)]
+    b = [torch.cat(b) for b in task.batches(1)]
+    c = [torch.cat(b) for b in task.batches(2)]
+    assert all(torch.equal(x, y) for x, y in zip(a, b)) and not all(torch.equal(x, y) for x, y in zip(a, c))
