@@ -3,7 +3,9 @@
 Times full training steps of the super_resolution task (generator forward, D step and generator
 step with the contrastive term for ``pcl``; generator only for ``l1``) through the engine's
 :class:`~contrasuite.pipelines.step.Step`, for each precision, on real T91 patches. The first
-``--warmup`` steps are not timed. Prints a markdown table and writes ``--output`` JSON if given.
+``--warmup`` steps are not timed. Wall time gives patches/s; process CPU time per step is printed too
+(on a shared CPU, wall time includes waiting for other processes). Prints a markdown table and
+writes ``--output`` JSON if given.
 
     contrasuite bench super_resolution --precisions fp32,bf16 --modes l1,pcl --patch 48 --batch 16
 """
@@ -54,22 +56,24 @@ def measure(mode: str, precision: str, args: argparse.Namespace, device: torch.d
     task.setup(ctx)
     scaler = make_scaler(precision, device)
     batches = list(task.batches(0))
-    times = []
+    times, cpu_times = [], []
     for i, batch in enumerate(batches):
         step = Step(epoch=0, step=i, optimizers=task.optimizers(), schedulers=task.schedulers(), autocast=ctx.autocast,
                     scaler=scaler, grad_clip=None, non_finite="stop", no_sync=contextlib.nullcontext)
         if device.type == "cuda":
             torch.cuda.synchronize()
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         task.train_step(batch, step)
         step.finish()
         if device.type == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
-    timed = times[args.warmup :]
+        cpu_times.append(time.process_time() - cpu_start)
+    timed, cpu = times[args.warmup :], cpu_times[args.warmup :]
     per_step = sum(timed) / len(timed)
     return {"mode": mode, "precision": precision, "device": str(device), "scale": args.scale, "patch": args.patch,
-            "batch": args.batch, "steps": len(timed), "seconds_per_step": per_step, "patches_per_second": args.batch / per_step}
+            "batch": args.batch, "steps": len(timed), "seconds_per_step": per_step, "patches_per_second": args.batch / per_step,
+            "cpu_seconds_per_step": sum(cpu) / len(cpu)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -83,9 +87,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU {platform.processor() or platform.machine()}"
     print(f"device: {name}, torch {torch.__version__}, threads {torch.get_num_threads()}, "
           f"x{args.scale}, LR patch {args.patch}, batch {args.batch}, {args.steps} timed steps")
-    print("| mode | precision | s/step | patches/s |\n|---|---|---|---|")
+    print("| mode | precision | s/step | patches/s | CPU s/step |\n|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['mode']} | {r['precision']} | {r['seconds_per_step']:.3f} | {r['patches_per_second']:.1f} |")
+        print(f"| {r['mode']} | {r['precision']} | {r['seconds_per_step']:.3f} | {r['patches_per_second']:.1f} | {r['cpu_seconds_per_step']:.3f} |")
     if args.output:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(json.dumps({"device": name, "threads": torch.get_num_threads(), "rows": rows}, indent=2))

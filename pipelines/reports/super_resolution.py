@@ -257,9 +257,10 @@ def write_page(results: list[dict[str, Any]], bic: dict[str, float], bench_rows:
     if bench_rows:
         lines += ["", "## Training throughput", "", f"`contrasuite bench super_resolution --threads 1 --device cpu --scale {scale}` "
                   f"({bench_rows['device']}, {bench_rows['threads']} thread; other processes may share the CPU):", "",
-                  "| mode | precision | LR patch | batch | s/step | patches/s |", "|---|---|---|---|---|---|"]
+                  "| mode | precision | LR patch | batch | s/step | patches/s | CPU s/step |", "|---|---|---|---|---|---|---|"]
         for b in bench_rows["rows"]:
-            lines.append(f"| {b['mode']} | {b['precision']} | {b['patch']} | {b['batch']} | {b['seconds_per_step']:.3f} | {b['patches_per_second']:.1f} |")
+            lines.append(f"| {b['mode']} | {b['precision']} | {b['patch']} | {b['batch']} | {b['seconds_per_step']:.3f} "
+                         f"| {b['patches_per_second']:.1f} | {b.get('cpu_seconds_per_step', float('nan')):.3f} |")
     if crops:
         lines += ["", "## Crops", "", "LR (nearest) | bicubic | L1 | L1 + contrastive | HR, seed-0 models, centre 96 px crops:", ""]
         lines += [f"![{p.stem}]({p.relative_to(page.parent).as_posix()})" for p in crops]
