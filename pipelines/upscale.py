@@ -76,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("output", type=Path, help="an image path (for one image) or a folder")
     parser.add_argument("--checkpoint", choices=("best", "last"), default="best")
     parser.add_argument("--tile", type=int, default=128, help="LR tile side; 0 = whole image at once")
-    parser.add_argument("--overlap", type=int, default=32, help="LR context pixels around each tile")
+    parser.add_argument("--overlap", type=int, default=40, help="LR context pixels around each tile (EDSR-baseline sees 36)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     args = parser.parse_args(argv)
     device = pick_device(args.device, 0)

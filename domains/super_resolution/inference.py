@@ -2,8 +2,9 @@
 
 The LR image is cut into ``tile x tile`` cores; each core is run with ``overlap`` LR pixels of real
 context on every side (clipped at the image border) and only the core's output is kept. When
-``overlap`` covers the network's receptive radius (EDSR-baseline: about 35 LR pixels) the result
-equals whole-image inference up to float rounding; smaller overlaps trade exactness for speed.
+``overlap`` covers the network's receptive radius (EDSR-baseline: 36 LR pixels, from 35 convolutions
+at LR resolution and one at HR) the result equals whole-image inference up to float rounding;
+smaller overlaps trade exactness for speed.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from torch import Tensor, nn
 
 
 @torch.no_grad()
-def upscale(model: nn.Module, lr: Tensor, scale: int, tile: int | None = None, overlap: int = 32) -> Tensor:
+def upscale(model: nn.Module, lr: Tensor, scale: int, tile: int | None = None, overlap: int = 40) -> Tensor:
     """``model`` applied to ``lr [B, 3, h, w]`` -> ``[B, 3, scale h, scale w]`` (clamped to [0, 1]).
 
     ``tile=None`` runs the whole image at once.
