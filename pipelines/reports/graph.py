@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import resource
 import time
@@ -126,6 +127,7 @@ def adameow_memory(dataset: str, cache: Path, data_root: str | None, epochs: int
         "peak_rss_MiB": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "seconds_per_epoch": round(sorted(times)[len(times) // 2], 2),
         "threads": torch.get_num_threads(), "cpu": platform.processor() or platform.machine(),
+        "load_average_1min": round(os.getloadavg()[0], 1), "cpu_count": os.cpu_count(),
     }
     cache.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=2))
@@ -143,7 +145,7 @@ def render(records: dict[tuple[str, str], dict], memory: dict | None, full: bool
     """The Markdown results page."""
     keys = [f"{m}_{r}" for m in ("macro_f1", "micro_f1", "auc") for r in RATIOS] + ["nmi", "ari"]
     head = ["Ma-F1 20", "Ma-F1 40", "Ma-F1 60", "Mi-F1 20", "Mi-F1 40", "Mi-F1 60", "AUC 20", "AUC 40", "AUC 60", "NMI", "ARI"]
-    scope = "full configs" if full else "REDUCED protocol (configs/graph/reduced/: shorter schedules, 20 probe runs)"
+    scope = "full configs" if full else "REDUCED protocol: configs/graph/reduced/, 60 epochs, 20 probe runs"
     lines = [
         "# Graph domain results: MEOW, AdaMEOW, InfoNCE and WEINCE on ACM, DBLP, IMDB",
         "",
@@ -153,6 +155,7 @@ def render(records: dict[tuple[str, str], dict], memory: dict | None, full: bool
         "Reference rows are quoted, not re-run here, except the official MEOW code run (measured on a machine",
         "like this one, shared/research/measured-anchors.md). The MEOW/AdaMEOW paper tables were not retrieved",
         "(shared/research/domain-pipelines.md section 1(d)); HeCo figures come from the READMEs named in the rows.",
+        "A one-seed run of the full MEOW ACM config is reported in docs/domains/graph.md (Verification).",
         "",
     ]
     for ds in DATASETS:
@@ -167,7 +170,8 @@ def render(records: dict[tuple[str, str], dict], memory: dict | None, full: bool
         lines += ["", "Time: " + "; ".join(timing) if timing else "Time: no runs cached yet.", ""]
     missing = [f"{m}_{d}" for d in DATASETS for m in METHODS if (m, d) not in records]
     if missing:
-        lines += [f"Not yet run (complete with the same command): {', '.join(missing)}.", ""]
+        lines += [f"Not yet run: {', '.join(missing)}. `contrasuite compare graph --memory` runs what is missing",
+                  "(finished cells are cached as JSON and not re-run) and rewrites this page.", ""]
     if memory:
         lines += [
             "## AdaMEOW pair weights: memory and time on DBLP",
@@ -177,7 +181,8 @@ def render(records: dict[tuple[str, str], dict], memory: dict | None, full: bool
             f"{memory['weights_saved_for_backward_MiB']} MiB for the weights, where the naive form's input alone is",
             f"{memory['naive_pair_input_MiB']} MiB (N x N x d float32) and its hidden layer {memory['naive_hidden_MiB']} MiB.",
             f"Peak process memory (max RSS) {memory['peak_rss_MiB']} MiB; {memory['seconds_per_epoch']} s per full-batch",
-            f"training epoch (median of 3) on {memory['threads']} CPU thread(s).",
+            f"training epoch (median of 3) on {memory['threads']} CPU thread(s), measured with a 1-minute load average of",
+            f"{memory.get('load_average_1min', '?')} on {memory.get('cpu_count', '?')} cores (a busy machine makes this slower).",
             "",
         ]
     return "\n".join(lines)
