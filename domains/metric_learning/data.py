@@ -13,8 +13,9 @@ Learning via Lifted Structured Feature Embedding", CVPR 2016, set the CUB/Cars/S
 * ``sop`` (Stanford Online Products): ``Ebay_train.txt`` / ``Ebay_test.txt``.
 * ``inshop`` (In-Shop Clothes Retrieval): ``list_eval_partition.txt``; test is query vs gallery.
 
-For every dataset ``val_fraction`` of the training classes (chosen with ``split_seed``) are held out
-as the validation split used to select the checkpoint.
+For every dataset ``val_fraction`` of the training classes (chosen with ``split_seed``; for emoji,
+whole base emoji with their skin-tone variants) are held out as the validation split used to
+select the checkpoint.
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ class ImageList:
     """``None``: every image queries all others. Else queries search the gallery (``False``) only."""
     names: list[str] = field(default_factory=list)
     """Optional human-readable class names (by position in ``labels``)."""
+    groups: list[str] = field(default_factory=list)
+    """Optional group of each image's class (emoji: the base emoji of a skin-tone variant); a
+    validation split holds out whole groups."""
 
     def __post_init__(self) -> None:
         if len(self.paths) != len(self.labels):
@@ -62,6 +66,7 @@ class ImageList:
             [self.labels[i] for i in idx],
             None if self.is_query is None else [self.is_query[i] for i in idx],
             [self.names[i] for i in idx] if self.names else [],
+            [self.groups[i] for i in idx] if self.groups else [],
         )
 
 
@@ -141,8 +146,8 @@ def load_emoji(root: Path, cache: Path, train_fraction: float, split_seed: int) 
     lists = []
     label = 0
     for part in (groups[:n_train], groups[n_train:]):
-        paths, labels, names = [], [], []
-        for _, images in part:
+        paths, labels, names, bases = [], [], [], []
+        for base, images in part:
             for image, name in images:
                 files = [dirs[s] / image for s in EMOJI_STYLES]
                 if not all(f.is_file() for f in files):
@@ -150,8 +155,9 @@ def load_emoji(root: Path, cache: Path, train_fraction: float, split_seed: int) 
                 paths += files
                 labels += [label] * len(files)
                 names += [name] * len(files)
+                bases += [base] * len(files)
                 label += 1
-        lists.append(ImageList(paths, labels, names=names))
+        lists.append(ImageList(paths, labels, names=names, groups=bases))
     return lists[0], lists[1]
 
 
@@ -218,12 +224,14 @@ def load_inshop(root: Path) -> tuple[ImageList, ImageList]:
 
 
 def hold_out_classes(train: ImageList, val_fraction: float, seed: int) -> tuple[ImageList, ImageList]:
-    """Move ``val_fraction`` of the training classes (seeded) to a validation split."""
+    """Move ``val_fraction`` of the training classes (seeded; whole groups when ``groups`` is set) to validation."""
     if not 0.0 < val_fraction < 1.0:
         raise ValueError(f"data.val_fraction must be in (0, 1), got {val_fraction}")
-    classes = sorted(train.classes())
-    random.Random(seed + 1).shuffle(classes)
-    val = set(classes[: max(1, round(len(classes) * val_fraction))])
+    group_of = dict(zip(train.labels, train.groups)) if train.groups else {y: str(y) for y in train.labels}
+    groups = sorted(set(group_of.values()))
+    random.Random(seed + 1).shuffle(groups)
+    held = set(groups[: max(1, round(len(groups) * val_fraction))])
+    val = {y for y, g in group_of.items() if g in held}
     return train.subset(lambda y: y not in val), train.subset(lambda y: y in val)
 
 

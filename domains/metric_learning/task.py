@@ -8,6 +8,7 @@ training. See ``docs/domains/metric_learning.md``.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -263,10 +264,8 @@ class MetricLearningTask:
         d, m = self.cfg.data, self.cfg.model
         if not m.pretrained:
             return self._stem_all(split)
-        key = (
-            f"{d.name}-s{d.image_size}-b{m.freeze_blocks}-split{d.split_seed}-t{d.train_fraction}"
-            f"-v{d.val_fraction}-c{d.max_classes}-{split}"
-        )
+        members = hashlib.sha1("\n".join(map(str, self.sets[split].paths)).encode()).hexdigest()[:16]
+        key = f"{d.name}-{split}-s{d.image_size}-b{m.freeze_blocks}-{members}"
         path = cache_root(d.cache_dir) / "metric_learning" / "stems" / f"{key}.pt"
         if path.is_file():
             cached = torch.load(path, map_location=self.device, weights_only=True)

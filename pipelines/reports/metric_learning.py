@@ -115,7 +115,7 @@ def timing_lines(results: dict[str, list[dict]]) -> list[str]:
     return out or ["- not measured yet: run both an ours/PML pair to fill this in."]
 
 
-def write_page(results: dict[str, list[dict]], losses: Sequence[str], command: str, out: Path) -> None:
+def write_page(results: dict[str, list[dict]], losses: Sequence[str], command: str, out: Path, note: str = "") -> None:
     n_runs = sum(len(v) for v in results.values())
     lines = [
         "# Metric learning: cross-style emoji retrieval (reduced CPU protocol)",
@@ -149,6 +149,7 @@ def write_page(results: dict[str, list[dict]], losses: Sequence[str], command: s
         "",
         *timing_lines(results),
         "",
+        *([f"Note: {note}", ""] if note else []),
     ]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines))
@@ -166,6 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("docs/results/metric_learning.md"))
     parser.add_argument("--set", dest="overrides", nargs="*", default=[], help="extra key=value overrides for every run")
     parser.add_argument("--table-only", action="store_true", help="only rewrite the page from stored runs")
+    parser.add_argument("--note", default="", help="a line added under the table (machine, load, partial runs)")
     args = parser.parse_args(argv)
     results: dict[str, list[dict]] = {}
     for loss in args.losses:
@@ -178,6 +180,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             if stored.is_file():
                 results.setdefault(loss, []).append(json.loads(stored.read_text()))
     command = "contrasuite compare metric_learning " + " ".join(argv if argv is not None else sys.argv[1:])
-    write_page(results, args.losses, command.strip(), args.out)
+    write_page(results, args.losses, command.strip(), args.out, args.note)
     print(f"wrote {args.out} ({sum(len(v) for v in results.values())} runs)")
     return 0

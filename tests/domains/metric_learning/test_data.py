@@ -22,6 +22,7 @@ def test_emoji_splits_are_class_disjoint_and_cross_style(emoji_root, cache_dir):
     # A base emoji and all its skin-tone variants stay on one side of the train/test split.
     base = {name: {n.split(":")[0] for n in s.names} for name, s in sets.items()}
     assert not (base["train"] | base["val"]) & base["test"]
+    assert not base["train"] & base["val"]
     # Every class: exactly one Twemoji and one Noto drawing of the same file name.
     test = sets["test"]
     by_class = {}
