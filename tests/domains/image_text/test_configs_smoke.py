@@ -27,9 +27,10 @@ def test_config_smoke(path, tmp_path, emoji_root, tiny_open_clip):
     assert (run_dir / "checkpoints" / "last.pt").is_file()
 
 
+@pytest.mark.slow
 def test_stage_two_starts_from_stage_one(tmp_path, emoji_root):
     """``config.init_from`` loads the aligned heads; hard negatives reach the loss as extra columns."""
-    common = ["run.max_steps=1", "run.epochs=1", f"run.output_root={tmp_path}", "config.data.limit=40",
+    common = ["run.max_steps=1", "run.epochs=1", "run.log_every_steps=1", "run.precision=fp32", f"run.output_root={tmp_path}", "config.data.limit=30",
               "config.batch_size=64", f"config.cache_dir={tmp_path / 'cache'}", "config.model.image_size=64",
               "run.health_every_steps=0"]
     configs = Path(__file__).resolve().parents[3] / "configs" / "image_text"
