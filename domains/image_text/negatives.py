@@ -49,7 +49,7 @@ class NegativesConfig:
     diffusion_steps: int = 30
     language_model: Optional[str] = None
     """A local text-generation model folder; its rewrites are added to the rule-based negatives."""
-    output: str = "negatives/emoji.jsonl"
+    output: str = "runs/negatives/emoji.jsonl"
     """Where ``contrasuite generate-negatives`` writes (relative paths: to the working directory)."""
 
 
