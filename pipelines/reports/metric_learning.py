@@ -179,7 +179,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 write_json_atomic(run_one(config, seed, args.output_root, args.data_root, args.overrides), stored)
             if stored.is_file():
                 results.setdefault(loss, []).append(json.loads(stored.read_text()))
-    command = "contrasuite compare metric_learning " + " ".join(argv if argv is not None else sys.argv[1:])
+    given = list(argv if argv is not None else sys.argv[1:])
+    if "--note" in given:  # the note is printed on its own below the table
+        i = given.index("--note")
+        del given[i : i + 2]
+    command = "contrasuite compare metric_learning " + " ".join(given)
     write_page(results, args.losses, command.strip(), args.out, args.note)
     print(f"wrote {args.out} ({sum(len(v) for v in results.values())} runs)")
     return 0
