@@ -15,6 +15,7 @@ the negative. Everything is computed in log space with masked, max-shifted ``log
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from contrasuite.core.numerics import masked_logsumexp
@@ -36,7 +37,8 @@ def weighted_infonce(
     Only the ``P`` positive entries are gathered (``[P]`` tensors); the ``N x M`` work is one
     masked ``logsumexp``. Without weights, when the denominator is every valid column (SupCon, or
     at most one positive per anchor with ``a = 1``: NT-Xent, CLIP, two views), that logsumexp is a
-    plain ``torch.logsumexp`` whenever all pairs are valid.
+    plain ``torch.logsumexp`` whenever all pairs are valid, and with exactly one positive per anchor
+    the whole loss is ``F.cross_entropy``.
     """
     if other_positives_in_denominator and not positive_in_denominator:
         raise ValueError("other_positives_in_denominator=True needs positive_in_denominator=True")
@@ -48,7 +50,11 @@ def weighted_infonce(
     if neg_weight is None and shared:
         # Denominator = all valid columns (the positive(s) and every negative).
         valid = pairs.valid
-        denom = torch.logsumexp(logits, dim=1) if bool(valid.all()) else masked_logsumexp(logits, valid, dim=1)
+        all_valid = bool(valid.all())
+        if all_valid and rows.numel() == logits.shape[0]:
+            # Exactly one positive per anchor, every pair valid: plain cross-entropy (one fused op).
+            return F.cross_entropy(logits, cols, reduction="none")
+        denom = torch.logsumexp(logits, dim=1) if all_valid else masked_logsumexp(logits, valid, dim=1)
         per_pair = denom[rows] - pos_logits
     else:
         neg = pairs.neg
