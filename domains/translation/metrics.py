@@ -56,17 +56,32 @@ def _sqrtm_psd(a: np.ndarray) -> np.ndarray:
     return (vecs * np.sqrt(np.clip(vals, 0, None))) @ vecs.T
 
 
-def frechet_distance(f1: np.ndarray | Tensor, f2: np.ndarray | Tensor) -> float:
-    """FD between Gaussians fitted to ``f1 [N, D]`` and ``f2 [M, D]`` (float64)."""
+def trace_sqrt_product(a: np.ndarray, b: np.ndarray, method: str = "auto") -> float:
+    """``Tr (S_a S_b)^{1/2}`` for centred rows ``a [N, D]``, ``b [M, D]`` and ``S = X^T X / (n - 1)``.
+
+    ``samples``: the nuclear norm of ``a b^T / sqrt((N-1)(M-1))`` (the eigenvalues of ``S_a S_b`` are
+    the squared singular values of that ``N x M`` matrix) -- exact and cheap when ``N, M < D``;
+    ``features``: ``Tr (S_a^{1/2} S_b S_a^{1/2})^{1/2}`` in ``D x D``.
+    """
+    if method == "auto":
+        method = "samples" if max(len(a), len(b)) < a.shape[1] else "features"
+    if method == "samples":
+        c = a @ b.T / np.sqrt((len(a) - 1) * (len(b) - 1))
+        return float(np.linalg.svd(c, compute_uv=False).sum())
+    sa, sb = a.T @ a / (len(a) - 1), b.T @ b / (len(b) - 1)
+    r = _sqrtm_psd(sa)
+    return float(np.sqrt(np.clip(np.linalg.eigvalsh(r @ sb @ r), 0, None)).sum())
+
+
+def frechet_distance(f1: np.ndarray | Tensor, f2: np.ndarray | Tensor, method: str = "auto") -> float:
+    """FD between Gaussians fitted to ``f1 [N, D]`` and ``f2 [M, D]`` (float64; ``method``: see :func:`trace_sqrt_product`)."""
     f1, f2 = np.asarray(f1, dtype=np.float64), np.asarray(f2, dtype=np.float64)
     if f1.ndim != 2 or f2.ndim != 2 or f1.shape[1] != f2.shape[1] or min(len(f1), len(f2)) < 2:
         raise ValueError(f"features must be [N>=2, D] with the same D, got {f1.shape} and {f2.shape}")
     mu1, mu2 = f1.mean(0), f2.mean(0)
-    s1, s2 = np.cov(f1, rowvar=False), np.cov(f2, rowvar=False)
-    r1 = _sqrtm_psd(s1)
-    # Tr (S1 S2)^{1/2} = Tr (S1^{1/2} S2 S1^{1/2})^{1/2}, a symmetric PSD matrix.
-    cross = np.sqrt(np.clip(np.linalg.eigvalsh(r1 @ s2 @ r1), 0, None)).sum()
-    return float(((mu1 - mu2) ** 2).sum() + np.trace(s1) + np.trace(s2) - 2 * cross)
+    a, b = f1 - mu1, f2 - mu2
+    trace1, trace2 = (a**2).sum() / (len(a) - 1), (b**2).sum() / (len(b) - 1)
+    return float(((mu1 - mu2) ** 2).sum() + trace1 + trace2 - 2 * trace_sqrt_product(a, b, method))
 
 
 def mmd2_unbiased(x: np.ndarray, y: np.ndarray) -> float:

@@ -10,13 +10,16 @@ Settings (``--setting``, repeatable):
 A whole training step runs as in training -- the task's ``train_step`` with the engine's ``Step``
 (discriminator, generator, head; bf16 autocast by default) -- on random images of the right size
 (``trainA/``/``trainB/`` written to a temporary folder), after ``--warmup`` steps; iterations/s is
-``steps / wall time`` of the timed steps. Output: one JSON line per row (and ``--json FILE``).
+``steps / wall time`` of the timed steps; ``cpu_s_per_it`` is the process CPU time per step (all
+threads), a proxy for an idle machine when others share the CPU, and ``load_avg_1min`` says how busy it was. Output: one JSON line per row (and ``--json FILE``, rewritten
+after each row). On a shared machine the wall time includes other processes' load: report it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 from contextlib import nullcontext
 import platform
 import tempfile
@@ -58,7 +61,8 @@ def make_task(setting: str, variant: str, folder: Path, device: torch.device, pr
     return task
 
 
-def measure(task: TranslationTask, device: torch.device, precision: str, warmup: int, steps: int) -> float:
+def measure(task: TranslationTask, device: torch.device, precision: str, warmup: int, steps: int) -> tuple[float, float]:
+    """``(iterations per wall second, process CPU seconds per iteration)``."""
     ctx = TaskContext(config=None, device=device, precision=precision, run_dir=Path("."), data_root=Path("."), seed=0)
     scaler = make_scaler(precision, device)
     batches = task.batches(0)
@@ -73,12 +77,12 @@ def measure(task: TranslationTask, device: torch.device, precision: str, warmup:
         one(i)
     if device.type == "cuda":
         torch.cuda.synchronize()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for i in range(steps):
         one(warmup + i)
     if device.type == "cuda":
         torch.cuda.synchronize()
-    return steps / (time.perf_counter() - start)
+    return steps / (time.perf_counter() - start), (time.process_time() - cpu) / steps
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -109,14 +113,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             for variant in args.variant or ["cut"]:
                 torch.manual_seed(0)
                 task = make_task(setting, variant, folder, device, args.precision)
-                its = measure(task, device, args.precision, args.warmup, args.steps)
+                its, cpu_s = measure(task, device, args.precision, args.warmup, args.steps)
                 crop, batch = SETTINGS[setting][:2]
                 row = {"setting": setting, "variant": variant, "image": crop, "batch": batch, "precision": args.precision,
                        "device": name, "it_per_s": round(its, 3), "images_per_s": round(its * batch, 3),
+                       "cpu_s_per_it": round(cpu_s, 3), "load_avg_1min": round(os.getloadavg()[0], 1),
                        "steps": args.steps, "torch": torch.__version__}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(rows, indent=2))
+                if args.json:  # after every row, so a long benchmark keeps what it measured
+                    args.json.parent.mkdir(parents=True, exist_ok=True)
+                    args.json.write_text(json.dumps(rows, indent=2))
     return 0

@@ -40,8 +40,13 @@ def folder_pair(tmp_path_factory) -> Path:
     return root
 
 
-def run(config: Path, root: Path, out: Path, extra: tuple[str, ...] = ()) -> Path:
-    loaded = load_config(config, [*TINY, f"run.output_root={out}", f"config.data.cache_dir={out.parent / 'cache'}", *extra],
+@pytest.fixture
+def cache(emoji_cache) -> Path:
+    return emoji_cache
+
+
+def run(config: Path, root: Path, out: Path, cache: Path, extra: tuple[str, ...] = ()) -> Path:
+    loaded = load_config(config, [*TINY, f"run.output_root={out}", f"config.data.cache_dir={cache}", *extra],
                          data_root=str(root))
     torch.manual_seed(0)
     return Trainer(loaded).fit()
@@ -54,9 +59,9 @@ def test_shipped_configs_exist():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.stem)
-def test_config_trains_and_validates(config, data_root, folder_pair, tmp_path):
+def test_config_trains_and_validates(config, data_root, folder_pair, cache, tmp_path):
     extra = (f"config.data.path={folder_pair}", "config.data.load_size=40") if "horse2zebra" in config.stem else ()
-    run_dir = run(config, data_root, tmp_path / "runs", extra)
+    run_dir = run(config, data_root, tmp_path / "runs", cache, extra)
     val = json.loads((run_dir / "eval_val.json").read_text())["metrics"]
     assert math.isfinite(val["fd"]) and math.isfinite(val["kid"]) and math.isfinite(val["input_kid"])
     if "emoji" in config.stem:
@@ -64,9 +69,9 @@ def test_config_trains_and_validates(config, data_root, folder_pair, tmp_path):
     assert (run_dir / "checkpoints" / "best.pt").is_file() and list((run_dir / "samples").glob("val_step*.png"))
 
 
-def test_objective_swap_test_eval_and_translate(data_root, tmp_path):
+def test_objective_swap_test_eval_and_translate(data_root, cache, tmp_path):
     config = next(p for p in CONFIGS if p.stem == "reduced_cut_emoji")
-    run_dir = run(config, data_root, tmp_path / "runs", ("config.objective.terms.0={name: dhel, temperature: 0.07}",
+    run_dir = run(config, data_root, tmp_path / "runs", cache, ("config.objective.terms.0={name: dhel, temperature: 0.07}",
                                                           "run.precision=bf16"))
     result = evaluate(run_dir, "last")
     assert {"psnr", "ssim", "fd", "kid", "input_psnr", "input_ssim", "input_fd", "input_kid"} <= set(result["metrics"])

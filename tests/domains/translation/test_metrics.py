@@ -25,6 +25,14 @@ def test_fd_identical_zero_and_shift_is_squared_norm():
     assert abs(frechet_distance(g, 2 * g) - 2.0) < 0.05
 
 
+def test_fd_sample_and_feature_routes_agree():
+    rng = np.random.default_rng(4)
+    a, b = rng.normal(size=(12, 30)), rng.normal(size=(9, 30)) * 1.5 + 0.2
+    fd_s, fd_f = frechet_distance(a, b, "samples"), frechet_distance(a, b, "features")
+    assert abs(fd_s - fd_f) < 1e-6 * max(1.0, fd_f)
+    assert abs(frechet_distance(a, a, "samples")) < 1e-9
+
+
 def test_mmd_unbiased_matches_brute_force():
     rng = np.random.default_rng(2)
     x, y = rng.normal(size=(5, 3)), rng.normal(size=(6, 3)) + 0.5

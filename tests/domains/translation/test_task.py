@@ -50,10 +50,10 @@ class RecordingStep:
         self.optimizers[name].zero_grad(set_to_none=True)
 
 
-def tiny_task(tmp_path: Path, data_root: Path, **nce) -> TranslationTask:
+def tiny_task(tmp_path: Path, data_root: Path, cache: Path, **nce) -> TranslationTask:
     cfg = TranslationConfig()
     cfg.data = DataConfig(batch_size=2, crop_size=32, max_train_images=6, test_images=20, val_images=10,
-                          cache_dir=str(tmp_path.parent / "emoji_cache"))
+                          cache_dir=str(cache))
     cfg.generator.ngf, cfg.generator.n_blocks = 4, 2
     cfg.discriminator.ndf = 4
     cfg.nce.num_patches = 16
@@ -65,8 +65,8 @@ def tiny_task(tmp_path: Path, data_root: Path, **nce) -> TranslationTask:
     return task
 
 
-def test_step_order_and_every_optimizer_moves(tmp_path, data_root):
-    task = tiny_task(tmp_path, data_root)
+def test_step_order_and_every_optimizer_moves(tmp_path, data_root, emoji_cache):
+    task = tiny_task(tmp_path, data_root, emoji_cache)
     assert list(task.optimizers()) == ["discriminator", "generator", "head"]
     before = {k: [p.detach().clone() for p in m.parameters()] for k, m in task.modules().items()}
     step = RecordingStep(task.optimizers())
@@ -80,18 +80,18 @@ def test_step_order_and_every_optimizer_moves(tmp_path, data_root):
     assert all(p.requires_grad and p.grad is None for m in task.modules().values() for p in m.parameters())
 
 
-def test_gan_only_and_fastcut_variants(tmp_path, data_root):
-    gan = tiny_task(tmp_path / "gan", data_root, weight=0.0)
+def test_gan_only_and_fastcut_variants(tmp_path, data_root, emoji_cache):
+    gan = tiny_task(tmp_path / "gan", data_root, emoji_cache, weight=0.0)
     assert list(gan.optimizers()) == ["discriminator", "generator"]
     step = RecordingStep(gan.optimizers())
     assert "nce_x" not in gan.train_step(next(iter(gan.batches(0))), step)
-    fast = tiny_task(tmp_path / "fast", data_root, weight=10.0, identity=False, flip_equivariance=True)
+    fast = tiny_task(tmp_path / "fast", data_root, emoji_cache, weight=10.0, identity=False, flip_equivariance=True)
     out = fast.train_step(next(iter(fast.batches(0))), RecordingStep(fast.optimizers()))
     assert "nce_x" in out and "nce_y" not in out
 
 
-def test_batches_reproducible_per_seed_and_epoch(tmp_path, data_root):
-    task = tiny_task(tmp_path, data_root)
+def test_batches_reproducible_per_seed_and_epoch(tmp_path, data_root, emoji_cache):
+    task = tiny_task(tmp_path, data_root, emoji_cache)
     a = [torch.cat(b) for b in task.batches(1)]
     b = [torch.cat(b) for b in task.batches(1)]
     c = [torch.cat(b) for b in task.batches(2)]
