@@ -35,6 +35,7 @@ class ModelConfig:
     name: str = "pretrained_towers"
     """``pretrained_towers`` (EfficientNet-Lite0 + MiniLM) or ``open_clip``."""
     embed_dim: int = 256
+    """pretrained_towers: the heads' output size (open_clip models keep their own)."""
     image_size: int = 128
     """Input side; emoji are upsampled from 64 (EfficientNet's stride 32 leaves a 4x4 map at 128)."""
     freeze_trunks: bool = True
@@ -68,6 +69,7 @@ class TwoTowerModel(nn.Module):
         self.register_buffer("mean", torch.tensor(mean).view(1, 3, 1, 1), persistent=False)
         self.register_buffer("std", torch.tensor(std).view(1, 3, 1, 1), persistent=False)
         self.image_size = image_size
+        self.embed_dim: int | None = None
 
     def preprocess(self, images: Tensor) -> Tensor:
         """``[N, H, W, 3]`` uint8 -> normalised ``[N, 3, S, S]`` float on the model's device."""
@@ -207,8 +209,10 @@ def pretrained_towers(cfg: ModelConfig) -> TwoTowerModel:
     tokenizer = DynamicPadTokenizer(HFTokenizer(text_path, context_length=cfg.context_length).tokenizer,
                                     cfg.context_length)
     image_head = SpatialHead(image_trunk.num_features, cfg.grid, cfg.head_hidden, cfg.embed_dim)
-    return TwoTowerModel(PooledTrunk(image_trunk, cfg.grid), image_head, HFTextTrunk(encoder), encoder.proj,
-                         tokenizer, IMAGENET_MEAN, IMAGENET_STD, cfg.image_size)
+    towers = TwoTowerModel(PooledTrunk(image_trunk, cfg.grid), image_head, HFTextTrunk(encoder), encoder.proj,
+                           tokenizer, IMAGENET_MEAN, IMAGENET_STD, cfg.image_size)
+    towers.embed_dim = cfg.embed_dim
+    return towers
 
 
 def open_clip_model(cfg: ModelConfig) -> TwoTowerModel:
@@ -225,8 +229,11 @@ def open_clip_model(cfg: ModelConfig) -> TwoTowerModel:
     size = size[0] if isinstance(size, (tuple, list)) else size
     mean = getattr(model.visual, "image_mean", None) or open_clip.OPENAI_DATASET_MEAN
     std = getattr(model.visual, "image_std", None) or open_clip.OPENAI_DATASET_STD
-    return TwoTowerModel(OpenCLIPImage(model), nn.Identity(), OpenCLIPText(model), nn.Identity(),
-                         open_clip.get_tokenizer(cfg.architecture), mean, std, size)
+    towers = TwoTowerModel(OpenCLIPImage(model), nn.Identity(), OpenCLIPText(model), nn.Identity(),
+                           open_clip.get_tokenizer(cfg.architecture), mean, std, size)
+    with torch.no_grad():
+        towers.embed_dim = int(towers.encode_text(["a"]).shape[-1])  # the architecture's, not cfg.embed_dim
+    return towers
 
 
 def build_model(cfg: ModelConfig) -> TwoTowerModel:

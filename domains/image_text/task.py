@@ -240,7 +240,7 @@ class ImageTextTask:
     def _empty(self) -> Tensor:
         """No rows, but attached to the graph (GradCache back-propagates every chunk's outputs)."""
         anchor = next(p for p in self.model.parameters() if p.requires_grad)
-        return torch.zeros(0, self.cfg.model.embed_dim, device=self.ctx.device) + 0 * anchor.sum()
+        return torch.zeros(0, self.model.embed_dim, device=self.ctx.device) + 0 * anchor.sum()
 
     # ---------------------------------------------------------------- training
     def modules(self) -> Mapping[str, nn.Module]:
