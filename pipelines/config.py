@@ -217,7 +217,7 @@ def load_config(path: str | os.PathLike, overrides: Sequence[str] = (), data_roo
     except OmegaConfBaseException as err:
         raise ConfigError(f"{path}: {_key_of(err)}: {_first_line(err)}") from None
     _check_run(run, path)
-    _check_objective_terms(resolved["config"], path)
+    _check_objective_terms(resolved["config"], path, getattr(task_class, "extra_objectives", None))
     return LoadedConfig(path, str(task_name), task_class, run, config, resolved)
 
 
@@ -232,19 +232,22 @@ def _check_run(run: RunSettings, path: Path) -> None:
             raise ConfigError(f"{path}: run.{key}: must be >= 0, got {getattr(run, key)}")
 
 
-def _check_objective_terms(section: Any, path: Path, where: str = "config") -> None:
-    """Build every ``objective: {terms: [...]}`` found in the task section, so typos fail at load time."""
+def _check_objective_terms(section: Any, path: Path, extra: Any = None, where: str = "config") -> None:
+    """Build every ``objective: {terms: [...]}`` found in the task section, so typos fail at load time.
+
+    ``extra`` is the task class's ``extra_objectives`` (its own term names), if it declares any.
+    """
     if isinstance(section, dict):
         for key, value in section.items():
             if key == "objective" and isinstance(value, dict) and "terms" in value:
                 from contrasuite.core.objectives import ObjectiveSum
 
                 try:
-                    ObjectiveSum(value["terms"])
+                    ObjectiveSum(value["terms"], extra)
                 except (ValueError, TypeError) as err:
                     raise ConfigError(f"{path}: {where}.objective.terms: {err}") from None
             else:
-                _check_objective_terms(value, path, f"{where}.{key}")
+                _check_objective_terms(value, path, extra, f"{where}.{key}")
 
 
 def save_resolved(resolved: dict, path: Path) -> None:

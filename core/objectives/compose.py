@@ -6,7 +6,10 @@ A config lists loss terms, so any objective can be swapped into any task from th
       terms:
         - {name: infonce, weight: 1.0, temperature: 0.5}
 
-Registration is explicit: each objective module is imported here and added to ``OBJECTIVES``.
+Registration is explicit: each objective module is imported here and added to ``OBJECTIVES``. A
+domain with loss terms of its own (e.g. a library's reference implementation) passes them as
+``extra`` instead of changing this registry, and declares them on its task class as
+``extra_objectives`` so the engine's config check knows the names.
 """
 
 from __future__ import annotations
@@ -47,15 +50,21 @@ OBJECTIVES: dict[str, type[ContrastiveObjective]] = {
 }
 
 
-def build_objective_term(spec: Mapping[str, Any]) -> tuple[float, ContrastiveObjective]:
-    """``{name: ..., weight: ..., **kwargs}`` -> ``(weight, objective)``; errors name the bad key."""
+def build_objective_term(
+    spec: Mapping[str, Any], extra: Mapping[str, type[nn.Module]] | None = None
+) -> tuple[float, nn.Module]:
+    """``{name: ..., weight: ..., **kwargs}`` -> ``(weight, objective)``; errors name the bad key.
+
+    ``extra`` adds names (a domain's own terms) on top of ``OBJECTIVES``.
+    """
+    registry = {**OBJECTIVES, **(extra or {})}
     spec = dict(spec)
     name = spec.pop("name", None)
     weight = float(spec.pop("weight", 1.0))
-    if name not in OBJECTIVES:
-        raise ValueError(f"unknown objective {name!r}; known: {sorted(OBJECTIVES)}")
+    if name not in registry:
+        raise ValueError(f"unknown objective {name!r}; known: {sorted(registry)}")
     try:
-        return weight, OBJECTIVES[name](**spec)
+        return weight, registry[name](**spec)
     except TypeError as err:
         raise ValueError(f"objective {name!r}: {err}") from None
 
@@ -63,11 +72,13 @@ def build_objective_term(spec: Mapping[str, Any]) -> tuple[float, ContrastiveObj
 class ObjectiveSum(nn.Module):
     """``sum_k weight_k * objective_k(...)``, each term called with the same arguments."""
 
-    def __init__(self, terms: Sequence[Mapping[str, Any]]) -> None:
+    def __init__(
+        self, terms: Sequence[Mapping[str, Any]], extra: Mapping[str, type[nn.Module]] | None = None
+    ) -> None:
         super().__init__()
         if not terms:
             raise ValueError("objective.terms is empty: give at least one {name: ...} term")
-        built = [build_objective_term(t) for t in terms]
+        built = [build_objective_term(t, extra) for t in terms]
         self.weights = [w for w, _ in built]
         self.terms = nn.ModuleList(obj for _, obj in built)
 

@@ -3,8 +3,9 @@
 Terms are ``[{name, weight, **kwargs}]`` as everywhere in contrasuite. Core names (``circle``,
 ``multi_similarity``, ``hyperbolic_pairwise_ce``, ``infonce``, ...) come from
 ``contrasuite.core.objectives.OBJECTIVES``. Two more names run pytorch-metric-learning's
-implementations through the same pipeline (core must not import PML, so they live here and are
-added to ``OBJECTIVES`` when this module is imported):
+implementations through the same pipeline (core must not import PML, so they live here, are
+passed to the core builder as ``extra`` names, and are declared on the task class as
+``extra_objectives`` for the engine's config check):
 
 * ``pml_circle``: ``losses.CircleLoss(m, gamma)``;
 * ``pml_multi_similarity``: ``losses.MultiSimilarityLoss(alpha, beta, base)`` fed by
@@ -20,7 +21,7 @@ from typing import Any, Mapping, Sequence
 import torch
 from torch import Tensor, nn
 
-from contrasuite.core.objectives import OBJECTIVES, build_objective_term
+from contrasuite.core.objectives import build_objective_term
 from contrasuite.core.objectives.hyperbolic import HyperbolicPairwiseCE
 
 
@@ -72,11 +73,6 @@ class PMLMultiSimilarity(PMLTerm):
 
 PML_TERMS: dict[str, type[nn.Module]] = {"pml_circle": PMLCircle, "pml_multi_similarity": PMLMultiSimilarity}
 
-# Registered into the shared registry when this domain is imported (a plugin-style registration), so
-# the engine's config check and ``ObjectiveSum`` know the names; core itself never imports PML.
-for _name, _cls in PML_TERMS.items():
-    OBJECTIVES.setdefault(_name, _cls)  # type: ignore[arg-type]
-
 
 class MetricObjective(nn.Module):
     """Weighted sum of terms on ``(embeddings, labels)``, in fp32 with autocast off."""
@@ -85,7 +81,7 @@ class MetricObjective(nn.Module):
         super().__init__()
         if not terms:
             raise ValueError("config.objective.terms is empty: give at least one {name: ...} term")
-        built = [build_objective_term(t) for t in terms]
+        built = [build_objective_term(t, PML_TERMS) for t in terms]
         self.weights = [w for w, _ in built]
         self.terms = nn.ModuleList(m for _, m in built)
 

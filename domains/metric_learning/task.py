@@ -23,7 +23,7 @@ from contrasuite.domains.metric_learning.data import ImageList, cache_root, load
 from contrasuite.domains.metric_learning.evaluate import retrieval_metrics, scorer_for
 from contrasuite.domains.metric_learning.images import ImageFiles, normalize, random_resized_crop
 from contrasuite.domains.metric_learning.model import EmbeddingNet
-from contrasuite.domains.metric_learning.objectives import MetricObjective
+from contrasuite.domains.metric_learning.objectives import PML_TERMS, MetricObjective
 from contrasuite.domains.metric_learning.sampler import MPerClassBatches
 from contrasuite.domains.task import StepContext, TaskContext
 
@@ -109,6 +109,7 @@ class MetricLearningTask:
     """Deep metric learning on retrieval benchmarks (see the module docstring)."""
 
     config_class = MetricLearningConfig
+    extra_objectives = PML_TERMS
 
     def setup(self, ctx: TaskContext) -> None:
         cfg = ctx.config

@@ -6,7 +6,8 @@ import torch
 from contrasuite.core.objectives import OBJECTIVES, ObjectiveSum
 from contrasuite.domains.metric_learning.backbone import SameConv2d, efficientnet_lite0
 from contrasuite.domains.metric_learning.model import EmbeddingNet
-from contrasuite.domains.metric_learning.objectives import MetricObjective
+from contrasuite.domains.metric_learning.task import MetricLearningTask
+from contrasuite.domains.metric_learning.objectives import PML_TERMS, MetricObjective
 
 
 def test_pretrained_weights_load_strictly_and_classify():
@@ -35,13 +36,14 @@ def test_frozen_part_stays_in_eval_and_split_forward_matches():
 
 def test_pml_terms_registered_and_agree_with_core():
     pytest.importorskip("pytorch_metric_learning")
-    assert {"pml_circle", "pml_multi_similarity"} <= set(OBJECTIVES)
+    assert not {"pml_circle", "pml_multi_similarity"} & set(OBJECTIVES), "domain terms must not leak into core"
+    assert MetricLearningTask.extra_objectives is PML_TERMS
     g = torch.Generator().manual_seed(0)
     emb = torch.randn(24, 8, generator=g, requires_grad=True)
     labels = torch.arange(12).repeat_interleave(2)
     for ours, ref in (("multi_similarity", "pml_multi_similarity"), ("circle", "pml_circle")):
         a = MetricObjective([{"name": ours}])(emb, labels)
-        b = ObjectiveSum([{"name": ref}])(emb, labels=labels)
+        b = ObjectiveSum([{"name": ref}], extra=PML_TERMS)(emb, labels=labels)
         assert a.item() == pytest.approx(b.item(), rel=1e-4), ours
         ga, = torch.autograd.grad(a, emb)
         gb, = torch.autograd.grad(b, emb)
