@@ -128,10 +128,11 @@ def write_page(results: dict[str, list[dict[str, Any]]], single: dict[str, Any] 
         lines.append("")
     if bench is not None and bench.is_file():
         lines += ["## Training speed", "", "`contrasuite bench translation` (see docs/domains/translation.md for the command):", "",
-                  "| setting | variant | image | batch | precision | device | it/s |", "|---|---|---|---|---|---|---|"]
+                  "| setting | variant | image | batch | precision | device | it/s | CPU s/it | 1-min load |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for row in json.loads(bench.read_text()):
             lines.append(f"| {row['setting']} | {row['variant']} | {row['image']} | {row['batch']} | {row['precision']} | "
-                         f"{row['device']} | {row['it_per_s']} |")
+                         f"{row['device']} | {row['it_per_s']} | {row.get('cpu_s_per_it', '-')} | {row.get('load_avg_1min', '-')} |")
         lines.append("")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("\n".join(lines))

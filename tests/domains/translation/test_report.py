@@ -1,0 +1,28 @@
+"""The compare report builds its page from cached per-run JSON without training (``--table-only``)."""
+
+import json
+
+from contrasuite.pipelines.reports.translation import main
+
+
+def fake(seed: int, kid: float) -> dict:
+    metrics = {"psnr": 14.0 + seed, "ssim": 0.5, "fd": 100.0, "kid": kid,
+               "input_psnr": 12.0, "input_ssim": 0.34, "input_fd": 170.0, "input_kid": 0.0127}
+    return {"config": "c.yaml", "seed": seed, "run_dir": "r", "train_seconds": 10.0, "test_best": metrics,
+            "test_last": metrics | {"kid": 2 * kid}, "grid": f"translation/x{seed}.png"}
+
+
+def test_table_only_page(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    for seed in (0, 1):
+        (results / f"reduced_cut_seed{seed}.json").write_text(json.dumps(fake(seed, 0.010 + 0.002 * seed)))
+    out = tmp_path / "page.md"
+    assert main(["--table-only", "--results-dir", str(results), "--out", str(out), "--variants", "cut", "gan"]) == 0
+    page = out.read_text()
+    assert "REDUCED protocol" in page and "EfficientNet-Lite0" in page and "FID" in page
+    assert "| untranslated input (floor) | - | 12.000 | 0.340 | 170.000 | 12.700 |" in page
+    # best: KID x 1000 = 10 and 12 -> 11 ± 1.414; last doubles it
+    assert "| 2 | 14.500 ± 0.707 | 0.500 ± 0.000 | 100.000 ± 0.000 | 11.000 ± 1.414 |" in page
+    assert "22.000 ± 2.828" in page and "![](translation/x1.png)" in page
+    assert "GAN alone" in page  # a variant without runs still gets its (empty) row
