@@ -39,6 +39,17 @@ class Pairs:
         return self.pos.any(dim=1)
 
 
+def check_shapes(anchors: Tensor, candidates: Tensor | None) -> None:
+    """Raise a ``ValueError`` naming the argument unless anchors are ``[N, D]`` and candidates ``[M, D]``."""
+    if anchors.dim() != 2:
+        raise ValueError(f"anchors must be [N, D], got shape {tuple(anchors.shape)}")
+    if candidates is not None and (candidates.dim() != 2 or candidates.shape[1] != anchors.shape[1]):
+        raise ValueError(
+            f"candidates must be [M, {anchors.shape[1]}] to match anchors {tuple(anchors.shape)}, "
+            f"got {tuple(candidates.shape)}"
+        )
+
+
 def resolve_pairs(
     anchors: Tensor,
     candidates: Tensor | None = None,
@@ -48,18 +59,12 @@ def resolve_pairs(
     pos_mask: Tensor | None = None,
 ) -> tuple[Tensor, Pairs]:
     """Return ``(candidates, pairs)`` following the contract in this module's docstring."""
-    if anchors.dim() != 2:
-        raise ValueError(f"anchors must be [N, D], got shape {tuple(anchors.shape)}")
+    check_shapes(anchors, candidates)
     n = anchors.shape[0]
     self_compare = candidates is None
     if self_compare:
         candidates = anchors
         candidate_labels = labels
-    elif candidates.dim() != 2 or candidates.shape[1] != anchors.shape[1]:
-        raise ValueError(
-            f"candidates must be [M, {anchors.shape[1]}] to match anchors {tuple(anchors.shape)}, "
-            f"got {tuple(candidates.shape)}"
-        )
     m = candidates.shape[0]
     device = anchors.device
     valid = torch.ones(n, m, dtype=torch.bool, device=device)

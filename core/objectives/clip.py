@@ -25,13 +25,14 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from contrasuite.core.numerics import full_precision, upcast
 from contrasuite.core.objectives.base import ContrastiveObjective, Distributed, reduce_mean
 from contrasuite.core.objectives.infonce import weighted_infonce
 from contrasuite.core.objectives.siglip import MAX_LOGIT_SCALE, normalised
-from contrasuite.core.pairs import Pairs, resolve_pairs
+from contrasuite.core.pairs import Pairs, check_shapes, resolve_pairs
 
 
 def with_extra_columns(logits: Tensor, pairs: Pairs, weight: Tensor | None, extra: Tensor | None) -> tuple[Tensor, Pairs, Tensor | None]:
@@ -100,9 +101,14 @@ class CLIPLoss(ContrastiveObjective):
     ) -> Tensor:
         if candidates is None:
             raise ValueError("CLIPLoss compares images (anchors) with texts: pass candidates")
-        candidates, pairs = resolve_pairs(
-            anchors, candidates, labels=labels, candidate_labels=candidate_labels, pos_mask=pos_mask
-        )
+        # Plain pairs (square, diagonal positives, unweighted): open_clip's index-target cross-entropy.
+        if labels is None and pos_mask is None and neg_weight is None and len(anchors) == len(candidates):
+            check_shapes(anchors, candidates)
+            pairs = None
+        else:
+            candidates, pairs = resolve_pairs(
+                anchors, candidates, labels=labels, candidate_labels=candidate_labels, pos_mask=pos_mask
+            )
         if neg_weight is not None and neg_weight.shape != pairs.pos.shape:
             raise ValueError(f"neg_weight must be [N, M] = {list(pairs.pos.shape)}, got {list(neg_weight.shape)}")
         with full_precision(anchors):
@@ -111,8 +117,17 @@ class CLIPLoss(ContrastiveObjective):
             scaled_images, scaled_texts = scale * images, scale * texts
             extra_t = None if extra_texts is None else scaled_images @ normalised(extra_texts).T
             extra_i = None if extra_images is None else scaled_texts @ normalised(extra_images).T
-            weight = None if neg_weight is None else upcast(neg_weight)
             # Two matmuls, as open_clip: each direction then reduces along contiguous rows.
             logits, text_logits = scaled_images @ texts.T, scaled_texts @ images.T
+            if pairs is None:
+                return (diagonal_cross_entropy(logits, extra_t) + diagonal_cross_entropy(text_logits, extra_i)) / 2
+            weight = None if neg_weight is None else upcast(neg_weight)
             per_image, per_text = clip_loss(logits, pairs, weight, extra_t, extra_i, text_logits)
         return (reduce_mean(per_image, pairs.has_pos) + reduce_mean(per_text, pairs.pos.any(dim=0))) / 2
+
+
+def diagonal_cross_entropy(logits: Tensor, extra: Tensor | None) -> Tensor:
+    """Mean cross-entropy of square ``logits [N, N]`` (plus negative-only ``extra [N, K]``) with target ``i``."""
+    if extra is not None:
+        logits = torch.cat([logits, extra], dim=1)
+    return F.cross_entropy(logits, torch.arange(logits.shape[0], device=logits.device))
