@@ -31,7 +31,6 @@ from typing import Any, Iterator, Mapping, Optional
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from contrasuite.core.objectives import ObjectiveSum

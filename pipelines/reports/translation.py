@@ -43,8 +43,9 @@ def write_json_atomic(data: dict, path: Path) -> None:
 
 
 def newest(folder: Path, pattern: str) -> Path | None:
-    files = sorted(folder.glob(pattern))
-    return files[-1] if files else None
+    """The most recently written file matching ``pattern`` (names carry the checkpoint's step, not the time)."""
+    files = list(folder.glob(pattern))
+    return max(files, key=lambda p: p.stat().st_mtime_ns) if files else None
 
 
 def run_one(config: Path, seed: int, output_root: str, data_root: str | None, extra: Sequence[str], assets: Path,
