@@ -128,4 +128,4 @@ def mined(source_tree, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def data_root() -> Path:
-    return Path(os.environ.get("CONTRASUITE_DATA", "/work/shared/data"))
+    return Path(os.environ["CONTRASUITE_DATA"])

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-DATA_ROOT = Path(os.environ.get("CONTRASUITE_DATA", "/work/shared/data"))
+DATA_ROOT = Path(os.environ["CONTRASUITE_DATA"])
 
 
 @pytest.fixture

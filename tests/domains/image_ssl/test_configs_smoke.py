@@ -13,7 +13,7 @@ from contrasuite.pipelines.reports.image_ssl import CONFIGS
 
 ROOT = Path(__file__).resolve().parents[3]
 CONFIG_DIR = ROOT / "configs" / "image_ssl"
-DATA = Path(os.environ.get("CONTRASUITE_DATA", "/work/shared/data"))
+DATA = Path(os.environ["CONTRASUITE_DATA"])
 SHIPPED = sorted(CONFIG_DIR.rglob("*.yaml"))
 TINY = [
     "run.max_steps=2", "run.epochs=1", "run.log_every_steps=1", "run.health_every_steps=1", "run.progress=false",

@@ -12,7 +12,7 @@ from PIL import Image
 
 from contrasuite.domains.image_ssl.data import CLASSES, DataError, load_cifar10, read_batch
 
-DATA = Path(os.environ.get("CONTRASUITE_DATA", "/work/shared/data"))
+DATA = Path(os.environ["CONTRASUITE_DATA"])
 
 
 def _batch(n: int, seed: int) -> tuple[dict, np.ndarray, np.ndarray]:

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-DATA = Path(os.environ.get("CONTRASUITE_DATA", "/work/shared/data"))
+DATA = Path(os.environ["CONTRASUITE_DATA"])
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ import pytest
 @pytest.fixture(scope="session")
 def data_root() -> Path:
     """The data root holding ``emoji/`` and ``translation/``; skips when the emoji archives are absent."""
-    root = Path(os.environ.get("CONTRASUITE_DATA", "/work/shared/data"))
+    root = Path(os.environ["CONTRASUITE_DATA"])
     if not (root / "emoji" / "emoji-twitter-64.tar.gz").is_file():
         pytest.skip(f"emoji data not found under {root}/emoji (set CONTRASUITE_DATA)")
     return root
