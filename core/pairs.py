@@ -57,8 +57,12 @@ def resolve_pairs(
     labels: Tensor | None = None,
     candidate_labels: Tensor | None = None,
     pos_mask: Tensor | None = None,
+    neg_weight: Tensor | None = None,
 ) -> tuple[Tensor, Pairs]:
-    """Return ``(candidates, pairs)`` following the contract in this module's docstring."""
+    """Return ``(candidates, pairs)`` following the contract in this module's docstring.
+
+    ``neg_weight`` is only checked: it must be ``[N, M]`` when given.
+    """
     check_shapes(anchors, candidates)
     n = anchors.shape[0]
     self_compare = candidates is None
@@ -94,6 +98,8 @@ def resolve_pairs(
         if m < n:
             raise ValueError(f"diagonal positives need at least N={n} candidates, got M={m}")
         pos = torch.eye(n, m, dtype=torch.bool, device=device)
+    if neg_weight is not None and neg_weight.shape != (n, m):
+        raise ValueError(f"neg_weight must be [N, M] = [{n}, {m}], got {list(neg_weight.shape)}")
     return candidates, Pairs(pos=pos & valid, valid=valid)
 
 

@@ -49,10 +49,9 @@ class ContrastiveObjective(nn.Module):
         neg_weight: Tensor | None = None,
     ) -> Tensor:
         candidates, pairs = resolve_pairs(
-            anchors, candidates, labels=labels, candidate_labels=candidate_labels, pos_mask=pos_mask
+            anchors, candidates, labels=labels, candidate_labels=candidate_labels, pos_mask=pos_mask,
+            neg_weight=neg_weight,
         )
-        if neg_weight is not None and neg_weight.shape != pairs.pos.shape:
-            raise ValueError(f"neg_weight must be [N, M] = {list(pairs.pos.shape)}, got {list(neg_weight.shape)}")
         with full_precision(anchors):
             weight = None if neg_weight is None else upcast(neg_weight)
             losses = self.per_anchor(upcast(anchors), upcast(candidates), pairs, weight)

@@ -107,10 +107,9 @@ class CLIPLoss(ContrastiveObjective):
             pairs = None
         else:
             candidates, pairs = resolve_pairs(
-                anchors, candidates, labels=labels, candidate_labels=candidate_labels, pos_mask=pos_mask
+                anchors, candidates, labels=labels, candidate_labels=candidate_labels, pos_mask=pos_mask,
+                neg_weight=neg_weight,
             )
-        if neg_weight is not None and neg_weight.shape != pairs.pos.shape:
-            raise ValueError(f"neg_weight must be [N, M] = {list(pairs.pos.shape)}, got {list(neg_weight.shape)}")
         with full_precision(anchors):
             images, texts = normalised(anchors), normalised(candidates)
             scale = upcast(self.logit_scale).clamp(0.0, MAX_LOGIT_SCALE).exp().to(images.dtype)
