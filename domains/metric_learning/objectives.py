@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 import torch
 from torch import Tensor, nn
 
-from contrasuite.core.objectives import build_objective_term
+from contrasuite.core.objectives import ObjectiveSum
 from contrasuite.core.objectives.hyperbolic import HyperbolicPairwiseCE
 
 
@@ -74,16 +74,11 @@ class PMLMultiSimilarity(PMLTerm):
 PML_TERMS: dict[str, type[nn.Module]] = {"pml_circle": PMLCircle, "pml_multi_similarity": PMLMultiSimilarity}
 
 
-class MetricObjective(nn.Module):
-    """Weighted sum of terms on ``(embeddings, labels)``, in fp32 with autocast off."""
+class MetricObjective(ObjectiveSum):
+    """Weighted sum of terms (core names plus ``PML_TERMS``) on ``(embeddings, labels)``, fp32, autocast off."""
 
     def __init__(self, terms: Sequence[Mapping[str, Any]]) -> None:
-        super().__init__()
-        if not terms:
-            raise ValueError("config.objective.terms is empty: give at least one {name: ...} term")
-        built = [build_objective_term(t, PML_TERMS) for t in terms]
-        self.weights = [w for w, _ in built]
-        self.terms = nn.ModuleList(m for _, m in built)
+        super().__init__(terms, extra=PML_TERMS)
 
     def hyperbolic(self) -> HyperbolicPairwiseCE | None:
         """The hyperbolic term, if any: retrieval then ranks by distance on its ball."""
@@ -91,5 +86,4 @@ class MetricObjective(nn.Module):
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
         with torch.autocast(device_type=embeddings.device.type, enabled=False):
-            z = embeddings.float()
-            return sum(w * t(z, labels=labels) for w, t in zip(self.weights, self.terms))
+            return super().forward(embeddings.float(), labels=labels)
