@@ -13,20 +13,58 @@ Every objective compares ``anchors [N, D]`` with ``candidates [M, D]``:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import Tensor
 
 
-@dataclass(frozen=True)
 class Pairs:
-    """Boolean masks over the ``[N, M]`` similarity matrix."""
+    """Which pairs of the ``[N, M]`` similarity matrix are positives, and which take part at all.
 
-    pos: Tensor
-    """Positive pairs."""
-    valid: Tensor
-    """Pairs that take part at all (self-pairs excluded when candidates are the anchors)."""
+    Two forms with the same interface:
+
+    * ``Pairs(pos, valid)``: explicit boolean ``[N, M]`` masks (any pattern);
+    * ``Pairs.single_positive(targets, m, exclude_self)``: every anchor ``i`` has exactly one
+      positive, column ``targets[i]``; every pair is valid except, with ``exclude_self``, the
+      self-pairs ``(i, i)``. The two-view batch and diagonal pairing are this form. It stores only
+      ``targets [N]``, so objectives can take index-target fast paths (``F.cross_entropy``, a gather
+      of the positive logits) without any ``N x M`` mask; ``pos``, ``valid`` and ``neg`` are still
+      built (once, on first access) for code that needs the masks.
+    """
+
+    def __init__(self, pos: Tensor, valid: Tensor) -> None:
+        self._pos: Tensor | None = pos
+        self._valid: Tensor | None = valid
+        self.targets: Tensor | None = None
+        """``[N]`` column of each anchor's only positive (single-positive form), else ``None``."""
+        self.exclude_self = False
+        """Single-positive form: the self-pairs ``(i, i)`` are not valid; every other pair is."""
+        self.shape: tuple[int, int] = (int(pos.shape[0]), int(pos.shape[1]))
+
+    @classmethod
+    def single_positive(cls, targets: Tensor, num_candidates: int, exclude_self: bool = False) -> Pairs:
+        """The compact form (class docstring); ``targets [N]`` must avoid ``i`` when ``exclude_self``."""
+        pairs = cls.__new__(cls)
+        pairs._pos = pairs._valid = None
+        pairs.targets, pairs.exclude_self = targets, exclude_self
+        pairs.shape = (int(targets.shape[0]), int(num_candidates))
+        return pairs
+
+    @property
+    def pos(self) -> Tensor:
+        """Positive pairs ``[N, M]``."""
+        if self._pos is None:
+            n, m = self.shape
+            pos = torch.zeros(n, m, dtype=torch.bool, device=self.targets.device)
+            self._pos = pos.scatter_(1, self.targets[:, None], True)
+        return self._pos
+
+    @property
+    def valid(self) -> Tensor:
+        """Pairs ``[N, M]`` that take part at all (self-pairs excluded when candidates are the anchors)."""
+        if self._valid is None:
+            valid = torch.ones(self.shape, dtype=torch.bool, device=self.targets.device)
+            self._valid = valid.fill_diagonal_(False) if self.exclude_self else valid
+        return self._valid
 
     @property
     def neg(self) -> Tensor:
@@ -36,7 +74,20 @@ class Pairs:
     @property
     def has_pos(self) -> Tensor:
         """``[N]`` anchors with at least one positive."""
+        if self.targets is not None:
+            return torch.ones(self.shape[0], dtype=torch.bool, device=self.targets.device)
         return self.pos.any(dim=1)
+
+    def positive_indices(self) -> tuple[Tensor, Tensor]:
+        """``(rows, cols)`` of the positive pairs in row-major order (``pos.nonzero``, without the scan
+        in the single-positive form)."""
+        if self.targets is not None:
+            return torch.arange(self.shape[0], device=self.targets.device), self.targets
+        return self.pos.nonzero(as_tuple=True)
+
+    def negatives_per_anchor(self) -> int | None:
+        """The number of negatives of every anchor in the single-positive form, else ``None``."""
+        return None if self.targets is None else self.shape[1] - 1 - int(self.exclude_self)
 
 
 def check_shapes(anchors: Tensor, candidates: Tensor | None) -> None:
@@ -71,9 +122,8 @@ def resolve_pairs(
         candidate_labels = labels
     m = candidates.shape[0]
     device = anchors.device
-    valid = torch.ones(n, m, dtype=torch.bool, device=device)
-    if self_compare:
-        valid.fill_diagonal_(False)
+    if neg_weight is not None and neg_weight.shape != (n, m):
+        raise ValueError(f"neg_weight must be [N, M] = [{n}, {m}], got {list(neg_weight.shape)}")
 
     if pos_mask is not None:
         if pos_mask.shape != (n, m):
@@ -88,7 +138,11 @@ def resolve_pairs(
             candidate_labels = labels
         if candidate_labels.shape != (m,):
             raise ValueError(f"candidate_labels must be [M] = [{m}], got {tuple(candidate_labels.shape)}")
-        pos = labels.to(device)[:, None] == candidate_labels.to(device)[None, :]
+        labels = labels.to(device)
+        partner = paired_partner(labels) if self_compare else None
+        if partner is not None:
+            return candidates, Pairs.single_positive(partner, m, exclude_self=True)
+        pos = labels[:, None] == candidate_labels.to(device)[None, :]
     else:
         if self_compare:
             raise ValueError(
@@ -97,10 +151,30 @@ def resolve_pairs(
             )
         if m < n:
             raise ValueError(f"diagonal positives need at least N={n} candidates, got M={m}")
-        pos = torch.eye(n, m, dtype=torch.bool, device=device)
-    if neg_weight is not None and neg_weight.shape != (n, m):
-        raise ValueError(f"neg_weight must be [N, M] = [{n}, {m}], got {list(neg_weight.shape)}")
+        return candidates, Pairs.single_positive(torch.arange(n, device=device), m)
+    valid = torch.ones(n, m, dtype=torch.bool, device=device)
+    if self_compare:
+        valid.fill_diagonal_(False)
     return candidates, Pairs(pos=pos & valid, valid=valid)
+
+
+def paired_partner(labels: Tensor) -> Tensor | None:
+    """When every label occurs exactly twice (two views, one positive each), the index of the other
+    row with the same label; else ``None``. Sorting the labels, not comparing all ``N x N`` pairs."""
+    n = labels.shape[0]
+    if n == 0 or n % 2:
+        return None
+    order = torch.argsort(labels, stable=True)
+    ranked = labels[order]
+    first, second = order[0::2], order[1::2]
+    same = (ranked[0::2] == ranked[1::2]).all()
+    distinct = (ranked[1::2][:-1] != ranked[2::2]).all()
+    if not bool(same & distinct):
+        return None
+    partner = torch.empty_like(order)
+    partner[first] = second
+    partner[second] = first
+    return partner
 
 
 def two_view(view1: Tensor, view2: Tensor) -> tuple[Tensor, Tensor]:

@@ -35,15 +35,17 @@ def weighted_infonce(
     """Per-anchor loss ``[N]`` of the weighted-denominator kernel (module docstring) on ``logits [N, M]``.
 
     Only the ``P`` positive entries are gathered (``[P]`` tensors); the ``N x M`` work is one
-    masked ``logsumexp``. Without weights, when the denominator is every valid column (SupCon, or
-    at most one positive per anchor with ``a = 1``: NT-Xent, CLIP, two views), that logsumexp is a
-    plain ``torch.logsumexp`` whenever all pairs are valid, and with exactly one positive per anchor
-    the whole loss is ``F.cross_entropy``.
+    masked ``logsumexp``. Unweighted single-positive pairs (two views, diagonal pairing) take
+    :func:`single_positive_infonce`, which needs no mask. Otherwise, without weights, when the
+    denominator is every valid column (SupCon, or at most one positive per anchor with ``a = 1``),
+    that logsumexp is a plain ``torch.logsumexp`` whenever all pairs are valid.
     """
     if other_positives_in_denominator and not positive_in_denominator:
         raise ValueError("other_positives_in_denominator=True needs positive_in_denominator=True")
+    if neg_weight is None and pairs.negatives_per_anchor():
+        return single_positive_infonce(logits, pairs, positive_in_denominator)
     pos = pairs.pos
-    rows, cols = pos.nonzero(as_tuple=True)
+    rows, cols = pairs.positive_indices()
     pos_logits = logits[rows, cols]
     n_pos = pos.sum(dim=1)
     shared = positive_in_denominator and (other_positives_in_denominator or bool((n_pos <= 1).all()))
@@ -71,6 +73,28 @@ def weighted_infonce(
             per_pair = (torch.logaddexp(pos_logits, neg_lse) if positive_in_denominator else neg_lse) - pos_logits
     total = torch.zeros(logits.shape[0], dtype=logits.dtype, device=logits.device).index_add(0, rows, per_pair)
     return total / n_pos.clamp_min(1)
+
+
+def single_positive_infonce(logits: Tensor, pairs: Pairs, positive_in_denominator: bool = True) -> Tensor:
+    """The kernel for single-positive pairs (``pairs.targets``), unweighted, at least one negative each.
+
+    ``a = 1`` is ``F.cross_entropy`` with index targets; ``a = 0`` is ``logsumexp`` over the negatives
+    minus the positive logit. Excluded entries (self-pairs; the positive when ``a = 0``) are set to the
+    dtype's lowest finite value in a copy of ``logits``, which contributes exactly 0 to the sum and
+    receives zero gradient: one copy instead of an ``N x M`` mask and a masked select.
+    """
+    targets = pairs.targets
+    if positive_in_denominator and not pairs.exclude_self:
+        return F.cross_entropy(logits, targets, reduction="none")
+    lowest = torch.finfo(logits.dtype).min
+    masked = logits.clone()
+    if pairs.exclude_self:
+        masked.fill_diagonal_(lowest)
+    if positive_in_denominator:
+        return F.cross_entropy(masked, targets, reduction="none")
+    rows = torch.arange(targets.shape[0], device=targets.device)
+    masked[rows, targets] = lowest
+    return torch.logsumexp(masked, dim=1) - logits[rows, targets]
 
 
 class InfoNCE(ContrastiveObjective):
