@@ -29,7 +29,6 @@ from typing import Callable, ClassVar
 import torch
 from torch import Tensor
 
-from contrasuite.core.numerics import masked_logsumexp
 from contrasuite.core.objectives.base import ContrastiveObjective, Distributed
 from contrasuite.core.objectives.infonce import weighted_infonce
 from contrasuite.core.pairs import Pairs
@@ -41,24 +40,28 @@ StatisticsGather = Callable[[Tensor], Tensor]
 def decoupled_infonce(
     logits: Tensor, pairs: Pairs, neg_weight: Tensor | None = None, pos_weight: Tensor | None = None
 ) -> Tensor:
-    """Per-anchor DCL loss ``[N]`` on ``logits [N, M]``; ``pos_weight [N, M]`` scales each positive's logit."""
+    """Per-anchor DCL loss ``[N]`` on ``logits [N, M]``; ``pos_weight [P]`` scales each positive's logit,
+    the positives in row-major order (:meth:`~contrasuite.core.pairs.Pairs.positive_indices`)."""
     loss = weighted_infonce(logits, pairs, neg_weight, positive_in_denominator=False)
     if pos_weight is None:
         return loss
     # weighted_infonce already subtracts l_ip once; subtract the remaining (w_ip - 1) l_ip.
-    extra = torch.where(pairs.pos, (pos_weight - 1.0) * logits, torch.zeros_like(logits))
-    return loss - extra.sum(dim=1) / pairs.pos.sum(dim=1).clamp_min(1)
+    rows, cols = pairs.positive_indices()
+    extra = torch.zeros_like(loss).index_add(0, rows, (pos_weight - 1.0) * logits[rows, cols])
+    n_pos = torch.zeros_like(loss).index_add(0, rows, torch.ones_like(pos_weight))
+    return loss - extra / n_pos.clamp_min(1)
 
 
 @torch.no_grad()
-def vmf_weights(sim: Tensor, pairs: Pairs, sigma: float = 0.5, gather: StatisticsGather | None = None) -> Tensor:
-    """DCLW's ``w = 2 - exp(s / sigma) / mean_{positives} exp(s / sigma)`` on ``sim [N, M]`` (no gradient).
+def vmf_weights(pos_sim: Tensor, sigma: float = 0.5, gather: StatisticsGather | None = None) -> Tensor:
+    """DCLW's ``w = 2 - exp(s / sigma) / mean_{positives} exp(s / sigma)`` for the similarities of
+    the positive pairs ``pos_sim [P]`` (no gradient); only positives are weighted, so only they are needed.
 
     ``gather`` (optional) concatenates a ``[1, 2]`` tensor over ranks so the mean is over the global batch.
     """
-    scaled = sim.detach() / sigma
-    lse = masked_logsumexp(scaled.flatten(), pairs.pos.flatten(), dim=0)
-    count = pairs.pos.sum().to(scaled.dtype)
+    scaled = pos_sim.detach() / sigma
+    lse = torch.logsumexp(scaled, dim=0) if scaled.numel() else scaled.new_tensor(math.log(torch.finfo(scaled.dtype).tiny))
+    count = scaled.new_tensor(float(scaled.numel()))
     if gather is not None:
         stats = gather(torch.stack([lse, count]).unsqueeze(0))
         lse, count = torch.logsumexp(stats[:, 0], dim=0), stats[:, 1].sum()
@@ -82,7 +85,7 @@ class DCL(ContrastiveObjective):
         self.temperature = temperature
 
     def positive_weight(self, sim: Tensor, pairs: Pairs) -> Tensor | None:
-        """Weight of each positive's logit; ``None`` (all ones) for plain DCL."""
+        """Weight ``[P]`` of each positive's logit (row-major order); ``None`` (all ones) for plain DCL."""
         return None
 
     def per_anchor(self, anchors: Tensor, candidates: Tensor, pairs: Pairs, neg_weight: Tensor | None) -> Tensor:
@@ -108,4 +111,5 @@ class DCLW(DCL):
         self.gather_statistics: StatisticsGather | None = None
 
     def positive_weight(self, sim: Tensor, pairs: Pairs) -> Tensor:
-        return vmf_weights(sim, pairs, self.sigma, self.gather_statistics)
+        rows, cols = pairs.positive_indices()
+        return vmf_weights(sim[rows, cols], self.sigma, self.gather_statistics)
