@@ -28,20 +28,23 @@ from __future__ import annotations
 from typing import ClassVar
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from contrasuite.core.numerics import masked_logsumexp
 from contrasuite.core.objectives.base import ContrastiveObjective, Distributed
-from contrasuite.core.objectives.infonce import weighted_infonce
 from contrasuite.core.pairs import Pairs
-from contrasuite.core.similarity import cosine
 
 
 def check_paired_views(pairs: Pairs, objective: str) -> int:
     """Check the pairs are ``anchor i <-> candidate i`` (plus extra negative columns); return ``N``."""
-    n, m = pairs.pos.shape
-    expected = torch.eye(n, m, dtype=torch.bool, device=pairs.pos.device)
-    if m < n or not torch.equal(pairs.pos, expected) or not bool(pairs.valid.all()):
+    n, m = pairs.shape
+    if pairs.targets is not None:
+        paired = not pairs.exclude_self and bool((pairs.targets == torch.arange(n, device=pairs.targets.device)).all())
+    else:
+        expected = torch.eye(n, m, dtype=torch.bool, device=pairs.pos.device)
+        paired = m >= n and torch.equal(pairs.pos, expected) and bool(pairs.valid.all())
+    if not paired:
         raise ValueError(
             f"{objective} pairs anchor i with candidate i: pass the two views as anchors [N, D] and "
             f"candidates [M >= N, D] with diagonal positives (pos_mask=None or append_negatives); "
@@ -52,36 +55,42 @@ def check_paired_views(pairs: Pairs, objective: str) -> int:
     return n
 
 
+def off_diagonal_logsumexp(logits: Tensor, weight: Tensor | None = None) -> Tensor:
+    """``log sum_{j != i} w_ij exp(l_ij)`` for each row of ``logits [N, K >= N]`` (``w = 1`` without
+    ``weight``; a zero weight removes the term). Sets the diagonal of ``logits`` to the dtype's lowest
+    finite value *in place*, so it contributes 0 and gets zero gradient: pass a fresh tensor."""
+    logits.fill_diagonal_(torch.finfo(logits.dtype).min)
+    if weight is None:
+        return torch.logsumexp(logits, dim=1)
+    keep = (weight > 0).fill_diagonal_(False)
+    return masked_logsumexp(logits + torch.log(weight.clamp_min(torch.finfo(logits.dtype).tiny)), keep, dim=1)
+
+
 def dhel(
-    sim_ac: Tensor,
+    sim_ap: Tensor,
     sim_aa: Tensor,
     sim_pp: Tensor | None,
     temperature: float,
+    sim_extra: Tensor | None = None,
     neg_weight: Tensor | None = None,
 ) -> Tensor:
-    """Per-anchor DHEL ``[N]`` from cosine similarities: anchors-candidates ``[N, M]`` (positive on the
-    diagonal, extra columns past ``N``), anchors-anchors ``[N, N]`` and positives-positives ``[N, N]``
-    (``None`` drops the positive-side energy: ``include_augs=False``)."""
-    n, m = sim_ac.shape
-    off_diag = ~torch.eye(n, dtype=torch.bool, device=sim_ac.device)
-    # One row of logits: [a_i.c_j for all j | a_i.a_j]. Positive: column i; negatives: a_i.a_j (j != i)
-    # and the extra candidate columns j >= N. Kernel with a = 0.
-    logits = torch.cat([sim_ac, sim_aa], dim=1) / temperature
-    pos = torch.cat([torch.eye(n, m, dtype=torch.bool, device=sim_ac.device), torch.zeros_like(off_diag)], dim=1)
-    extra = torch.zeros(n, m, dtype=torch.bool, device=sim_ac.device)
-    extra[:, n:] = True
-    valid = torch.cat([extra, off_diag], dim=1) | pos
-    weight = None
-    if neg_weight is not None:
-        weight = torch.cat([neg_weight, neg_weight[:, :n]], dim=1)
-    loss = weighted_infonce(logits, Pairs(pos=pos, valid=valid), weight, positive_in_denominator=False)
+    """Per-anchor DHEL ``[N]`` from cosine similarities: anchor-positive ``[N]``, anchors-anchors
+    ``[N, N]``, positives-positives ``[N, N]`` (``None`` drops the positive-side energy:
+    ``include_augs=False``), anchors against extra negative candidates ``[N, K]`` (optional), and
+    weights ``[N, N + K]`` of the anchor-side terms (optional)."""
+    anchor_side = sim_aa / temperature if sim_extra is None else torch.cat([sim_aa, sim_extra], dim=1) / temperature
+    loss = off_diagonal_logsumexp(anchor_side, neg_weight) - sim_ap / temperature
     if sim_pp is not None:
-        loss = loss + masked_logsumexp(sim_pp / temperature, off_diag, dim=1)
+        loss = loss + off_diagonal_logsumexp(sim_pp / temperature)
     return loss
 
 
 class DHEL(ContrastiveObjective):
-    """DHEL; see the module docstring for the formula and how it maps onto the contract.
+    """DHEL; see the module docstring.
+
+    Two ``N x N`` energies (anchor side and positive side), so its work is that of two bare
+    ``logsumexp(a @ b.T)``; the cross-view similarities are needed only for the positives (a row-wise
+    dot product) and the extra candidate columns.
 
     Args:
         temperature: ``t``. Default 0.3 (official code).
@@ -99,6 +108,8 @@ class DHEL(ContrastiveObjective):
 
     def per_anchor(self, anchors: Tensor, candidates: Tensor, pairs: Pairs, neg_weight: Tensor | None) -> Tensor:
         n = check_paired_views(pairs, "DHEL")
-        positives = candidates[:n]
-        sim_pp = cosine(positives, positives) if self.include_augs else None
-        return dhel(cosine(anchors, candidates), cosine(anchors, anchors), sim_pp, self.temperature, neg_weight)
+        a, c = F.normalize(anchors, dim=-1), F.normalize(candidates, dim=-1)
+        p = c[:n]
+        sim_extra = a @ c[n:].T if c.shape[0] > n else None
+        sim_pp = p @ p.T if self.include_augs else None
+        return dhel((a * p).sum(dim=-1), a @ a.T, sim_pp, self.temperature, sim_extra, neg_weight)
