@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from contrasuite.core.objectives import OBJECTIVES, InfoNCE, WEINCE, WEINCERepro, weince, weince_gate
 from contrasuite.core.objectives.weince import pooled_tail_beta, tail_statistics
-from contrasuite.core.pairs import resolve_pairs, two_view
+from contrasuite.core.pairs import Pairs, resolve_pairs, two_view
 
 EPS = 1e-6
 
@@ -174,7 +174,7 @@ def test_gather_hook_gives_global_rho_pivot():
     eye = torch.eye(48, dtype=torch.bool)
     sim = F.normalize(q, dim=1) @ F.normalize(k, dim=1).T
     halves = [slice(0, 24), slice(24, 48)]
-    rho_all = torch.cat([tail_statistics(sim[h], ~eye[h]).rho for h in halves])
+    rho_all = torch.cat([tail_statistics(sim[h], resolve_pairs(q[h], k, pos_mask=eye[h])[1]).rho for h in halves])
     calls = []
     for h in halves:
         part = WEINCE()
@@ -202,10 +202,11 @@ def numpy_pooled_beta(sim, neg, tail_frac=0.05, min_pts=1024):
 def test_pooled_tail_beta_matches_numpy():
     anchors, _, pairs = two_view_batch(n=48, seed=8)
     sim = F.normalize(anchors.double(), dim=1) @ F.normalize(anchors.double(), dim=1).T
-    beta_hat, r2 = pooled_tail_beta(sim, pairs.neg)
+    beta_hat, r2 = pooled_tail_beta(sim, pairs)
     ref_beta, ref_r2 = numpy_pooled_beta(sim.numpy(), pairs.neg.numpy())
     assert beta_hat == pytest.approx(ref_beta, rel=1e-8) and r2 == pytest.approx(ref_r2, rel=1e-8)
-    assert pooled_tail_beta(sim[:3, :3], pairs.neg[:3, :3]) is None  # fewer than 10 points
+    small = Pairs(pos=pairs.pos[:3, :3], valid=pairs.valid[:3, :3])
+    assert pooled_tail_beta(sim[:3, :3], small) is None  # fewer than 10 points
 
 
 def test_repro_beta_ema_buffer():
