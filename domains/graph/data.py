@@ -37,11 +37,13 @@ EdgeType = tuple[str, str, str]
 
 @dataclass
 class NodeTypeSpec:
-    """One node type: ``features`` is a file (else one-hot/learned embeddings); ``count`` else inferred."""
+    """One node type: ``features`` is a file (else one-hot inputs, a learned row per node); ``count`` else inferred."""
 
     name: str = ""
     features: Optional[str] = None
     count: Optional[int] = None
+    row_normalize: bool = False
+    """Divide each feature row by its sum (MEOW's and HeCo's ``preprocess_features``); zero rows stay 0."""
 
 
 @dataclass
@@ -134,6 +136,13 @@ def load_features(path: Path) -> Tensor:
     return torch.as_tensor(np.asarray(matrix), dtype=torch.float32)
 
 
+def row_normalize(features: Tensor) -> Tensor:
+    """Each row divided by its sum; a row summing to 0 becomes 0 (MEOW's ``preprocess_features``)."""
+    total = features.sum(1, keepdim=True)
+    inverse = torch.where(total != 0, 1.0 / torch.where(total != 0, total, 1.0), 0.0)
+    return features * inverse
+
+
 def load_edges(path: Path) -> Tensor:
     """``[2, E]`` int64 edge index from a text file of ``src dst`` lines."""
     pairs = np.loadtxt(path, dtype=np.int64, ndmin=2)
@@ -150,6 +159,9 @@ def edge_type_of(spec: EdgeSpec, reverse: bool = False) -> EdgeType:
 
 def _check_spec(spec: DatasetSpec) -> None:
     types = {t.name for t in spec.node_types}
+    for t in spec.node_types:
+        if t.row_normalize and not t.features:
+            raise ValueError(f"dataset.node_types {t.name!r}: row_normalize needs a features file")
     if spec.target not in types:
         raise ValueError(f"dataset.target {spec.target!r} is not among dataset.node_types {sorted(types)}")
     for e in spec.edges:
@@ -181,6 +193,8 @@ def load_hetero(spec: DatasetSpec, data_root: str | Path) -> HeteroData:
         store = data[t.name]
         if t.features:
             store.x = load_features(ensure_file(folder, t.features, spec))
+            if t.row_normalize:
+                store.x = row_normalize(store.x)
             count = store.x.shape[0]
         else:
             count = t.count or (labels.shape[0] if t.name == spec.target else inferred.get(t.name, 0))
