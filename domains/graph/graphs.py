@@ -1,11 +1,18 @@
-"""Meta-path graphs for MEOW: PathSim pruning, GCN normalisation, edge dropping, and meta-path contexts.
+"""Meta-path graphs for MEOW: PathSim pruning, MEOW's GCN normalisation, edge dropping, meta-path contexts.
 
 PathSim (Sun et al., VLDB 2011) between target nodes i and j under a meta-path with counts ``A``::
 
     sim(i, j) = 2 A_ij / (A_ii + A_jj)
 
-Each node keeps its ``nei_max`` most similar nodes (itself included). The kept binary graph is
-normalised symmetrically with self-loops, ``D^-1/2 (A + I) D^-1/2`` (Kipf & Welling, 2017).
+Each node keeps its ``nei_max`` most similar nodes (itself included unless ties push it out), with
+their path counts: the pruned matrix ``A`` (row i: the nodes i kept). MEOW's code normalises it with
+the GCN helper written for symmetric matrices, ``D^-1/2 A^T D^-1/2`` with ``D`` the row sums of
+``A``, and propagates ``out = M x``. On the pruned, no longer symmetric ``A`` this means that node i
+gathers from the nodes that kept i (``gather="in"``, the default); ``gather="out"`` gathers from
+the nodes i kept (``D^-1/2 A D^-1/2``). The graph of the plain view keeps the path counts as
+weights and adds no self-loops (``weights="counts"``); the augmented view's graph is binary, its
+diagonal removed, a fraction of its edges dropped and the identity added (``code_meow/module/
+preprocess.py``: ``pathsim``, ``normalize_adj``, ``mask_edges``).
 
 The context of a target node under a meta-path ``t0 t1 ... tL`` is, at each intermediate position
 ``k``, the mean over the nodes of type ``tk`` reached along the path, taken hop by hop::
@@ -19,7 +26,7 @@ reading and is documented as such.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -27,49 +34,60 @@ from torch_geometric.data import HeteroData
 
 from contrasuite.domains.graph.data import metapath_edge_types, row_normalized_incidence
 
+GATHER = ("in", "out")
+WEIGHTS = ("counts", "binary")
+
 
 @dataclass
 class MetaPathGraph:
-    """One pruned meta-path graph over the target nodes with self-loops: ``edge_index [2, E]`` as
-    (source, target), sorted by target then source, so a CSR matrix is built without sorting."""
+    """A PathSim-pruned meta-path graph over the target nodes: ``cols[e]`` is one of the kept
+    neighbours of ``rows[e]``, ``counts[e]`` their path count (module docstring)."""
 
-    edge_index: Tensor
+    rows: Tensor
+    cols: Tensor
+    counts: Tensor
     num_nodes: int
-    _full: Tensor | None = field(default=None, repr=False)
 
-    @classmethod
-    def from_edges(cls, edge_index: Tensor, num_nodes: int) -> MetaPathGraph:
-        """Binary edges plus self-loops, deduplicated and sorted by (target, source)."""
-        loops = torch.arange(num_nodes, device=edge_index.device).repeat(2, 1)
-        index = torch.cat([edge_index, loops], dim=1)
-        key = torch.unique(index[1] * num_nodes + index[0])
-        return cls(torch.stack([key % num_nodes, key // num_nodes]), num_nodes)
+    def to(self, device: torch.device | str) -> MetaPathGraph:
+        return MetaPathGraph(self.rows.to(device), self.cols.to(device), self.counts.to(device), self.num_nodes)
 
-    def normalized(self, drop: float = 0.0, generator: torch.Generator | None = None) -> Tensor:
-        """Sparse CSR ``adj_t [target, source]`` of ``D^-1/2 (A + I) D^-1/2``; with ``drop``, that
-        fraction of the non-loop edges is removed first and the degrees recomputed."""
-        if drop <= 0:
-            if self._full is None:
-                self._full = gcn_csr(self.edge_index, self.num_nodes)
-            return self._full
-        src, dst = self.edge_index
-        keep = (torch.rand(src.shape[0], generator=generator) >= drop).to(src.device) | (src == dst)
-        return gcn_csr(self.edge_index[:, keep], self.num_nodes)
+    def adjacency(self, weights: str = "counts", gather: str = "in") -> Tensor:
+        """The plain view's normalised graph (sparse CSR ``adj_t [target, source]``)."""
+        if weights not in WEIGHTS:
+            raise ValueError(f"weights must be one of {WEIGHTS}, got {weights!r}")
+        values = self.counts if weights == "counts" else torch.ones_like(self.counts)
+        return propagation_matrix(self.rows, self.cols, values, self.num_nodes, gather)
+
+    def dropped(self, rate: float, generator: torch.Generator, gather: str = "in") -> Tensor:
+        """The augmented view's graph: binary, no diagonal, ``floor(rate * E)`` of its ``E`` edges
+        dropped at random, the identity added, normalised as :meth:`adjacency`."""
+        off = self.rows != self.cols
+        rows, cols = self.rows[off], self.cols[off]
+        order = torch.randperm(rows.shape[0], generator=generator).to(rows.device)
+        keep = order[int(rate * rows.shape[0]) :]
+        loops = torch.arange(self.num_nodes, device=rows.device)
+        rows, cols = torch.cat([rows[keep], loops]), torch.cat([cols[keep], loops])
+        return propagation_matrix(rows, cols, torch.ones(rows.shape[0], device=rows.device), self.num_nodes, gather)
 
 
-def gcn_csr(edge_index: Tensor, num_nodes: int) -> Tensor:
-    """``D^-1/2 A D^-1/2`` as sparse CSR ``[target, source]`` from target-sorted edges (in-degrees)."""
-    src, dst = edge_index
-    counts = torch.bincount(dst, minlength=num_nodes)
-    degree = counts.to(torch.float32).clamp_min(1)
-    values = degree[src].rsqrt() * degree[dst].rsqrt()
-    crow = torch.zeros(num_nodes + 1, dtype=torch.long, device=src.device)
-    crow[1:] = torch.cumsum(counts, 0)
-    return torch.sparse_csr_tensor(crow, src, values, (num_nodes, num_nodes))
+def propagation_matrix(rows: Tensor, cols: Tensor, values: Tensor, num_nodes: int, gather: str = "in") -> Tensor:
+    """``D^-1/2 A^T D^-1/2`` (``gather="in"``) or ``D^-1/2 A D^-1/2`` (``"out"``) as sparse CSR
+    ``[target, source]``, where ``A[rows, cols] = values`` and ``D`` holds the row sums of ``A``."""
+    if gather not in GATHER:
+        raise ValueError(f"gather must be one of {GATHER}, got {gather!r}")
+    values = values.to(torch.float32)
+    degree = torch.zeros(num_nodes, device=values.device).index_add_(0, rows, values)
+    scale = degree.clamp_min(torch.finfo(torch.float32).tiny).rsqrt()
+    norm = values * scale[rows] * scale[cols]
+    target, source = (cols, rows) if gather == "in" else (rows, cols)
+    order = torch.argsort(target * num_nodes + source)
+    return torch.sparse_coo_tensor(
+        torch.stack([target[order], source[order]]), norm[order], (num_nodes, num_nodes)
+    ).coalesce().to_sparse_csr()
 
 
 def pathsim_topk(counts: Tensor, nei_max: int) -> MetaPathGraph:
-    """Keep each node's ``nei_max`` neighbours of highest PathSim (module docstring)."""
+    """Keep each node's ``nei_max`` neighbours of highest PathSim with their counts (module docstring)."""
     if nei_max < 1:
         raise ValueError(f"nei_max must be >= 1, got {nei_max}")
     dense = counts.to_dense() if counts.is_sparse else counts
@@ -80,13 +98,13 @@ def pathsim_topk(counts: Tensor, nei_max: int) -> MetaPathGraph:
     values, cols = sim.topk(k, dim=1)
     rows = torch.arange(n)[:, None].expand(n, k)
     keep = values > 0
-    # message flows from neighbour (source) to the node (target)
-    return MetaPathGraph.from_edges(torch.stack([cols[keep], rows[keep]]), n)
+    rows, cols = rows[keep], cols[keep]
+    return MetaPathGraph(rows, cols, dense[rows, cols].float(), n)
 
 
-def mean_adjacency(graphs: list[MetaPathGraph]) -> Tensor:
-    """MEOW's coarse view graph: the mean of the normalised meta-path adjacencies (sparse CSR ``adj_t``)."""
-    parts = [g.normalized().to_sparse_coo() for g in graphs]
+def mean_adjacency(adjacencies: list[Tensor]) -> Tensor:
+    """MEOW's coarse view graph: the mean of the normalised meta-path graphs (sparse CSR ``adj_t``)."""
+    parts = [a.to_sparse_coo() for a in adjacencies]
     total = torch.sparse_coo_tensor(
         torch.cat([p.indices() for p in parts], dim=1), torch.cat([p.values() for p in parts]) / len(parts), parts[0].shape
     )

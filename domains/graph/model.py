@@ -1,17 +1,22 @@
-"""MEOW's two views of the target nodes (Yu & Li, SDM 2023; Yu et al., TKDE 2024).
+"""MEOW's two views of the target nodes (Yu & Li, SDM 2023; Yu et al., TKDE 2024), as in
+``code_meow/module/meow.py`` and ``encoder.py``.
 
-* Type projection: a linear layer per node type with features (a learned embedding per node for
-  types without), ELU, dropout.
+* Type projection: a linear layer per node type, dropout, ELU. Types without features get one-hot
+  inputs: a learned row per node plus a bias, initialised as ``nn.Linear(count, dim)``.
 * Coarse view: the targets' own projections through a shared two-layer GCN over the mean of the
   normalised meta-path graphs (which nodes some meta-path connects).
-* Fine-grained view: for each meta-path m, the target projection plus a bias-free linear map of each
-  meta-path context position, ELU, then the shared GCN on graph m; during training also an
-  augmented copy with feature masking and edge dropping. All 2M (M at evaluation) L2-normalised
-  embeddings are fused by semantic attention (Wang et al., HAN, WWW 2019).
+* Fine-grained view: for each meta-path m, ``elu(h_target + sum_k dropout(W_mk C_mk))`` with ``C_mk``
+  the meta-path contexts, then the shared GCN on graph m; an augmented copy uses the projection of
+  the masked target features and the edge-dropped graph. The 2M (or M, without augmentation)
+  L2-normalised embeddings are fused by semantic attention (Wang et al., HAN, WWW 2019) whose query
+  vector gets dropout in training.
 * A shared projection head (linear, tanh, L2 normalisation) for the contrastive loss. Downstream
   tasks use the fused fine-grained embedding before projection.
 
-The GCN layers are torch_geometric ``GCNConv`` multiplying precomputed normalised sparse CSR adjacencies.
+The GCN layers are bias-free torch_geometric ``GCNConv`` layers over precomputed normalised sparse
+CSR adjacencies, with dropout between the linear map and the propagation as in MEOW's ``GraphConv``.
+Linear layers keep PyTorch's default initialisation, as MEOW's code does (only the attention is
+Xavier-initialised there).
 """
 
 from __future__ import annotations
@@ -21,59 +26,91 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn import GCNConv
 
-from contrasuite.domains.graph.graphs import MetaPathGraph, apply_chain
+from contrasuite.domains.graph.graphs import apply_chain
+
+LAYER_NORMS = ("matrix", "node")
+
+
+def mask_entries(x: Tensor, rate: float, generator: torch.Generator) -> Tensor:
+    """``x`` with ``floor(rate * nnz)`` of its non-zero entries, drawn at random, set to 0 (MEOW's ``mask_feature``)."""
+    rows, cols = x.nonzero(as_tuple=True)
+    order = torch.randperm(rows.shape[0], generator=generator).to(x.device)[: int(rate * rows.shape[0])]
+    out = x.clone()
+    out[rows[order], cols[order]] = 0
+    return out
+
+
+class OneHotLinear(nn.Module):
+    """``nn.Linear(count, dim)`` applied to the ``count x count`` identity, without building it."""
+
+    def __init__(self, count: int, dim: int) -> None:
+        super().__init__()
+        linear = nn.Linear(count, dim)
+        self.weight = nn.Parameter(linear.weight.detach().T.contiguous())
+        self.bias = nn.Parameter(linear.bias.detach().clone())
+
+    def forward(self, x: None = None) -> Tensor:
+        return self.weight + self.bias
 
 
 class TypeProjection(nn.Module):
-    """Per node type: ``dropout(elu(Linear(x)))``, or a learned embedding when the type has no features."""
+    """Per node type: ``elu(dropout(Linear(x)))`` (one-hot inputs for a type without features)."""
 
     def __init__(self, feature_dims: dict[str, int | None], counts: dict[str, int], dim: int, dropout: float) -> None:
         super().__init__()
         self.maps = nn.ModuleDict()
         for name, in_dim in feature_dims.items():
-            self.maps[name] = nn.Linear(in_dim, dim) if in_dim else nn.Embedding(counts[name], dim)
-        for m in self.maps.values():
-            nn.init.xavier_normal_(m.weight, gain=1.414)
+            self.maps[name] = nn.Linear(in_dim, dim) if in_dim else OneHotLinear(counts[name], dim)
         self.dropout = nn.Dropout(dropout)
 
+    def one(self, name: str, x: Tensor | None) -> Tensor:
+        """The projection of node type ``name`` (each call draws its own dropout)."""
+        return F.elu(self.dropout(self.maps[name](x)))
+
     def forward(self, features: dict[str, Tensor | None]) -> dict[str, Tensor]:
-        out = {}
-        for name, layer in self.maps.items():
-            h = layer(features[name]) if isinstance(layer, nn.Linear) else layer.weight
-            out[name] = self.dropout(F.elu(h))
-        return out
+        return {name: self.one(name, features[name]) for name in self.maps}
 
 
 class GCNEncoder(nn.Module):
-    """Two ``GCNConv`` layers (PReLU after the first), then a non-affine LayerNorm."""
+    """Two bias-free ``GCNConv`` layers, each ``propagate(dropout(x W))``, PReLU after the first, then
+    a non-affine LayerNorm over the whole ``[N, D]`` output (``"matrix"``, MEOW's ``nn.LayerNorm(Z.size())``)
+    or over each node's ``D`` values (``"node"``)."""
 
-    def __init__(self, dim: int) -> None:
+    def __init__(self, dim: int, dropout: float = 0.2, layer_norm: str = "matrix") -> None:
         super().__init__()
-        self.conv1 = GCNConv(dim, dim, normalize=False)
-        self.conv2 = GCNConv(dim, dim, normalize=False)
+        if layer_norm not in LAYER_NORMS:
+            raise ValueError(f"layer_norm must be one of {LAYER_NORMS}, got {layer_norm!r}")
+        self.convs = nn.ModuleList(GCNConv(dim, dim, normalize=False, bias=False) for _ in range(2))
+        for conv in self.convs:  # MEOW's GraphConv: uniform(-1/sqrt(out), 1/sqrt(out))
+            nn.init.uniform_(conv.lin.weight, -(dim**-0.5), dim**-0.5)
         self.act = nn.PReLU()
-        self.norm = nn.LayerNorm(dim, elementwise_affine=False)
+        self.dropout = nn.Dropout(dropout)
+        self.layer_norm = layer_norm
 
     def forward(self, x: Tensor, adj_t: Tensor) -> Tensor:
         """``x [N, D]`` over the normalised sparse ``adj_t [target, source]``, in fp32 under any autocast
         (sparse CSR products have no bf16/fp16 kernels on every device)."""
         with torch.autocast(device_type=x.device.type, enabled=False):
-            h = self.act(self.conv1(x.float(), adj_t))
-            return self.norm(self.conv2(h, adj_t))
+            first, second = self.convs
+            h = self.act(first.propagate(adj_t, x=self.dropout(first.lin(x.float())), edge_weight=None))
+            z = second.propagate(adj_t, x=self.dropout(second.lin(h)), edge_weight=None)
+            return F.layer_norm(z, tuple(z.shape) if self.layer_norm == "matrix" else z.shape[-1:])
 
 
 class SemanticAttention(nn.Module):
-    """``beta = softmax_v( q . mean_i tanh(W z_i^v + b) )``, output ``sum_v beta_v z^v``."""
+    """``beta = softmax_v( dropout(q) . mean_i tanh(W z_i^v + b) )``, output ``sum_v beta_v z^v``."""
 
-    def __init__(self, dim: int) -> None:
+    def __init__(self, dim: int, dropout: float = 0.0) -> None:
         super().__init__()
         self.fc = nn.Linear(dim, dim)
         self.query = nn.Parameter(torch.empty(1, dim))
         nn.init.xavier_normal_(self.fc.weight, gain=1.414)
         nn.init.xavier_normal_(self.query, gain=1.414)
+        self.dropout = nn.Dropout(dropout)
 
     def forward(self, views: list[Tensor]) -> Tensor:
-        scores = torch.stack([(torch.tanh(self.fc(v)).mean(0) * self.query[0]).sum() for v in views])
+        query = self.dropout(self.query)[0]
+        scores = torch.stack([(torch.tanh(self.fc(v)).mean(0) * query).sum() for v in views])
         beta = torch.softmax(scores, dim=0)
         return sum(b * v for b, v in zip(beta, views))
 
@@ -82,12 +119,13 @@ class MEOWModel(nn.Module):
     """Both views and the projection head; see the module docstring.
 
     Args:
-        feature_dims: input feature width per node type (None: learned embedding).
+        feature_dims: input feature width per node type (None: one-hot inputs).
         counts: number of nodes per node type.
         target: the target node type.
         contexts: per meta-path, a list of (node type, row-normalised hop chain) per context position.
         dim: embedding width (MEOW: 64).
-        dropout: dropout after the type projections.
+        dropout: dropout of the type projections, context terms, GCN layers and attention query.
+        layer_norm: ``"matrix"`` or ``"node"`` (:class:`GCNEncoder`).
     """
 
     def __init__(
@@ -98,6 +136,7 @@ class MEOWModel(nn.Module):
         contexts: list[list[tuple[str, list[Tensor]]]],
         dim: int = 64,
         dropout: float = 0.2,
+        layer_norm: str = "matrix",
     ) -> None:
         super().__init__()
         self.target = target
@@ -106,47 +145,49 @@ class MEOWModel(nn.Module):
         self.context_maps = nn.ModuleList(
             nn.ModuleList(nn.Linear(dim, dim, bias=False) for _ in positions) for positions in contexts
         )
-        for maps in self.context_maps:
-            for m in maps:
-                nn.init.xavier_normal_(m.weight, gain=1.414)
-        self.encoder = GCNEncoder(dim)
-        self.attention = SemanticAttention(dim)
+        self.dropout = nn.Dropout(dropout)
+        self.encoder = GCNEncoder(dim, dropout, layer_norm)
+        self.attention = SemanticAttention(dim, dropout)
         self.head = nn.Linear(dim, dim)
 
     def project_head(self, z: Tensor) -> Tensor:
         """``normalize(tanh(W z + b))``."""
         return F.normalize(torch.tanh(self.head(z)), dim=1)
 
-    def enriched(self, h: dict[str, Tensor]) -> list[Tensor]:
-        """Target features enriched with each meta-path's contexts: ``elu(h_t + sum_k W_mk C_mk)``."""
+    def context_terms(self, h: dict[str, Tensor]) -> list[list[Tensor]]:
+        """``W_mk C_mk`` for each meta-path m and context position k."""
+        return [
+            [linear(apply_chain(chain, h[node_type].float())) for (node_type, chain), linear in zip(positions, maps)]
+            for positions, maps in zip(self.contexts, self.context_maps)
+        ]
+
+    def enriched(self, h_target: Tensor, terms: list[list[Tensor]]) -> list[Tensor]:
+        """``elu(h_target + sum_k dropout(W_mk C_mk))`` per meta-path (fresh dropout on each call)."""
         out = []
-        for positions, maps in zip(self.contexts, self.context_maps):
-            total = h[self.target]
-            for (node_type, chain), linear in zip(positions, maps):
-                total = total + linear(apply_chain(chain, h[node_type].float()))
+        for per_path in terms:
+            total = h_target
+            for term in per_path:
+                total = total + self.dropout(term)
             out.append(F.elu(total))
         return out
 
     def fine(
-        self,
-        h: dict[str, Tensor],
-        graphs: list[MetaPathGraph],
-        feat_mask: float = 0.0,
-        adj_mask: list[float] | None = None,
-        generator: torch.Generator | None = None,
+        self, h: dict[str, Tensor], adjacencies: list[Tensor], augmented: tuple[Tensor, list[Tensor]] | None = None
     ) -> Tensor:
-        """The fused fine-grained embedding; with masking, each meta-path also gets an augmented copy."""
-        views = []
-        augment = self.training and (feat_mask > 0 or any(adj_mask or []))
-        for m, (x, graph) in enumerate(zip(self.enriched(h), graphs)):
-            views.append(F.normalize(self.encoder(x, graph.normalized()), dim=1))
-            if augment:
-                keep = (torch.rand(x.shape[1], generator=generator) >= feat_mask).to(x)
-                drop = adj_mask[m] if adj_mask else 0.0
-                views.append(F.normalize(self.encoder(x * keep, graph.normalized(drop, generator)), dim=1))
+        """The fused fine-grained embedding over the plain graphs, and with ``augmented = (projection of the
+        masked target features, augmented graphs)`` also over the augmented copy of each meta-path."""
+        terms = self.context_terms(h)
+        views = [F.normalize(self.encoder(x, a), dim=1) for x, a in zip(self.enriched(h[self.target], terms), adjacencies)]
+        if augmented is not None:
+            h_masked, masked_adjacencies = augmented
+            copies = self.enriched(h_masked, terms)
+            views = [
+                v
+                for plain, x, a in zip(views, copies, masked_adjacencies)
+                for v in (plain, F.normalize(self.encoder(x, a), dim=1))
+            ]
         return self.attention(views)
 
     def coarse(self, h: dict[str, Tensor], mean_graph: Tensor) -> Tensor:
         """The coarse-view embedding of the targets' own projections over the mean meta-path graph."""
         return self.encoder(h[self.target], mean_graph)
-

@@ -31,24 +31,38 @@ from contrasuite.core.negatives.learned_weights import LearnedNegativeWeights
 from contrasuite.core.objectives import InfoNCE, ObjectiveSum
 from contrasuite.domains.graph.data import DatasetSpec, load_hetero, metapath_counts
 from contrasuite.domains.graph.evaluate import ProbeSettings, clustering_scores, linear_probe
-from contrasuite.domains.graph.graphs import context_chains, mean_adjacency, pathsim_topk
-from contrasuite.domains.graph.model import MEOWModel
+from contrasuite.domains.graph.graphs import GATHER, WEIGHTS, context_chains, mean_adjacency, pathsim_topk
+from contrasuite.domains.graph.model import LAYER_NORMS, MEOWModel, mask_entries
 from contrasuite.domains.task import StepContext, TaskContext
 
 NEGATIVE_KINDS = ("none", "cluster", "learned")
+EVAL_VIEWS = ("all", "plain")
 
 
 @dataclass
 class ModelConfig:
-    """Encoder settings (MEOW's table: dim 64, dropout, feature mask, per-meta-path edge drop and PathSim top-k)."""
+    """Encoder settings; defaults follow MEOW's code (``code_meow/module``), the rest of MEOW's table
+    (dropout, masks, PathSim top-k) comes from the run configs."""
 
     dim: int = 64
     dropout: float = 0.2
     feat_mask: float = 0.3
+    """Fraction of the target's non-zero input feature entries zeroed in the augmented copy."""
     adj_mask: list[float] = field(default_factory=list)
     """Edge-drop rate per meta-path of the augmented copy (empty: none)."""
     nei_max: list[int] = field(default_factory=list)
     """PathSim top-k per meta-path (empty: keep every neighbour)."""
+    resample_masks: bool = False
+    """Draw the feature and edge masks anew every epoch; MEOW draws them once before training."""
+    edge_weights: str = "counts"
+    """Plain-view graph weights: ``counts`` (path counts, MEOW) or ``binary`` (graphs.py)."""
+    gather: str = "in"
+    """``in``: a node gathers from the nodes whose top-k kept it (MEOW's code); ``out``: from its own top-k."""
+    layer_norm: str = "matrix"
+    """Encoder LayerNorm over the whole output (``matrix``, MEOW's code) or per node (``node``)."""
+    eval_views: str = "all"
+    """Views fused for the evaluated embedding: ``all`` (plain and augmented, as MEOW's saved
+    embedding, but without dropout) or ``plain``."""
 
 
 @dataclass
@@ -111,6 +125,13 @@ def _check(cfg: GraphConfig, num_metapaths: int) -> None:
             raise ValueError(
                 f"config.model.{key}: {len(values)} values for {num_metapaths} meta-paths in config.dataset.metapaths"
             )
+    choices = {"edge_weights": WEIGHTS, "gather": GATHER, "layer_norm": LAYER_NORMS, "eval_views": EVAL_VIEWS}
+    for key, allowed in choices.items():
+        if getattr(cfg.model, key) not in allowed:
+            raise ValueError(f"config.model.{key}: {getattr(cfg.model, key)!r} is not one of {allowed}")
+    target = next(t for t in cfg.dataset.node_types if t.name == cfg.dataset.target)
+    if cfg.model.feat_mask > 0 and not target.features:
+        raise ValueError(f"config.model.feat_mask masks input features, but target {target.name!r} has no features file")
     missing = [r for r in cfg.eval_ratios if r not in cfg.dataset.splits]
     if missing:
         raise ValueError(f"config.eval_ratios: {missing} not in config.dataset.splits {list(cfg.dataset.splits)}")
@@ -128,13 +149,13 @@ class GraphTask:
         _check(cfg, len(spec.metapaths))
         data = load_hetero(spec, ctx.data_root)
         counts = metapath_counts(data, list(spec.metapaths))
+        model_cfg = cfg.model
         self.graphs = []
         for i, m in enumerate(spec.metapaths):
-            nei_max = cfg.model.nei_max[i] if cfg.model.nei_max else data[spec.target].num_nodes
-            graph = pathsim_topk(counts[m.name], nei_max)
-            graph.edge_index = graph.edge_index.to(self.device)
-            self.graphs.append(graph)
-        self.mean_graph = mean_adjacency(self.graphs)
+            nei_max = model_cfg.nei_max[i] if model_cfg.nei_max else data[spec.target].num_nodes
+            self.graphs.append(pathsim_topk(counts[m.name], nei_max).to(self.device))
+        self.adjacencies = [g.adjacency(model_cfg.edge_weights, model_cfg.gather) for g in self.graphs]
+        self.mean_graph = mean_adjacency(self.adjacencies)
         contexts = [
             [(t, [hop.to(self.device) for hop in chain]) for t, chain in context_chains(data, list(m.path))]
             for m in spec.metapaths
@@ -142,14 +163,17 @@ class GraphTask:
         self.features = {t: data[t].get("x") for t in data.node_types}
         self.features = {t: None if x is None else x.to(self.device) for t, x in self.features.items()}
         self.data = data
+        self.augment = model_cfg.feat_mask > 0 or any(model_cfg.adj_mask)
+        self.fixed_masks = self.masks(torch.Generator().manual_seed(ctx.seed)) if self.augment else None
         torch.manual_seed(ctx.seed)
         self.model = MEOWModel(
             {t: None if x is None else x.shape[1] for t, x in self.features.items()},
             {t: data[t].num_nodes for t in data.node_types},
             spec.target,
             contexts,
-            cfg.model.dim,
-            cfg.model.dropout,
+            model_cfg.dim,
+            model_cfg.dropout,
+            model_cfg.layer_norm,
         ).to(self.device)
         self.objective = ObjectiveSum(list(cfg.objective.terms))
         params = list(self.model.parameters()) + list(self.objective.parameters())
@@ -181,12 +205,34 @@ class GraphTask:
     def batches(self, epoch: int) -> Iterable[int]:
         return [epoch]
 
+    def masks(self, generator: torch.Generator) -> tuple[Tensor | None, list[Tensor]]:
+        """The augmented copy's inputs: masked target features (None without feature masking) and the
+        edge-dropped graph of each meta-path."""
+        model_cfg = self.cfg.model
+        x = self.features[self.cfg.dataset.target]
+        masked = mask_entries(x, model_cfg.feat_mask, generator) if model_cfg.feat_mask > 0 else None
+        rates = list(model_cfg.adj_mask) or [0.0] * len(self.graphs)
+        return masked, [g.dropped(rate, generator, model_cfg.gather) for g, rate in zip(self.graphs, rates)]
+
+    def fine(self, h: dict[str, Tensor], masks: tuple[Tensor | None, list[Tensor]] | None) -> Tensor:
+        """The fused fine-grained embedding, with the augmented copy when ``masks`` are given."""
+        augmented = None
+        if masks is not None:
+            masked_x, masked_adjacencies = masks
+            target = self.cfg.dataset.target
+            x = self.features[target] if masked_x is None else masked_x
+            augmented = (self.model.project.one(target, x), masked_adjacencies)
+        return self.model.fine(h, self.adjacencies, augmented)
+
     def views(self, epoch: int) -> tuple[Tensor, Tensor]:
-        """Projected ``(coarse, fine)`` embeddings of every target node, augmentations seeded by epoch."""
-        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+        """Projected ``(coarse, fine)`` embeddings of every target node; with ``resample_masks`` the
+        augmentation is drawn from a generator seeded by the epoch, else the masks drawn at setup."""
+        masks = self.fixed_masks
+        if self.augment and self.cfg.model.resample_masks:
+            masks = self.masks(torch.Generator().manual_seed(self.seed * 1_000_003 + epoch))
         h = self.model.project(self.features)
         z_c = self.model.coarse(h, self.mean_graph)
-        z_f = self.model.fine(h, self.graphs, self.cfg.model.feat_mask, list(self.cfg.model.adj_mask), gen)
+        z_f = self.fine(h, masks)
         return self.model.project_head(z_c), self.model.project_head(z_f)
 
     def loss_terms(self, coarse: Tensor, fine: Tensor, epoch: int) -> dict[str, Tensor]:
@@ -231,10 +277,12 @@ class GraphTask:
 
     @torch.no_grad()
     def embeddings(self) -> Tensor:
-        """The fused fine-grained embedding before projection, dropout and augmentation off."""
+        """The fused fine-grained embedding before projection, dropout off; the augmented views (masks
+        drawn at setup) fused in as well under ``eval_views: all``."""
         self.model.eval()
         h = self.model.project(self.features)
-        return self.model.fine(h, self.graphs).float().cpu()
+        masks = self.fixed_masks if self.cfg.model.eval_views == "all" else None
+        return self.fine(h, masks).float().cpu()
 
     def evaluate(self, split: str = "val") -> Mapping[str, float]:
         if split not in ("val", "test"):

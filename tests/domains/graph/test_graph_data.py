@@ -49,6 +49,16 @@ def test_acm_heterodata_shapes_and_counts(graph_data, data_root):
         assert len(data["paper"][f"val_{n}"]) == 1000 and len(data["paper"][f"test_{n}"]) == 1000
 
 
+def test_acm_uses_row_normalised_paper_and_author_features(graph_data, data_root):
+    graph_data("acm")
+    data = load_hetero(spec_of("acm"), data_root)
+    assert data["author"].x.shape == (7167, 1902) and data["paper"].x.shape == (4019, 1902)
+    for t in ("paper", "author"):
+        sums = data[t].x.sum(1)
+        assert torch.allclose(sums[sums > 0], torch.ones(int((sums > 0).sum())), atol=1e-5)
+    assert data["subject"].get("x") is None  # one-hot inputs
+
+
 @pytest.mark.parametrize("name", ["acm", "imdb"])
 def test_metapath_counts_equal_precomputed_files(name, graph_data, data_root):
     folder = graph_data(name)
@@ -94,21 +104,30 @@ def test_pathsim_topk_and_contexts_on_tiny_graph(tiny_graph):
     data = load_hetero(spec, "/nonexistent")
     counts = metapath_counts(data, spec.metapaths)["ic0i"].to_dense()
     graph = pathsim_topk(counts, 4)
-    src, dst = graph.edge_index
-    # every node keeps its top 4 (itself usually among them; ties can push it out) plus a self-loop
-    assert torch.all(torch.bincount(dst[src != dst], minlength=60) <= 4)
-    assert torch.all(torch.bincount(dst, minlength=60) <= 5) and (src == dst).sum() == 60
+    # every node keeps at most its top 4, with their path counts
+    assert torch.all(torch.bincount(graph.rows, minlength=60) <= 4)
+    assert torch.equal(graph.counts, counts[graph.rows, graph.cols])
     # the kept neighbours of node 0 have the highest PathSim
     diag = counts.diagonal()
     sim = 2 * counts[0] / (diag[0] + diag)
-    kept = src[dst == 0]
+    kept = graph.cols[graph.rows == 0]
     assert sim[kept].min() >= sim[torch.ones(60, dtype=torch.bool).index_fill_(0, kept, False)].max() - 1e-6
-    adj = graph.normalized().to_dense()
-    deg = torch.bincount(dst, minlength=60).float()
-    assert torch.allclose(adj[dst, src], (deg[src] * deg[dst]).rsqrt())
-    dropped = graph.normalized(0.5, torch.Generator().manual_seed(0)).to_dense()
-    assert (dropped > 0).sum() < (adj > 0).sum() and torch.all(dropped.diagonal() > 0)
-    assert mean_adjacency([graph, graph]).to_dense().allclose(adj)
+    # plain view: MEOW's normalize_adj (the Kipf helper) on the pruned count matrix, no self-loops added
+    pruned = sp.coo_matrix((graph.counts.numpy(), (graph.rows.numpy(), graph.cols.numpy())), shape=(60, 60))
+    inv_sqrt = sp.diags(np.power(np.asarray(pruned.sum(1)).ravel(), -0.5))
+    official = np.asarray(pruned.dot(inv_sqrt).transpose().dot(inv_sqrt).todense())
+    adj = graph.adjacency("counts", "in").to_dense()
+    assert np.allclose(adj.numpy(), official, atol=1e-6)
+    binary = pruned.copy()
+    binary.data[:] = 1
+    inv_sqrt = sp.diags(np.power(np.asarray(binary.sum(1)).ravel(), -0.5))
+    assert np.allclose(graph.adjacency("binary", "out").to_dense().numpy(), (inv_sqrt @ binary @ inv_sqrt).toarray(), atol=1e-6)
+    # augmented view: binary, floor(rate * E) off-diagonal edges dropped, identity added
+    off = int((graph.rows != graph.cols).sum())
+    dropped = graph.dropped(0.5, torch.Generator().manual_seed(0), "in").to_dense()
+    assert int((dropped > 0).sum()) == off - int(0.5 * off) + 60 and torch.all(dropped.diagonal() > 0)
+    assert not torch.equal(dropped, graph.dropped(0.5, torch.Generator().manual_seed(1), "in").to_dense())
+    assert mean_adjacency([adj.to_sparse_csr(), dropped.to_sparse_csr()]).to_dense().allclose((adj + dropped) / 2)
     # the context of a meta-path item-ctx0-item is the mean of the item's ctx0 neighbours
     (ctx_type, chain), = context_chains(data, ["item", "ctx0", "item"])
     feats = torch.randn(15, 3)
