@@ -33,6 +33,7 @@ from torch import Tensor
 
 from contrasuite.core.numerics import masked_logsumexp
 from contrasuite.core.objectives.base import ContrastiveObjective, Distributed
+from contrasuite.core.objectives.infonce import exclude_
 from contrasuite.core.pairs import Pairs
 
 
@@ -57,9 +58,10 @@ def check_paired_views(pairs: Pairs, objective: str) -> int:
 
 def off_diagonal_logsumexp(logits: Tensor, weight: Tensor | None = None) -> Tensor:
     """``log sum_{j != i} w_ij exp(l_ij)`` for each row of ``logits [N, K >= N]`` (``w = 1`` without
-    ``weight``; a zero weight removes the term). Sets the diagonal of ``logits`` to the dtype's lowest
-    finite value *in place*, so it contributes 0 and gets zero gradient: pass a fresh tensor."""
-    logits.fill_diagonal_(torch.finfo(logits.dtype).min)
+    ``weight``; a zero weight removes the term). Excludes the diagonal of ``logits`` *in place*
+    (:func:`~contrasuite.core.objectives.infonce.exclude_`): pass a fresh tensor."""
+    rows = torch.arange(logits.shape[0], device=logits.device)
+    exclude_(logits, rows, rows)
     if weight is None:
         return torch.logsumexp(logits, dim=1)
     keep = (weight > 0).fill_diagonal_(False)

@@ -79,22 +79,33 @@ def single_positive_infonce(logits: Tensor, pairs: Pairs, positive_in_denominato
     """The kernel for single-positive pairs (``pairs.targets``), unweighted, at least one negative each.
 
     ``a = 1`` is ``F.cross_entropy`` with index targets; ``a = 0`` is ``logsumexp`` over the negatives
-    minus the positive logit. Excluded entries (self-pairs; the positive when ``a = 0``) are set to the
-    dtype's lowest finite value in a copy of ``logits``, which contributes exactly 0 to the sum and
-    receives zero gradient: one copy instead of an ``N x M`` mask and a masked select.
+    minus the positive logit. Excluded entries (self-pairs; the positive when ``a = 0``) are set to
+    the dtype's lowest finite value in a copy of ``logits`` (:func:`exclude_`): one copy instead of
+    ``N x M`` masks and a masked select.
     """
     targets = pairs.targets
     if positive_in_denominator and not pairs.exclude_self:
         return F.cross_entropy(logits, targets, reduction="none")
-    lowest = torch.finfo(logits.dtype).min
     masked = logits.clone()
-    if pairs.exclude_self:
-        masked.fill_diagonal_(lowest)
-    if positive_in_denominator:
-        return F.cross_entropy(masked, targets, reduction="none")
     rows = torch.arange(targets.shape[0], device=targets.device)
-    masked[rows, targets] = lowest
-    return torch.logsumexp(masked, dim=1) - logits[rows, targets]
+    if positive_in_denominator:
+        return F.cross_entropy(exclude_(masked, rows, rows), targets, reduction="none")
+    if pairs.exclude_self:
+        exclude_(masked, rows, rows)
+    return torch.logsumexp(exclude_(masked, rows, targets), dim=1) - logits[rows, targets]
+
+
+def exclude_(logits: Tensor, rows: Tensor, cols: Tensor) -> Tensor:
+    """Set ``logits[rows, cols]`` to the dtype's lowest finite value in place and return ``logits``.
+
+    For a fresh tensor that goes *only* into a softmax-type reduction (``logsumexp``, cross-entropy
+    with targets elsewhere): an entry at the lowest value gets softmax weight exactly 0, so its
+    gradient there is exactly 0 whether or not the fill is recorded. It is done under ``no_grad``,
+    which spares autograd a copy of the ``N x M`` gradient to zero those entries again.
+    """
+    with torch.no_grad():
+        logits[rows, cols] = torch.finfo(logits.dtype).min
+    return logits
 
 
 class InfoNCE(ContrastiveObjective):
