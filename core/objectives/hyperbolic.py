@@ -51,7 +51,7 @@ class HyperbolicPairwiseCE(ContrastiveObjective):
             return cosine(anchors, candidates) / self.temperature
         ball_a = to_ball(anchors, self.c, self.clip_r)
         ball_c = ball_a if candidates is anchors else to_ball(candidates, self.c, self.clip_r)
-        return pairwise_poincare_distance(ball_a, ball_c, self.c) / -self.temperature
+        return pairwise_poincare_distance(ball_a, ball_c, self.c, scale=-1.0 / self.temperature)
 
     def per_anchor(self, anchors: Tensor, candidates: Tensor, pairs: Pairs, neg_weight: Tensor | None) -> Tensor:
         return weighted_infonce(self.logits(anchors, candidates), pairs, neg_weight)

@@ -140,3 +140,48 @@ def test_bad_arguments():
         HyperbolicPairwiseCE(c=-1)
     with pytest.raises(ValueError, match="temperature"):
         HyperbolicPairwiseCE(temperature=0)
+
+
+def autograd_pairwise_distance(x, y, c):
+    """The closed form of pairwise_poincare_distance composed from torch ops (autograd's gradient)."""
+    margin = max(1e-5, 4.0 * float(torch.finfo(x.dtype).eps))
+    x2, y2 = (x * x).sum(-1, keepdim=True), (y * y).sum(-1, keepdim=True).T
+    xy = x @ y.T
+    u = (x2 + y2 - 2 * xy).clamp_min(0) / (1 - 2 * c * xy + c**2 * x2 * y2).clamp_min(margin)
+    z = (math.sqrt(c) * u.clamp_min(float(torch.finfo(x.dtype).eps) ** 2).sqrt()).clamp(max=1.0 - margin)
+    return 2.0 / math.sqrt(c) * torch.atanh(z)
+
+
+def test_pairwise_distance_gradient_matches_autograd():
+    # Includes exact and near duplicates (u at the floor) and a point at the ball's edge (z clamped).
+    torch.manual_seed(7)
+    c = 0.5
+    x = to_ball(torch.randn(6, 4, dtype=torch.float64), c)
+    y = torch.cat([x[:2], x[2:3] + 1e-9, to_ball(torch.randn(3, 4, dtype=torch.float64), c), 40 * x[3:4]])
+    y = to_ball(y, c, clip_r=0.0)
+    weights = torch.randn(6, 7, dtype=torch.float64)
+
+    def run(fn, dtype):
+        a, b = x.detach().to(dtype).requires_grad_(), y.detach().to(dtype).requires_grad_()
+        out = fn(a, b)
+        (out * weights.to(dtype)).sum().backward()
+        return [t.double() for t in (out.detach(), a.grad, b.grad)]
+
+    ours = lambda a, b: pairwise_poincare_distance(a, b, c, scale=-2.0)
+    composed = lambda a, b: -2.0 * autograd_pairwise_distance(a, b, c)
+    exact = run(ours, torch.float64)
+    for got, ref in zip(exact, run(composed, torch.float64)):
+        assert torch.allclose(got, ref, rtol=1e-8, atol=1e-8)
+    # float32: the edge point is ill-conditioned; ours is at least as close to float64 as autograd's.
+    for got, ref, truth in zip(run(ours, torch.float32), run(composed, torch.float32), exact):
+        assert (got - truth).abs().max() <= (ref - truth).abs().max() + 1e-5
+
+
+def test_pairwise_distance_gradcheck_including_self_pairs():
+    torch.manual_seed(8)
+    c = 0.3
+    x = to_ball(torch.randn(5, 3, dtype=torch.float64), c).detach().requires_grad_()
+    y = to_ball(torch.randn(4, 3, dtype=torch.float64), c).detach().requires_grad_()
+    assert torch.autograd.gradcheck(lambda a, b: pairwise_poincare_distance(a, b, c, scale=0.7), (x, y))
+    # Self-comparison: the same tensor as both arguments (the diagonal sits at the floor).
+    assert torch.autograd.gradcheck(lambda a: pairwise_poincare_distance(a, a, c)[~torch.eye(5, dtype=torch.bool)], (x,))
