@@ -28,9 +28,32 @@ from contrasuite.core.pairs import Pairs
 from contrasuite.core.similarity import cosine
 
 
-def focal_logits(sim: Tensor, pos: Tensor, temperature: float, margin: float) -> Tensor:
-    """``s^2 / t`` on positives and ``(s + m) s / t`` elsewhere, from cosine ``sim [N, M]``."""
-    return torch.where(pos, sim * sim, (sim + margin) * sim) / temperature
+class _FocalLogits(torch.autograd.Function):
+    """``(s + m) s / t``, with ``s^2 / t`` at the positives ``(rows, cols)``; gradient ``(2 s + m) / t``
+    and ``2 s / t``. One ``N x M`` buffer forward and one backward (autograd through ``torch.where``
+    of the two products allocates several)."""
+
+    @staticmethod
+    def forward(ctx, sim: Tensor, rows: Tensor, cols: Tensor, temperature: float, margin: float) -> Tensor:  # type: ignore[override]
+        ctx.save_for_backward(sim, rows, cols)
+        ctx.temperature, ctx.margin = temperature, margin
+        out = (sim + margin).mul_(sim).div_(temperature)
+        pos = sim[rows, cols]
+        out[rows, cols] = pos * pos / temperature
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None, None, None]:  # type: ignore[override]
+        sim, rows, cols = ctx.saved_tensors
+        slope = (2.0 * sim).add_(ctx.margin).div_(ctx.temperature).mul_(grad)
+        slope[rows, cols] = 2.0 * sim[rows, cols] / ctx.temperature * grad[rows, cols]
+        return slope, None, None, None, None
+
+
+def focal_logits(sim: Tensor, pairs: Pairs, temperature: float, margin: float) -> Tensor:
+    """``s^2 / t`` on the positives of ``pairs`` and ``(s + m) s / t`` elsewhere, from cosine ``sim [N, M]``."""
+    rows, cols = pairs.positive_indices()
+    return _FocalLogits.apply(sim, rows, cols, temperature, margin)
 
 
 class FocalInfoNCE(ContrastiveObjective):
@@ -51,5 +74,5 @@ class FocalInfoNCE(ContrastiveObjective):
         self.margin = margin
 
     def per_anchor(self, anchors: Tensor, candidates: Tensor, pairs: Pairs, neg_weight: Tensor | None) -> Tensor:
-        logits = focal_logits(cosine(anchors, candidates), pairs.pos, self.temperature, self.margin)
+        logits = focal_logits(cosine(anchors, candidates), pairs, self.temperature, self.margin)
         return weighted_infonce(logits, pairs, neg_weight, positive_in_denominator=True)

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from contrasuite.core.objectives import OBJECTIVES, FocalInfoNCE, focal_logits
-from contrasuite.core.pairs import append_negatives, resolve_pairs, two_view
+from contrasuite.core.pairs import Pairs, append_negatives, resolve_pairs, two_view
 
 
 def loop_reference(anchors, candidates, pos, valid, t, m, weight=None):
@@ -68,7 +68,7 @@ def test_matches_loop_labels_weights_extra_columns():
 def test_modulation_is_not_detached():
     s = torch.tensor([[0.6, -0.2]], requires_grad=True)
     pos = torch.tensor([[True, False]])
-    focal_logits(s, pos, 0.5, 0.3).sum().backward()
+    focal_logits(s, Pairs(pos=pos, valid=torch.ones_like(pos)), 0.5, 0.3).sum().backward()
     assert torch.allclose(s.grad, torch.tensor([[2 * 0.6 / 0.5, (2 * -0.2 + 0.3) / 0.5]]))
 
 
@@ -99,3 +99,16 @@ def test_bad_input_errors():
         FocalInfoNCE(temperature=0.0)
     with pytest.raises(ValueError, match="labels or pos_mask"):
         FocalInfoNCE()(torch.randn(4, 3))
+
+
+def test_focal_logits_gradient_matches_autograd_of_the_formula():
+    torch.manual_seed(3)
+    s = (torch.rand(4, 6, dtype=torch.float64) * 2 - 1).requires_grad_()
+    pos = torch.zeros(4, 6, dtype=torch.bool)
+    pos[[0, 1, 1, 3], [0, 1, 4, 5]] = True  # two positives in row 1, none in row 2
+    w = torch.randn(4, 6, dtype=torch.float64)
+    (focal_logits(s, Pairs(pos=pos, valid=torch.ones_like(pos)), 0.3, 0.2) * w).sum().backward()
+    ref = s.detach().clone().requires_grad_()
+    (torch.where(pos, ref * ref, (ref + 0.2) * ref) / 0.3 * w).sum().backward()
+    assert torch.allclose(s.grad, ref.grad, atol=1e-12)
+    assert torch.autograd.gradcheck(lambda x: focal_logits(x, Pairs(pos=pos, valid=pos | ~pos), 0.3, 0.2), (s,))
