@@ -24,27 +24,21 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-import torch
 from torch import Tensor
 
 from contrasuite.core.objectives.base import ContrastiveObjective, Distributed
 from contrasuite.core.objectives.dhel import check_paired_views
 from contrasuite.core.pairs import Pairs
-from contrasuite.core.similarity.kernels import get_kernel, paired_squared_distance, squared_distance
+from contrasuite.core.similarity.kernels import get_kernel, off_diagonal_kernel_sum, paired_squared_distance
 
 ENERGY_SCALE = {"gaussian": 1.0, "log": 0.5}
 
 
-def kcl(k_ap: Tensor, k_aa: Tensor, k_pp: Tensor, gamma: float, energy_scale: float = 1.0) -> Tensor:
-    """Per-anchor KCL ``[N]`` from kernel values: anchor-positive ``[N]``, within-view ``[N, N]`` each."""
-    n = k_aa.shape[0]
-    return -2.0 * k_ap + gamma * energy_scale * (off_diagonal_sum(k_aa) + off_diagonal_sum(k_pp)) / (n - 1)
-
-
-def off_diagonal_sum(k: Tensor) -> Tensor:
-    """``sum_{j != i} k_ij`` for each row of a square ``k``, as the row sum minus the diagonal: no
-    ``N x N`` mask, and the diagonal's gradient is exactly ``1 - 1 = 0``."""
-    return k.sum(dim=1) - k.diagonal()
+def kcl(k_ap: Tensor, energy_a: Tensor, energy_p: Tensor, gamma: float, energy_scale: float = 1.0) -> Tensor:
+    """Per-anchor KCL ``[N]`` from the anchor-positive kernel values ``[N]`` and the within-view energies
+    ``sum_{j != i} k(x_i, x_j)`` ``[N]`` of each view."""
+    n = k_ap.shape[0]
+    return -2.0 * k_ap + gamma * energy_scale * (energy_a + energy_p) / (n - 1)
 
 
 class KCL(ContrastiveObjective):
@@ -73,7 +67,7 @@ class KCL(ContrastiveObjective):
             raise ValueError(f"KCL takes no extra candidate columns: candidates must be [N={n}, D], got {tuple(candidates.shape)}")
         if neg_weight is not None:
             raise ValueError("KCL has no per-negative weights: neg_weight must be None")
-        k_ap = self._kernel(paired_squared_distance(anchors, candidates), self.t)
-        k_aa = self._kernel(squared_distance(anchors, anchors), self.t)
-        k_pp = self._kernel(squared_distance(candidates, candidates), self.t)
-        return kcl(k_ap, k_aa, k_pp, self.gamma, ENERGY_SCALE[self.kernel])
+        k_ap = self._kernel.value_(self.t * paired_squared_distance(anchors, candidates))
+        energy_a = off_diagonal_kernel_sum(anchors, self._kernel, self.t)
+        energy_p = off_diagonal_kernel_sum(candidates, self._kernel, self.t)
+        return kcl(k_ap, energy_a, energy_p, self.gamma, ENERGY_SCALE[self.kernel])

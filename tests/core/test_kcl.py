@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from contrasuite.core.objectives import KCL, OBJECTIVES
-from contrasuite.core.similarity.kernels import gaussian_kernel, get_kernel, log_kernel, squared_distance
+from contrasuite.core.similarity.kernels import get_kernel, off_diagonal_kernel_sum
 
 
 def loop_reference(anchors, positives, t, kernel, gamma):
@@ -30,15 +30,33 @@ def test_registered_with_official_defaults():
 
 
 def test_kernels():
-    torch.manual_seed(0)
-    x, y = torch.randn(4, 3), torch.randn(5, 3)
-    ref = torch.cdist(F.normalize(x, dim=1), F.normalize(y, dim=1)) ** 2
-    assert torch.allclose(squared_distance(x, y), ref, atol=1e-5)
-    d2 = torch.tensor([0.0, 1.0, 4.0])
-    assert torch.allclose(gaussian_kernel(d2, 2.0), torch.exp(torch.tensor([0.0, -2.0, -8.0])))
-    assert torch.allclose(log_kernel(d2, 2.0), -torch.log(torch.tensor([1.0, 3.0, 9.0])))
+    u = 2.0 * torch.tensor([0.0, 1.0, 4.0])  # t d^2 with t = 2
+    assert torch.allclose(get_kernel("gaussian").value_(u.clone()), torch.exp(torch.tensor([0.0, -2.0, -8.0])))
+    assert torch.allclose(get_kernel("log").value_(u.clone()), -torch.log(torch.tensor([1.0, 3.0, 9.0])))
+    assert torch.allclose(get_kernel("gaussian").slope_(u.clone()), -torch.exp(-u))
+    assert torch.allclose(get_kernel("log").slope_(u.clone()), -1 / (1 + u))
     with pytest.raises(ValueError, match="unknown kernel 'riesz'"):
         get_kernel("riesz")
+
+
+@pytest.mark.parametrize("kernel", ["gaussian", "log"])
+def test_off_diagonal_kernel_sum_value_and_gradient(kernel):
+    # Against autograd through the plain formula (cdist on normalised rows), with a duplicate row.
+    torch.manual_seed(0)
+    x = torch.randn(6, 3, dtype=torch.float64)
+    x[4] = x[1]
+    ours = x.clone().requires_grad_()
+    ref = x.clone().requires_grad_()
+    w = torch.randn(6, dtype=torch.float64)
+    (off_diagonal_kernel_sum(ours, get_kernel(kernel), 1.5) * w).sum().backward()
+    z = F.normalize(ref, dim=1)
+    d2 = (2 - 2 * z @ z.T).clamp_min(0)
+    k = torch.exp(-1.5 * d2) if kernel == "gaussian" else -torch.log1p(1.5 * d2)
+    expected = torch.where(torch.eye(6, dtype=torch.bool), 0.0, k).sum(1)
+    (expected * w).sum().backward()
+    got = off_diagonal_kernel_sum(x, get_kernel(kernel), 1.5)
+    assert torch.allclose(got, expected, atol=1e-12) and torch.allclose(ours.grad, ref.grad, atol=1e-10)
+    assert torch.autograd.gradcheck(lambda v: off_diagonal_kernel_sum(v, get_kernel(kernel), 1.5), (x[:4].clone().requires_grad_(),))
 
 
 def test_identical_embeddings_closed_form():
