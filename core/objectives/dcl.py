@@ -84,13 +84,14 @@ class DCL(ContrastiveObjective):
             raise ValueError(f"temperature must be > 0, got {temperature}")
         self.temperature = temperature
 
-    def positive_weight(self, sim: Tensor, pairs: Pairs) -> Tensor | None:
-        """Weight ``[P]`` of each positive's logit (row-major order); ``None`` (all ones) for plain DCL."""
+    def positive_weight(self, logits: Tensor, pairs: Pairs) -> Tensor | None:
+        """Weight ``[P]`` of each positive's logit (row-major order) from the logits ``s / t``; ``None``
+        (all ones) for plain DCL."""
         return None
 
     def per_anchor(self, anchors: Tensor, candidates: Tensor, pairs: Pairs, neg_weight: Tensor | None) -> Tensor:
-        sim = cosine(anchors, candidates)
-        return decoupled_infonce(sim / self.temperature, pairs, neg_weight, self.positive_weight(sim, pairs))
+        logits = cosine(anchors, candidates, scale=1.0 / self.temperature)
+        return decoupled_infonce(logits, pairs, neg_weight, self.positive_weight(logits, pairs))
 
 
 class DCLW(DCL):
@@ -110,6 +111,6 @@ class DCLW(DCL):
         self.sigma = sigma
         self.gather_statistics: StatisticsGather | None = None
 
-    def positive_weight(self, sim: Tensor, pairs: Pairs) -> Tensor:
+    def positive_weight(self, logits: Tensor, pairs: Pairs) -> Tensor:
         rows, cols = pairs.positive_indices()
-        return vmf_weights(sim[rows, cols], self.sigma, self.gather_statistics)
+        return vmf_weights(logits[rows, cols] * self.temperature, self.sigma, self.gather_statistics)

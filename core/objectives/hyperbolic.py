@@ -48,7 +48,7 @@ class HyperbolicPairwiseCE(ContrastiveObjective):
     def logits(self, anchors: Tensor, candidates: Tensor) -> Tensor:
         """``[N, M]`` logits ``-d_c / t`` (or ``cos / t`` when ``c = 0``) of Euclidean features."""
         if self.c == 0:
-            return cosine(anchors, candidates) / self.temperature
+            return cosine(anchors, candidates, scale=1.0 / self.temperature)
         ball_a = to_ball(anchors, self.c, self.clip_r)
         ball_c = ball_a if candidates is anchors else to_ball(candidates, self.c, self.clip_r)
         return pairwise_poincare_distance(ball_a, ball_c, self.c, scale=-1.0 / self.temperature)

@@ -135,7 +135,7 @@ class InfoNCE(ContrastiveObjective):
         self._sim = get_similarity(similarity)
 
     def per_anchor(self, anchors: Tensor, candidates: Tensor, pairs: Pairs, neg_weight: Tensor | None) -> Tensor:
-        logits = self._sim(anchors, candidates) / self.temperature
+        logits = self._sim(anchors, candidates, scale=1.0 / self.temperature)
         return weighted_infonce(
             logits,
             pairs,
