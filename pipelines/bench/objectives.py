@@ -13,10 +13,17 @@ implementation where one exists (pytorch-metric-learning's NTXentLoss, CircleLos
 MultiSimilarityLoss + MultiSimilarityMiner; open_clip's ClipLoss, SigLipLoss), run on the same
 inputs, and only where its loss equals ours on them (otherwise the row says so). All cases of one ``(N, form)`` run back to back in each repeat (after one warm-up each),
 so they share whatever load the machine has; a time ratio is the median over repeats of the
-per-repeat ratio, and ``ms`` the median time. Peak memory is, on CUDA,
+per-repeat ratio, and ``ms`` the median time. Time is wall-clock; ``--clock cpu`` takes this process's
+CPU time instead (CPU device only), which on a machine shared with other jobs is far less noisy.
+Peak memory is, on CUDA,
 ``torch.cuda.max_memory_allocated`` above the starting level; on the CPU, the peak of live bytes
 allocated by PyTorch's CPU allocator during one forward+backward, replayed from the profiler's memory
 events (``torch.profiler`` with ``profile_memory=True``: allocations minus frees in time order).
+
+Objectives whose definition computes more than one ``N x N`` similarity matrix and reduction
+(``SAME_WORK``: DHEL's and KCL's two same-view energies, CLIP's two directions) also get
+``time / same work``: the ratio to ``k`` bare logsumexps, ``logsumexp(a @ a.T / t) + logsumexp(b @ b.T
+/ t)`` for ``k = 2``, timed in the same repeats. ``time / bare`` stays the headline ratio.
 
 Why unit-scale inputs: the objectives L2-normalise (cosine), so their logits ``s / t`` lie in
 ``[-1/t, 1/t]``; the baseline ``a @ b.T / t`` on plain ``randn`` rows would have logits of size
@@ -45,6 +52,10 @@ from contrasuite.core.pairs import two_view
 
 TEMPERATURE = 0.1
 PML_NTXENT_LIMIT_GIB = 1.0
+SAME_WORK = {"dhel": 2, "kcl": 2, "clip": 2}
+"""``N x N`` similarity matrices with a reduction each that the objective's formula needs: DHEL's
+anchor-side and positive-side energies (both in the official code), KCL's two within-view energies,
+CLIP's image-to-text and text-to-image cross-entropies (two matmuls, as open_clip)."""
 Step = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
@@ -60,6 +71,7 @@ class Row:
     public: str = ""
     time_vs_public: float | None = None
     mem_vs_public: float | None = None
+    time_vs_same_work: float | None = None
 
 
 def bare(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -69,6 +81,11 @@ def bare(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def bare_two_view(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     z = torch.cat([a, b])
     return bare(z, z)
+
+
+def bare_twice(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Two bare ``N x N`` logsumexps: the work of an objective with two energies (``SAME_WORK``)."""
+    return bare(a, a) + bare(b, b)
 
 
 def sync(device: torch.device) -> None:
@@ -81,7 +98,15 @@ def run_once(step: Step, a: torch.Tensor, b: torch.Tensor) -> None:
     step(a, b).backward()
 
 
-def interleaved_ms(steps: list[Step], a: torch.Tensor, b: torch.Tensor, repeats: int) -> list[list[float]]:
+CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
+"""``wall``: elapsed time. ``cpu``: this process's CPU time (user + system, so page faults of fresh
+allocations count), CPU device only; with one thread it is the compute time, unaffected by other
+processes waiting for the same cores."""
+
+
+def interleaved_ms(
+    steps: list[Step], a: torch.Tensor, b: torch.Tensor, repeats: int, clock: Callable[[], float] = time.perf_counter
+) -> list[list[float]]:
     """Times (ms) of each step in each repeat; steps run back to back so they share the machine's load."""
     for step in steps:
         run_once(step, a, b)  # warm-up
@@ -89,10 +114,10 @@ def interleaved_ms(steps: list[Step], a: torch.Tensor, b: torch.Tensor, repeats:
     for _ in range(repeats):
         for k, step in enumerate(steps):
             sync(a.device)
-            start = time.perf_counter()
+            start = clock()
             run_once(step, a, b)
             sync(a.device)
-            times[k].append(1000 * (time.perf_counter() - start))
+            times[k].append(1000 * (clock() - start))
     return times
 
 
@@ -205,7 +230,15 @@ def checked(ref: tuple[str, Step | None] | None, step: Step, a: torch.Tensor, b:
     return ref
 
 
-def run(ns: list[int], dim: int, repeats: int, large_repeats: int, names: list[str], device: torch.device) -> list[Row]:
+def run(
+    ns: list[int],
+    dim: int,
+    repeats: int,
+    large_repeats: int,
+    names: list[str],
+    device: torch.device,
+    clock: Callable[[], float] = time.perf_counter,
+) -> list[Row]:
     rows = []
     for n in ns:
         reps = repeats if n < 4096 else large_repeats
@@ -219,10 +252,14 @@ def run(ns: list[int], dim: int, repeats: int, large_repeats: int, names: list[s
                 step = ours(name, form, device)
                 if step is not None:
                     cases.append((name, step, checked(public(name, form, n), step, a, b)))
-            steps = [baseline] + [s for c in cases for s in ([c[1]] + ([c[2][1]] if c[2] and c[2][1] else []))]
-            times = iter(interleaved_ms(steps, a, b, reps))
+            same_work = [bare_twice] if any(name in SAME_WORK for name, _, _ in cases) else []
+            steps = [baseline] + same_work + [s for c in cases for s in ([c[1]] + ([c[2][1]] if c[2] and c[2][1] else []))]
+            times = iter(interleaved_ms(steps, a, b, reps, clock))
             mems = iter([peak_mb(s, a, b) for s in steps])
             base_t, base_m = next(times), next(mems)
+            twice_t = None
+            if same_work:
+                twice_t, _ = next(times), next(mems)
             rows.append(Row("bare logsumexp", form, n, statistics.median(base_t), base_m, 1.0, 1.0))
             print(_line(rows[-1]), flush=True)
             for name, _, ref in cases:
@@ -233,6 +270,8 @@ def run(ns: list[int], dim: int, repeats: int, large_repeats: int, names: list[s
                 if ref is not None and ref[1] is not None:
                     pub_t, pub_m = next(times), next(mems)
                     row.time_vs_public, row.mem_vs_public = median_ratio(t, pub_t), m / pub_m
+                if twice_t is not None and name in SAME_WORK:
+                    row.time_vs_same_work = median_ratio(t, twice_t)
                 rows.append(row)
                 print(_line(row), flush=True)
     return rows
@@ -245,14 +284,16 @@ def _fmt(x: float | None) -> str:
 def _line(r: Row) -> str:
     return (
         f"| {r.objective} | {r.form} | {r.n} | {r.ms:.1f} | {r.peak_mb:.1f} | {r.time_vs_bare:.2f} | "
-        f"{r.mem_vs_bare:.2f} | {r.public} | {_fmt(r.time_vs_public)} | {_fmt(r.mem_vs_public)} |"
+        f"{r.mem_vs_bare:.2f} | {_fmt(r.time_vs_same_work)} | {r.public} | {_fmt(r.time_vs_public)} | "
+        f"{_fmt(r.mem_vs_public)} |"
     )
 
 
 def markdown(rows: list[Row]) -> str:
     head = (
-        "| objective | form | N | ms (median) | peak MiB | time / bare | mem / bare | public | time / public | mem / public |\n"
-        "|---|---|---|---|---|---|---|---|---|---|\n"
+        "| objective | form | N | ms (median) | peak MiB | time / bare | mem / bare | time / same work | public | "
+        "time / public | mem / public |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
     return head + "\n".join(_line(r) for r in rows) + "\n"
 
@@ -266,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--objectives", default="", help="comma-separated registry names (default: all)")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: leave as is)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
+    parser.add_argument("--clock", default="wall", choices=sorted(CLOCKS), help="wall time, or this process's CPU time (CPU only)")
     parser.add_argument("--output", default="", help="write the table here (.md) or rows (.json)")
     args = parser.parse_args(argv)
 
@@ -282,8 +324,13 @@ def main(argv: list[str] | None = None) -> int:
     device_name = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     device = torch.device(device_name)
 
-    print(f"# torch {torch.__version__}, {device}, threads={torch.get_num_threads()}, {platform.processor() or platform.machine()}")
-    rows = run(ns, args.dim, args.repeats, args.large_repeats, names, device)
+    print(
+        f"# torch {torch.__version__}, {device}, threads={torch.get_num_threads()}, clock={args.clock}, "
+        f"{platform.processor() or platform.machine()}"
+    )
+    if args.clock == "cpu" and device.type != "cpu":
+        parser.error("--clock cpu measures host CPU time: use it with --device cpu")
+    rows = run(ns, args.dim, args.repeats, args.large_repeats, names, device, CLOCKS[args.clock])
     table = markdown(rows)
     if args.output:
         out = Path(args.output)
