@@ -137,9 +137,15 @@ def largest_indices(x: Tensor, k: int) -> Tensor:
 
 @torch.no_grad()
 def tail_statistics(
-    sim: Tensor, pairs: Pairs, tail_frac: float = 0.1, min_tail_points: int = 32, eps: float = 1e-6
+    sim: Tensor,
+    pairs: Pairs,
+    tail_frac: float = 0.1,
+    min_tail_points: int = 32,
+    eps: float = 1e-6,
+    negatives: Tensor | None = None,
 ) -> TailStatistics:
-    """Steps 1-3 of the module docstring on cosine ``sim [N, M]`` with the negatives of ``pairs``."""
+    """Steps 1-3 of the module docstring on cosine ``sim [N, M]`` with the negatives of ``pairs``
+    (``negatives``: :func:`negatives_only` of them, when the caller already has it)."""
     sim = sim.detach()
     n = sim.shape[0]
     k_neg = fewest_negatives(pairs)
@@ -147,7 +153,7 @@ def tail_statistics(
     if k_neg == 0:
         return TailStatistics(rho=torch.ones_like(zeros), delta_aic=zeros, beta_hat=zeros, n_eff=0)
     k_tail = tail_size(k_neg, tail_frac, min_tail_points)
-    top = largest(negatives_only(sim, pairs), k_tail)
+    top = largest(negatives_only(sim, pairs) if negatives is None else negatives, k_tail)
     rho = (1.0 - top[:, 0]).clamp_min(eps)
     burn = max(1, k_tail // 20)
     n_eff = k_tail - burn
@@ -201,9 +207,11 @@ def weince_gate(
     gate: str = "both",
     eps: float = 1e-6,
     gather: StatisticsGather | None = None,
+    negatives: Tensor | None = None,
 ) -> tuple[Tensor, TailStatistics]:
-    """The per-anchor gate ``lambda [N]`` (no gradient) and its statistics; ``gather`` makes ``rho_0`` global."""
-    stats = tail_statistics(sim, pairs, tail_frac, min_tail_points, eps)
+    """The per-anchor gate ``lambda [N]`` (no gradient) and its statistics; ``gather`` makes ``rho_0``
+    global; ``negatives`` as in :func:`tail_statistics`."""
+    stats = tail_statistics(sim, pairs, tail_frac, min_tail_points, eps, negatives)
     rho_all = stats.rho if gather is None else gather(stats.rho)  # every rank calls gather
     if stats.n_eff < 2:
         return torch.zeros_like(stats.rho), stats
@@ -225,13 +233,16 @@ class _BlendLogits(torch.autograd.Function):
     def forward(ctx, sim: Tensor, alpha: Tensor, gamma: Tensor, eps: float) -> Tensor:  # type: ignore[override]
         ctx.save_for_backward(sim, alpha, gamma)
         ctx.eps = eps
+        ctx.clamped = bool(sim.amax() > 1.0 - eps) if sim.numel() else False
         out = sim.clamp(max=1.0 - eps).neg_().add_(1.0).log_()
         return out.mul_(-gamma).addcmul_(sim, alpha)
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None, None]:  # type: ignore[override]
         sim, alpha, gamma = ctx.saved_tensors
-        slope = torch.rsub(sim, 1.0).reciprocal_().mul_(gamma).masked_fill_(sim > 1.0 - ctx.eps, 0.0)
+        slope = torch.rsub(sim, 1.0).reciprocal_().mul_(gamma)
+        if ctx.clamped:  # the clamp passes no gradient above 1 - eps
+            slope.masked_fill_(sim > 1.0 - ctx.eps, 0.0)
         return slope.add_(alpha).mul_(grad), None, None, None
 
 
@@ -267,21 +278,22 @@ def top_m_pairs(sim: Tensor, pairs: Pairs, top_m: int) -> Pairs:
 
 
 def restrict_to_top_m(
-    sim: Tensor, pairs: Pairs, top_m: int, neg_weight: Tensor | None = None
+    sim: Tensor, pairs: Pairs, top_m: int, neg_weight: Tensor | None = None, negatives: Tensor | None = None
 ) -> tuple[Tensor, Pairs, Tensor | None]:
     """``(sim, pairs, neg_weight)`` restricted to the positives and each anchor's ``top_m`` most
     similar negatives, for the kernel.
 
     Single-positive pairs gather those ``1 + k`` columns into ``[N, 1 + k]`` (positive first), so the
     top-M logits are computed on them only; other pairs keep ``[N, M]`` with the rest masked out
-    (:func:`top_m_pairs`).
+    (:func:`top_m_pairs`). ``negatives`` as in :func:`tail_statistics`.
     """
     if pairs.targets is None:
         return sim, top_m_pairs(sim, pairs, top_m), neg_weight
     k = min(top_m, fewest_negatives(pairs))
     cols = pairs.targets[:, None]
     if k > 0:
-        cols = torch.cat([cols, largest_indices(negatives_only(sim, pairs), k)], dim=1)
+        negatives = negatives_only(sim, pairs) if negatives is None else negatives
+        cols = torch.cat([cols, largest_indices(negatives, k)], dim=1)
     weight = None if neg_weight is None else neg_weight.gather(1, cols)
     first = torch.zeros(sim.shape[0], dtype=torch.long, device=sim.device)
     return sim.gather(1, cols), Pairs.single_positive(first, 1 + k), weight
@@ -301,10 +313,12 @@ def pooled_tail_beta(
     min_tail_points: int = 1024,
     eps: float = 1e-6,
     gather: StatisticsGather | None = None,
+    negatives: Tensor | None = None,
 ) -> tuple[float, float] | None:
     """Batch-global Weibull shape ``(beta_hat >= 0, R^2)`` from the pooled smallest negative shortfalls.
 
-    ``None`` when there are fewer than 10 tail points or fewer than 2 after the burn-in.
+    ``None`` when there are fewer than 10 tail points or fewer than 2 after the burn-in. ``negatives``
+    as in :func:`tail_statistics`.
     """
     count = local_count = negative_count(pairs)
     if gather is not None:
@@ -313,7 +327,7 @@ def pooled_tail_beta(
     if k_tail < 10:
         return None
     # The smallest shortfalls 1 - s are the largest negative similarities (clamping keeps the order).
-    pooled = negatives_only(sim, pairs).flatten()
+    pooled = (negatives_only(sim, pairs) if negatives is None else negatives).flatten()
     if gather is None:
         tail = (1.0 - largest(pooled, k_tail)).clamp_min(eps)
     else:
@@ -375,8 +389,8 @@ class WEINCE(ContrastiveObjective):
         self.gather_statistics: StatisticsGather | None = None
         self.last_lambda: Tensor | None = None
 
-    def compute_gate(self, sim: Tensor, pairs: Pairs) -> Tensor:
-        """The no-gradient gate ``lambda [N]`` for cosine ``sim [N, M]``."""
+    def compute_gate(self, sim: Tensor, pairs: Pairs, negatives: Tensor | None = None) -> Tensor:
+        """The no-gradient gate ``lambda [N]`` for cosine ``sim [N, M]`` (``negatives``: see :func:`tail_statistics`)."""
         lam, _ = weince_gate(
             sim,
             pairs,
@@ -389,6 +403,7 @@ class WEINCE(ContrastiveObjective):
             gate=self.gate,
             eps=self.eps,
             gather=self.gather_statistics,
+            negatives=negatives,
         )
         self.last_lambda = lam
         return lam
@@ -447,11 +462,11 @@ class WEINCERepro(WEINCE):
         self.register_buffer("beta_ema", torch.tensor(float(beta_init)))
 
     @torch.no_grad()
-    def batch_beta(self, sim: Tensor, pairs: Pairs) -> float:
+    def batch_beta(self, sim: Tensor, pairs: Pairs, negatives: Tensor | None = None) -> float:
         """``beta_t``: in training, fold an accepted pooled-tail estimate into the EMA first."""
         if self.training:
             fit = pooled_tail_beta(
-                sim, pairs, self.beta_tail_frac, self.beta_min_tail_points, self.eps, self.gather_statistics
+                sim, pairs, self.beta_tail_frac, self.beta_min_tail_points, self.eps, self.gather_statistics, negatives
             )
             if fit is not None and fit[1] >= self.r2_min and fit[0] > 0.0:
                 clamped = min(max(fit[0], self.beta_min), self.beta_max)
@@ -461,10 +476,11 @@ class WEINCERepro(WEINCE):
 
     def per_anchor(self, anchors: Tensor, candidates: Tensor, pairs: Pairs, neg_weight: Tensor | None) -> Tensor:
         sim = cosine(anchors, candidates)
-        lam = self.compute_gate(sim, pairs)
+        negatives = negatives_only(sim, pairs)  # one copy for the gate, the pooled tail and the top-M
+        lam = self.compute_gate(sim, pairs, negatives)
         loss = weince(sim, pairs, lam, self.temperature, self.beta, self.eps, neg_weight)
-        beta_t = self.batch_beta(sim, pairs)
-        hard, hard_pairs, hard_weight = restrict_to_top_m(sim, pairs, self.top_m, neg_weight)
+        beta_t = self.batch_beta(sim, pairs, negatives)
+        hard, hard_pairs, hard_weight = restrict_to_top_m(sim, pairs, self.top_m, neg_weight, negatives)
         weibit = weighted_infonce(-beta_t * safe_log1m(hard, self.eps), hard_pairs, hard_weight)
         plackett_luce = weighted_infonce(hard / self.temperature, hard_pairs, hard_weight)
         return loss + self.weibit_weight * weibit + self.pl_weight * plackett_luce
