@@ -55,7 +55,8 @@ class ContrastiveObjective(nn.Module):
         with full_precision(anchors):
             weight = None if neg_weight is None else upcast(neg_weight)
             losses = self.per_anchor(upcast(anchors), upcast(candidates), pairs, weight)
-        return reduce_mean(losses, pairs.has_pos)
+        # Single-positive pairs: every anchor has its positive, so the reduction is a plain mean.
+        return losses.mean() if pairs.targets is not None else reduce_mean(losses, pairs.has_pos)
 
 
 def reduce_mean(losses: Tensor, keep: Tensor) -> Tensor:

@@ -85,12 +85,13 @@ def tail_size(k_neg: int, tail_frac: float, min_tail_points: int) -> int:
 
 
 def _ols(x: Tensor, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Row-wise OLS ``y ~ a + b x`` (``x [N, n]``, ``y [n]``): slope, SSE (>= 1e-12), centred y."""
+    """OLS ``y_k ~ a + b x`` for each row of ``x [..., n]`` and each fixed response ``y [K, n]``, all
+    at once: slopes ``[..., K]``, SSEs ``[..., K]`` (>= 1e-12, from the residuals), centred ``y``."""
     xc = x - x.mean(dim=-1, keepdim=True)
-    yc = y - y.mean()
-    slope = (xc * yc).sum(-1) / (xc * xc).sum(-1).clamp_min(1e-12)
-    sse = ((yc - slope.unsqueeze(-1) * xc) ** 2).sum(-1).clamp_min(1e-12)
-    return slope, sse, yc
+    yc = y - y.mean(dim=-1, keepdim=True)
+    slope = (xc @ yc.T) / (xc * xc).sum(dim=-1, keepdim=True).clamp_min(1e-12)
+    sse = [torch.addcmul(yk, b.unsqueeze(-1), xc, value=-1.0).square_().sum(dim=-1) for yk, b in zip(yc, slope.unbind(-1))]
+    return slope, torch.stack(sse, dim=-1).clamp_min(1e-12), yc
 
 
 def negatives_only(sim: Tensor, pairs: Pairs) -> Tensor:
@@ -159,10 +160,10 @@ def tail_statistics(
     n_eff = k_tail - burn
     if n_eff < 2:
         return TailStatistics(rho=rho, delta_aic=zeros, beta_hat=zeros, n_eff=n_eff)
-    x = torch.log((1.0 - top).clamp_min(eps))[:, burn:]
+    x = torch.rsub(top[:, burn:], 1.0).clamp_min_(eps).log_()
     cdf = (torch.arange(1, k_tail + 1, dtype=sim.dtype, device=sim.device) / (k_tail + 1.0)).clamp_min(eps)[burn:]
-    slope_w, sse_w, _ = _ols(x, torch.log(cdf))
-    slope_g, sse_g, _ = _ols(x, torch.log(-torch.log(cdf)))
+    slopes, sses, _ = _ols(x, torch.stack([torch.log(cdf), torch.log(-torch.log(cdf))]))
+    (slope_w, slope_g), (sse_w, sse_g) = slopes.unbind(-1), sses.unbind(-1)
     sse_w = torch.where(slope_w <= 0, sse_w + 1e6, sse_w)
     sse_g = torch.where(slope_g >= 0, sse_g + 1e6, sse_g)
     aic_w = n_eff * torch.log(sse_w / n_eff) + 4.0
@@ -338,7 +339,7 @@ def pooled_tail_beta(
     burn = max(1, k_tail // 20)
     if k_tail - burn < 2:
         return None
-    slope, sse, yc = _ols(torch.log(tail)[burn:], torch.log(cdf)[burn:])
+    slope, sse, yc = _ols(torch.log(tail)[burn:], torch.log(cdf)[None, burn:])
     r2 = (1.0 - sse / (yc * yc).sum().clamp_min(1e-12)).clamp(0.0, 1.0)
     return float(slope.clamp_min(0.0)), float(r2)
 
