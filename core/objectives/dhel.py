@@ -69,21 +69,22 @@ def off_diagonal_logsumexp(logits: Tensor, weight: Tensor | None = None) -> Tens
 
 
 def dhel(
-    sim_ap: Tensor,
-    sim_aa: Tensor,
-    sim_pp: Tensor | None,
-    temperature: float,
-    sim_extra: Tensor | None = None,
+    logit_ap: Tensor,
+    logit_aa: Tensor,
+    logit_pp: Tensor | None,
+    logit_extra: Tensor | None = None,
     neg_weight: Tensor | None = None,
 ) -> Tensor:
-    """Per-anchor DHEL ``[N]`` from cosine similarities: anchor-positive ``[N]``, anchors-anchors
-    ``[N, N]``, positives-positives ``[N, N]`` (``None`` drops the positive-side energy:
-    ``include_augs=False``), anchors against extra negative candidates ``[N, K]`` (optional), and
-    weights ``[N, N + K]`` of the anchor-side terms (optional)."""
-    anchor_side = sim_aa / temperature if sim_extra is None else torch.cat([sim_aa, sim_extra], dim=1) / temperature
-    loss = off_diagonal_logsumexp(anchor_side, neg_weight) - sim_ap / temperature
-    if sim_pp is not None:
-        loss = loss + off_diagonal_logsumexp(sim_pp / temperature)
+    """Per-anchor DHEL ``[N]`` from logits ``l = s / t`` (cosine over temperature): anchor-positive
+    ``[N]``, anchors-anchors ``[N, N]``, positives-positives ``[N, N]`` (``None`` drops the
+    positive-side energy: ``include_augs=False``), anchors against extra negative candidates ``[N, K]``
+    (optional), and weights ``[N, N + K]`` of the anchor-side terms (optional). The self-pairs are
+    excluded in place: the diagonals of ``logit_aa`` and ``logit_pp`` are overwritten, so pass fresh
+    tensors."""
+    anchor_side = logit_aa if logit_extra is None else torch.cat([logit_aa, logit_extra], dim=1)
+    loss = off_diagonal_logsumexp(anchor_side, neg_weight) - logit_ap
+    if logit_pp is not None:
+        loss = loss + off_diagonal_logsumexp(logit_pp)
     return loss
 
 
@@ -112,6 +113,7 @@ class DHEL(ContrastiveObjective):
         n = check_paired_views(pairs, "DHEL")
         a, c = F.normalize(anchors, dim=-1), F.normalize(candidates, dim=-1)
         p = c[:n]
-        sim_extra = a @ c[n:].T if c.shape[0] > n else None
-        sim_pp = p @ p.T if self.include_augs else None
-        return dhel((a * p).sum(dim=-1), a @ a.T, sim_pp, self.temperature, sim_extra, neg_weight)
+        a_t = a / self.temperature  # 1/t on the [N, D] rows, not on the [N, N] products
+        logit_extra = a_t @ c[n:].T if c.shape[0] > n else None
+        logit_pp = (p / self.temperature) @ p.T if self.include_augs else None
+        return dhel((a_t * p).sum(dim=-1), a_t @ a.T, logit_pp, logit_extra, neg_weight)
