@@ -1,9 +1,17 @@
 """The embedding network: EfficientNet-Lite0 trunk, a linear embedding head, optional frozen stem.
 
-``freeze_blocks = k`` freezes the stem and the first ``k`` MBConv blocks (kept in eval mode, so their
-BatchNorm statistics stay the ImageNet ones); the rest of the backbone and the head train. With a
-frozen part and no augmentation its outputs can be computed once and cached
+``freeze_blocks = k`` freezes the stem and the first ``k`` MBConv blocks (always in eval mode, from
+construction on, so their BatchNorm statistics stay the ImageNet ones); the rest of the backbone and
+the head train. With a frozen part and no augmentation its outputs can be computed once and cached
 (:meth:`EmbeddingNet.stem_features`), which the reduced CPU protocol uses.
+
+``freeze_bn`` keeps every BatchNorm layer of the backbone in eval mode while training (ImageNet
+running statistics, no batch statistics; the affine parameters of the trainable part still learn),
+the usual setting of deep metric learning code (e.g. Proxy-Anchor's ``--bn-freeze 1``): an
+m-per-class batch of 32 pairs is a poor sample for BatchNorm statistics.
+
+``embedding_dim = 0`` means no head: the embedding is the pooled 1280-d backbone feature (the
+untrained-backbone baseline).
 
 For the hyperbolic loss the head's output is mapped onto the Poincare ball by the objective
 (Ermolov et al., CVPR 2022: Linear -> clip -> exp_0); retrieval then ranks by distance on the ball.
@@ -20,19 +28,24 @@ from contrasuite.domains.metric_learning.backbone import FEATURE_DIM, NUM_BLOCKS
 class EmbeddingNet(nn.Module):
     """``images [B, 3, H, W]`` (normalised) -> embeddings ``[B, embedding_dim]``."""
 
-    def __init__(self, embedding_dim: int = 128, pretrained: bool = True, freeze_blocks: int = 0) -> None:
+    def __init__(
+        self, embedding_dim: int = 128, pretrained: bool = True, freeze_blocks: int = 0, freeze_bn: bool = False
+    ) -> None:
         super().__init__()
         if not 0 <= freeze_blocks <= NUM_BLOCKS:
             raise ValueError(f"model.freeze_blocks must be in [0, {NUM_BLOCKS}], got {freeze_blocks}")
-        if embedding_dim <= 0:
-            raise ValueError(f"model.embedding_dim must be positive, got {embedding_dim}")
+        if embedding_dim < 0:
+            raise ValueError(f"model.embedding_dim must be positive (or 0: no head), got {embedding_dim}")
         self.backbone = efficientnet_lite0(pretrained=pretrained)
-        self.freeze_blocks = freeze_blocks
-        self.head = nn.Linear(FEATURE_DIM, embedding_dim)
-        nn.init.orthogonal_(self.head.weight)
-        nn.init.zeros_(self.head.bias)
+        self.freeze_blocks, self.freeze_bn = freeze_blocks, freeze_bn
+        self.head: nn.Module = nn.Identity()
+        if embedding_dim:
+            self.head = nn.Linear(FEATURE_DIM, embedding_dim)
+            nn.init.orthogonal_(self.head.weight)
+            nn.init.zeros_(self.head.bias)
         for p in self.frozen_parameters():
             p.requires_grad_(False)
+        self.train()  # a new module is in training mode; the frozen part must not be, even before training
 
     def frozen_modules(self) -> list[nn.Module]:
         """Stem and the first ``freeze_blocks`` blocks (nothing when ``freeze_blocks == 0``)."""
@@ -48,11 +61,17 @@ class EmbeddingNet(nn.Module):
         super().train(mode)
         for m in self.frozen_modules():
             m.eval()
+        if self.freeze_bn:
+            for m in self.backbone.modules():
+                if isinstance(m, nn.BatchNorm2d):
+                    m.eval()
         return self
 
     @torch.no_grad()
     def stem_features(self, images: Tensor) -> Tensor:
-        """Output of the frozen part (eval mode; cacheable)."""
+        """Output of the frozen part, computed in eval mode (a function of the image alone; cacheable)."""
+        if any(m.training for m in self.frozen_modules()):
+            raise RuntimeError("the frozen part is in training mode; call EmbeddingNet.train()/eval(), not the backbone's")
         return self.backbone.stem(images, self.freeze_blocks)
 
     def from_stem(self, features: Tensor) -> Tensor:
