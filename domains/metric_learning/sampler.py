@@ -3,12 +3,18 @@
 The same rule as pytorch-metric-learning's ``MPerClassSampler`` (classes with fewer than ``m``
 images are sampled with replacement), but seeded by ``(seed, epoch)`` with a private generator
 instead of the global NumPy state, so a resumed run replays the same batches.
+
+With ``groups`` (a group name per image; emoji: the base emoji of each skin-tone variant), classes
+are drawn group by group and a group's classes go into the same batch (a random subset of them
+when fewer places are left), so the hardest negatives of a class, the other tones of the same
+emoji in the same drawing style, are in its batch. Without groups every class is its own group,
+and a batch is the next ``batch_size / m`` classes of a shuffled class order.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Iterator, Sequence
+from typing import Hashable, Iterator, Sequence
 
 import torch
 
@@ -16,21 +22,36 @@ import torch
 class MPerClassBatches:
     """Iterable of index lists; ``len()`` batches per epoch, about one pass over the images."""
 
-    def __init__(self, labels: Sequence[int], m: int, batch_size: int, seed: int = 0) -> None:
+    def __init__(
+        self,
+        labels: Sequence[int],
+        m: int,
+        batch_size: int,
+        seed: int = 0,
+        groups: Sequence[Hashable] | None = None,
+    ) -> None:
         if m < 1:
             raise ValueError(f"sampler.m_per_class must be >= 1, got {m}")
         if batch_size % m:
             raise ValueError(f"sampler.batch_size ({batch_size}) must be a multiple of sampler.m_per_class ({m})")
+        if groups is not None and len(groups) != len(labels):
+            raise ValueError(f"{len(groups)} group names for {len(labels)} images")
         by_class: dict[int, list[int]] = defaultdict(list)
         for i, y in enumerate(labels):
             by_class[int(y)].append(i)
-        self.by_class = [torch.tensor(v) for _, v in sorted(by_class.items())]
+        classes = sorted(by_class)
+        self.by_class = {c: torch.tensor(by_class[c]) for c in classes}
+        group_of = {int(y): g for y, g in zip(labels, groups)} if groups is not None else {c: c for c in classes}
+        members: dict[Hashable, list[int]] = defaultdict(list)
+        for c in classes:
+            members[group_of[c]].append(c)
+        self.groups = list(members.values())
         self.m, self.batch_size, self.seed = m, batch_size, seed
         self.classes_per_batch = batch_size // m
-        if self.classes_per_batch > len(self.by_class):
+        if self.classes_per_batch > len(classes):
             raise ValueError(
                 f"sampler.batch_size / m_per_class = {self.classes_per_batch} classes per batch, "
-                f"but the training split has only {len(self.by_class)} classes"
+                f"but the training split has only {len(classes)} classes"
             )
         self.epoch = 0
         self.num_batches = max(1, len(labels) // batch_size)
@@ -46,13 +67,22 @@ class MPerClassBatches:
             return members[torch.randperm(len(members), generator=g)[: self.m]]
         return members[torch.randint(len(members), (self.m,), generator=g)]
 
+    def _batch_classes(self, order: list[int], g: torch.Generator) -> list[int]:
+        """The next ``classes_per_batch`` classes, whole groups first, from ``order`` (refilled when empty)."""
+        chosen: list[int] = []
+        while len(chosen) < self.classes_per_batch:
+            if not order:
+                order.extend(torch.randperm(len(self.groups), generator=g).tolist())
+            group = [c for c in self.groups[order.pop(0)] if c not in chosen]  # a group seen twice after a refill
+            room = self.classes_per_batch - len(chosen)
+            if len(group) > room:
+                group = [group[i] for i in torch.randperm(len(group), generator=g)[:room].tolist()]
+            chosen += group
+        return chosen
+
     def __iter__(self) -> Iterator[list[int]]:
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
-        order = torch.empty(0, dtype=torch.long)
+        order: list[int] = []
         for _ in range(self.num_batches):
-            if len(order) < self.classes_per_batch:
-                order = torch.cat([order, torch.randperm(len(self.by_class), generator=g)])
-            chosen, order = order[: self.classes_per_batch], order[self.classes_per_batch :]
-            if len(set(chosen.tolist())) < len(chosen):  # a class straddling two permutations
-                chosen = torch.randperm(len(self.by_class), generator=g)[: self.classes_per_batch]
-            yield torch.cat([self._take(self.by_class[c], g) for c in chosen.tolist()]).tolist()
+            chosen = self._batch_classes(order, g)
+            yield torch.cat([self._take(self.by_class[c], g) for c in chosen]).tolist()

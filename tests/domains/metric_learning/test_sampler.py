@@ -40,3 +40,25 @@ def test_bad_sizes_name_the_key():
         MPerClassBatches(LABELS, m=3, batch_size=8)
     with pytest.raises(ValueError, match="only 11 classes"):
         MPerClassBatches(LABELS, m=1, batch_size=12)
+
+
+def test_whole_groups_share_a_batch():
+    labels = [c for c in range(24) for _ in range(2)]
+    groups = [f"g{c // 3}" for c in labels]  # 8 groups of 3 classes; 6 classes per batch = 2 whole groups
+    batches = list(MPerClassBatches(labels, m=2, batch_size=12, seed=0, groups=groups))
+    assert len(batches) == 4
+    for idx in batches:
+        classes = {labels[i] for i in idx}
+        assert len(classes) == 6 and len({c // 3 for c in classes}) == 2
+    ungrouped = list(MPerClassBatches(labels, m=2, batch_size=12, seed=0))
+    assert any(len({labels[i] // 3 for i in idx}) > 2 for idx in ungrouped)
+
+
+def test_a_group_larger_than_the_batch_is_subsampled():
+    labels = [c for c in range(10) for _ in range(2)]
+    groups = ["big"] * 16 + ["a", "a", "b", "b", "c", "c", "d", "d"][:4]
+    for idx in MPerClassBatches(labels, m=2, batch_size=8, seed=1, groups=groups):
+        counts = Counter(labels[i] for i in idx)
+        assert len(idx) == 8 and len(counts) == 4 and set(counts.values()) == {2}
+    with pytest.raises(ValueError, match="group names"):
+        MPerClassBatches(labels, m=2, batch_size=8, groups=["a"])
