@@ -78,21 +78,20 @@ def weighted_infonce(
 def single_positive_infonce(logits: Tensor, pairs: Pairs, positive_in_denominator: bool = True) -> Tensor:
     """The kernel for single-positive pairs (``pairs.targets``), unweighted, at least one negative each.
 
-    ``a = 1`` is ``F.cross_entropy`` with index targets; ``a = 0`` is ``logsumexp`` over the negatives
-    minus the positive logit. Excluded entries (self-pairs; the positive when ``a = 0``) are set to
-    the dtype's lowest finite value in a copy of ``logits`` (:func:`exclude_`): one copy instead of
-    ``N x M`` masks and a masked select.
+    ``a = 1`` is ``F.cross_entropy`` with index targets, the self-pairs (if excluded) set to the
+    dtype's lowest finite value in a copy of ``logits`` (:func:`exclude_`); ``a = 0`` is
+    :func:`logsumexp_excluding` over the negatives minus the positive logit. Either way one copy of
+    ``logits`` instead of ``N x M`` masks and a masked select.
     """
     targets = pairs.targets
-    if positive_in_denominator and not pairs.exclude_self:
-        return F.cross_entropy(logits, targets, reduction="none")
-    masked = logits.clone()
     rows = torch.arange(targets.shape[0], device=targets.device)
-    if positive_in_denominator:
-        return F.cross_entropy(exclude_(masked, rows, rows), targets, reduction="none")
-    if pairs.exclude_self:
-        exclude_(masked, rows, rows)
-    return torch.logsumexp(exclude_(masked, rows, targets), dim=1) - logits[rows, targets]
+    if not positive_in_denominator:
+        # Excluded: the positives, and the self-pairs when the candidates are the anchors.
+        excluded = (torch.cat([rows, rows]), torch.cat([rows, targets])) if pairs.exclude_self else (rows, targets)
+        return logsumexp_excluding(logits, excluded, targets)
+    if not pairs.exclude_self:
+        return F.cross_entropy(logits, targets, reduction="none")
+    return F.cross_entropy(exclude_(logits.clone(), rows, rows), targets, reduction="none")
 
 
 def exclude_(logits: Tensor, rows: Tensor, cols: Tensor) -> Tensor:
@@ -106,6 +105,40 @@ def exclude_(logits: Tensor, rows: Tensor, cols: Tensor) -> Tensor:
     with torch.no_grad():
         logits[rows, cols] = torch.finfo(logits.dtype).min
     return logits
+
+
+class _LogSumExpExcluding(torch.autograd.Function):
+    """``log sum_{j not excluded} exp(l_ij)`` per row, minus ``l_{i, t_i}`` when targets are given.
+
+    Forward: one copy of ``logits`` with the excluded entries at the lowest finite value, and
+    ``torch.logsumexp`` on it. Backward: ``g_i exp(l_ij - lse_i)`` in one buffer (exactly 0 at the
+    excluded entries), then ``-g_i`` added at the targets. Autograd through ``logsumexp`` and a gather
+    would allocate about five ``N x M`` tensors backward.
+    """
+
+    @staticmethod
+    def forward(ctx, logits: Tensor, rows: Tensor, cols: Tensor, targets: Tensor | None) -> Tensor:  # type: ignore[override]
+        masked = exclude_(logits.detach().clone(), rows, cols)
+        lse = torch.logsumexp(masked, dim=1)
+        ctx.save_for_backward(masked, lse, targets)
+        if targets is None:
+            return lse
+        return lse - logits.gather(1, targets[:, None]).squeeze(1)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None, None]:  # type: ignore[override]
+        masked, lse, targets = ctx.saved_tensors
+        out = torch.sub(masked, lse[:, None]).exp_().mul_(grad[:, None])
+        if targets is not None:
+            out.scatter_add_(1, targets[:, None], -grad[:, None])
+        return out, None, None, None
+
+
+def logsumexp_excluding(logits: Tensor, excluded: tuple[Tensor, Tensor], targets: Tensor | None = None) -> Tensor:
+    """``[N]`` ``log sum_j exp(l_ij)`` over each row of ``logits [N, M]`` without the entries
+    ``excluded = (rows, cols)`` (each row must keep at least one), minus ``l_{i, targets_i}`` when
+    ``targets [N]`` are given; see :class:`_LogSumExpExcluding`."""
+    return _LogSumExpExcluding.apply(logits, excluded[0], excluded[1], targets)
 
 
 class InfoNCE(ContrastiveObjective):

@@ -101,3 +101,23 @@ def test_bad_shapes_name_the_argument():
         InfoNCE()(torch.randn(4, 3), torch.randn(5, 3), pos_mask=torch.ones(4, 4, dtype=torch.bool))
     with pytest.raises(ValueError, match="labels or pos_mask"):
         InfoNCE()(torch.randn(4, 3))
+
+
+def test_logsumexp_excluding_matches_autograd_of_masked_logsumexp():
+    from contrasuite.core.numerics import masked_logsumexp
+    from contrasuite.core.objectives.infonce import logsumexp_excluding
+
+    torch.manual_seed(11)
+    logits = torch.randn(5, 7, dtype=torch.float64, requires_grad=True)
+    rows, cols = torch.tensor([0, 1, 1, 4]), torch.tensor([0, 1, 6, 2])
+    targets = torch.tensor([3, 1, 0, 2, 2])  # rows 1 and 4: the target is also excluded (DCL)
+    keep = torch.ones(5, 7, dtype=torch.bool)
+    keep[rows, cols] = False
+    w = torch.randn(5, dtype=torch.float64)
+    (logsumexp_excluding(logits, (rows, cols), targets) * w).sum().backward()
+    ref = logits.detach().clone().requires_grad_()
+    expected = masked_logsumexp(ref, keep, dim=1) - ref[torch.arange(5), targets]
+    (expected * w).sum().backward()
+    assert torch.allclose(logsumexp_excluding(logits, (rows, cols), targets), expected, atol=1e-12)
+    assert torch.allclose(logits.grad, ref.grad, atol=1e-12)
+    assert torch.autograd.gradcheck(lambda x: logsumexp_excluding(x, (rows, cols)), (logits,))
