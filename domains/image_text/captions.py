@@ -51,6 +51,27 @@ RELATION_PAIRS = (("above", "below"), ("over", "under"), ("in", "on"), ("with", 
 TYPOGRAPHIC_SUBCATEGORIES = ("arrow", "hand", "keycap", "av-symbol", "geometric", "other-symbol", "alphanum")
 """Subcategories where Unicode's ``BLACK``/``WHITE`` mean filled/outlined glyphs, not the rendered colour."""
 
+FLAG_SUBCATEGORIES = ("country-flag", "subdivision-flag")
+"""Flags: ``north``/``south`` there are parts of place names, not directions."""
+
+_ROTATIONS = ("clockwise", "anticlockwise")
+_ATTRIBUTE_RE = re.compile(r"(?<![\w-])(" + "|".join(
+    re.escape(w) for w in sorted([*COLOURS, *(w for p in DIRECTION_PAIRS for w in p), *_ROTATIONS], key=len, reverse=True)
+) + r")(?![\w])")
+
+
+def attribute_group(name: str) -> str:
+    """The split group of an emoji name: its words with every colour and direction word blanked, in any
+    order, and a trailing ``facing right`` dropped.
+
+    Emoji that differ only in a colour or a direction (``blue heart`` / ``red heart``, ``thumbs up sign``
+    / ``thumbs down sign``, ``black rightwards arrow`` / ``leftwards black arrow``, ``woman running`` /
+    ``woman running facing right``) share a group: a flip or hue rotation of one is (nearly) the other,
+    so putting them in different splits would make a held-out emoji's negative image a training image.
+    """
+    caption = re.sub(r" facing (left|right)$", "", name_caption(name))
+    return " ".join(sorted(_ATTRIBUTE_RE.sub("*", caption).split(" ")))
+
 
 @dataclass(frozen=True)
 class EmojiItem:
@@ -59,12 +80,14 @@ class EmojiItem:
     image: str
     caption: str
     base: str
-    """The base emoji's file name: every skin-tone variation shares it (splits are by base)."""
+    """The base emoji's file name: every skin-tone variation shares it."""
     category: str
     subcategory: str
     skin_tones: tuple[str, ...] = ()
     aliases: tuple[str, ...] = field(default=())
     """Other true descriptions (short names), never used as negatives."""
+    group: str = ""
+    """The split group (:func:`attribute_group` of the base emoji's name; splits are by group)."""
 
 
 def normalise(text: str) -> str:
@@ -100,7 +123,8 @@ def build_items(metadata: list[dict[str, Any]]) -> list[EmojiItem]:
                 raise ValueError(f"emoji.json entry {i}: missing {key!r}")
         base = entry["image"]
         aliases = tuple(normalise(s.replace("_", " ")) for s in entry.get("short_names") or ())
-        common = dict(base=base, category=entry["category"], subcategory=entry["subcategory"])
+        common = dict(base=base, category=entry["category"], subcategory=entry["subcategory"],
+                      group=attribute_group(entry["name"]))
         items.append(EmojiItem(image=base, caption=name_caption(entry["name"]), aliases=aliases, **common))
         for code, variation in (entry.get("skin_variations") or {}).items():
             caption, tones = skin_tone_caption(entry["name"], code)

@@ -6,8 +6,9 @@
   or COCO-style captions (``{"images": [{id, file_name}], "annotations": [{image_id, caption}]}``);
   image paths are relative to an image folder.
 
-Splits are by group (the base emoji, so all skin tones of one emoji go together; the image file for
-user data): test emoji are never seen in training.
+Splits are by group, so test emoji are never seen in training: for emoji, all skin tones of one emoji
+and all emoji that differ only in a colour or direction word go together
+(:func:`~contrasuite.domains.image_text.captions.attribute_group`); for user data, the image file.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import json
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 from PIL import Image
@@ -92,7 +93,7 @@ def load_emoji(data_root: str | Path, style: str, *, limit: int = 0) -> PairSet:
     items = [i for i in items if i.image in images]
     if not items:
         raise ValueError(f"no emoji of emoji.json found in the {style} tarball under {data_root}/emoji")
-    return PairSet(np.stack([images[i.image] for i in items]), [i.caption for i in items], [i.base for i in items],
+    return PairSet(np.stack([images[i.image] for i in items]), [i.caption for i in items], [i.group for i in items],
                    [i.image for i in items], items)
 
 
@@ -111,6 +112,26 @@ def split_groups(groups: Sequence[str], fractions: tuple[float, float], seed: in
     for i, g in enumerate(groups):
         out[which[g]].append(i)
     return out
+
+
+def join_groups(groups: Sequence[str], keys: Sequence[str], links: Iterable[tuple[str, str]]) -> list[str]:
+    """``groups`` with the groups of every linked pair of keys merged (union-find); each merged group is
+    named by its smallest member group. Links to keys not in ``keys`` are ignored."""
+    parent = {g: g for g in groups}
+
+    def root(g: str) -> str:
+        while parent[g] != g:
+            parent[g] = parent[parent[g]]
+            g = parent[g]
+        return g
+
+    group_of = dict(zip(keys, groups))
+    for a, b in links:
+        if a in group_of and b in group_of:
+            ra, rb = root(group_of[a]), root(group_of[b])
+            if ra != rb:
+                parent[max(ra, rb)] = min(ra, rb)
+    return [root(g) for g in groups]
 
 
 def read_captions_file(path: str | Path) -> list[tuple[str, str]]:

@@ -1,14 +1,16 @@
 """Negative images that depict a negative caption.
 
 * :class:`KorniaEditor` realises the emoji edits exactly with kornia operations: a horizontal or
-  vertical flip for ``change_direction`` and a hue rotation for ``replace_colour`` between two
-  chromatic colours, so each edited image has a known true caption (the negative caption).
+  vertical flip for ``change_direction`` and, for ``replace_colour`` between two chromatic colours, a
+  hue rotation of the pixels of the named colour only, so each edited image has a known true caption
+  (the negative caption).
 * :class:`DiffusionEditor` inpaints an image with a diffusers image-editing pipeline loaded from a
   local folder (Stable Diffusion inpainting in GNM, Sahin et al., WACV 2024), prompted with the
   negative caption; fp16 on CUDA, fp32 on the CPU.
 
 :func:`is_false_negative_image` drops edits that leave the image (nearly) unchanged: a flipped
-symmetric glyph or a hue rotation of a grey image still depicts the source caption.
+symmetric glyph, or a hue rotation where the named colour is (almost) absent, still depicts the
+source caption.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-HUES = {"red": 0.0, "orange": 30.0, "yellow": 55.0, "green": 120.0, "light blue": 195.0, "blue": 220.0,
-        "purple": 275.0}
-"""HSV hue (degrees) of each colour a hue rotation can reach; pink, brown, grey, black and white cannot."""
+HUES = {"red": 0.0, "orange": 34.0, "yellow": 44.0, "green": 95.0, "light blue": 200.0, "blue": 208.0,
+        "purple": 280.0}
+"""HSV hue (degrees) of each colour a hue rotation can reach, as drawn in Twemoji and Noto (measured on
+their hearts, circles and squares); pink, brown, grey, black and white cannot be reached."""
 
 
 def to_tensor(images: np.ndarray) -> Tensor:
@@ -38,37 +41,37 @@ def to_uint8(images: Tensor) -> np.ndarray:
     return (images.clamp(0, 1) * 255).round().to(torch.uint8).permute(0, 2, 3, 1).numpy()
 
 
-def chromatic_mask(image: Tensor, min_saturation: float = 0.35, min_value: float = 0.25) -> Tensor:
-    """``[H, W]`` bool: pixels with a meaningful hue (saturated and not dark) of one ``[3, H, W]`` image."""
-    hsv = kornia.color.rgb_to_hsv(image[None])[0]
-    return (hsv[1] > min_saturation) & (hsv[2] > min_value)
+def colour_mask(image: Tensor, hue_degrees: float, window: float = 20.0, min_saturation: float = 0.25,
+                min_value: float = 0.25) -> Tensor:
+    """``[H, W]`` bool: pixels of ``[3, H, W]`` that show the colour at ``hue_degrees`` (within ``window``
+    degrees, saturated and not dark)."""
+    hue, sat, val = kornia.color.rgb_to_hsv(image[None])[0]
+    distance = torch.remainder(hue - math.radians(hue_degrees) + math.pi, 2 * math.pi) - math.pi
+    return (distance.abs() < math.radians(window)) & (sat > min_saturation) & (val > min_value)
 
 
-def dominant_hue(image: Tensor) -> float | None:
-    """Circular mean hue (radians) of the chromatic pixels of ``[3, H, W]``; ``None`` if there are none."""
-    mask = chromatic_mask(image)
+def recolour(image: Tensor, source: str, target: str) -> tuple[Tensor, Tensor]:
+    """Rotate the hue of the ``source``-coloured pixels of ``[3, H, W]`` so that their mean hue lands on
+    ``target``'s; every other pixel (other colours, white, grey) is unchanged. Returns the image and the
+    ``[H, W]`` mask of the recoloured pixels."""
+    mask = colour_mask(image, HUES[source])
     if not mask.any():
-        return None
+        return image.clone(), mask
     hue = kornia.color.rgb_to_hsv(image[None])[0, 0][mask]
-    return float(torch.atan2(hue.sin().mean(), hue.cos().mean()))
-
-
-def rotate_hue_to(image: Tensor, target_degrees: float) -> Tensor:
-    """Rotate the hue of ``[3, H, W]`` so its dominant hue lands on ``target_degrees``; grey pixels unchanged."""
-    source = dominant_hue(image)
-    if source is None:
-        return image.clone()
-    shift = math.remainder(math.radians(target_degrees) - source, 2 * math.pi)
-    return kornia.enhance.adjust_hue(image[None], shift)[0]
+    mean = math.atan2(float(hue.sin().mean()), float(hue.cos().mean()))
+    shift = math.remainder(math.radians(HUES[target]) - mean, 2 * math.pi)
+    rotated = kornia.enhance.adjust_hue(image[None], shift)[0]
+    return torch.where(mask, rotated, image), mask
 
 
 def is_false_negative_image(original: Tensor, edited: Tensor, min_change: float = 0.02,
-                            min_chromatic: float = 0.05, kind: str = "flip") -> bool:
+                            changed_fraction: float | None = None, min_fraction: float = 0.05) -> bool:
     """True if the edit may still depict the source caption: mean absolute change below ``min_change``
-    (a symmetric glyph, a grey image), or for a hue edit fewer than ``min_chromatic`` coloured pixels."""
+    (a symmetric glyph flipped, a hue rotation to a nearby hue), or for a hue edit fewer than
+    ``min_fraction`` of the pixels recoloured (the named colour is not what the image shows)."""
     if (edited - original).abs().mean() < min_change:
         return True
-    return kind == "hue" and float(chromatic_mask(original).float().mean()) < min_chromatic
+    return changed_fraction is not None and changed_fraction < min_fraction
 
 
 @dataclass
@@ -76,7 +79,7 @@ class KorniaEditor:
     """Exact emoji edits: ``{"flip": "horizontal"|"vertical"}`` or ``{"hue": [from_colour, to_colour]}``."""
 
     min_change: float = 0.02
-    min_chromatic: float = 0.05
+    min_fraction: float = 0.05
 
     def can_edit(self, edit: dict[str, Any] | None) -> bool:
         if not edit:
@@ -92,10 +95,11 @@ class KorniaEditor:
         if "flip" in edit:
             edited = kornia.geometry.transform.hflip(image) if edit["flip"] == "horizontal" \
                 else kornia.geometry.transform.vflip(image)
-            kind = "flip"
+            fraction = None
         else:
-            edited, kind = rotate_hue_to(image, HUES[edit["hue"][1]]), "hue"
-        if is_false_negative_image(image, edited, self.min_change, self.min_chromatic, kind):
+            edited, mask = recolour(image, *edit["hue"])
+            fraction = float(mask.float().mean())
+        if is_false_negative_image(image, edited, self.min_change, fraction, self.min_fraction):
             return None
         return edited
 

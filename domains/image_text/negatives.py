@@ -10,6 +10,9 @@ A negatives file is JSONL, one negative a line, every line recording its operati
 ``negative`` of an image record is the true caption of the negative image (what it depicts).
 ``editor: dataset`` records point to another image of the same set instead of a file
 (``image_key``): a skin-tone variation is the exact image of a ``replace_skin_tone`` caption.
+An edited image that is a near copy of another image of the set (the flip of ``thumbs up sign`` is
+``thumbs down sign``; the flip of ``person running facing right`` is ``runner``) records that image as
+``same_as``: it depicts that image's caption too, and the two emoji must share a split.
 """
 
 from __future__ import annotations
@@ -49,6 +52,9 @@ class NegativesConfig:
     diffusion_steps: int = 30
     language_model: Optional[str] = None
     """A local text-generation model folder; its rewrites are added to the rule-based negatives."""
+    duplicate_tolerance: float = 0.015
+    """An edited image within this mean absolute pixel difference (in [0, 1]) of another image of the set
+    is a copy of it (``same_as``); measured on emoji: copies below 0.01, other nearest images above 0.025."""
     output: str = "runs/negatives/emoji.jsonl"
     """Where ``contrasuite generate-negatives`` writes (relative paths: to the working directory)."""
 
@@ -131,7 +137,30 @@ def image_negative_records(pairs: PairSet, style: str, text_records: list[dict[s
         records.append({"modality": "image", "style": style, "editor": cfg.image_editor, "image_index": len(images),
                         **base})
         images.append(to_uint8(edited[None])[0])
+    made = [r for r in records if "image_index" in r]
+    copies = near_copies(pairs.images, images, [index[r["key"]] for r in made], cfg.duplicate_tolerance)
+    for rec, copy in zip(made, copies):
+        if copy is not None:
+            rec["same_as"] = pairs.keys[copy]
     return records, images
+
+
+def near_copies(images: np.ndarray, edited: list[np.ndarray], exclude: list[int], tolerance: float) -> list[int | None]:
+    """For each edited image, the row of ``images`` (``[N, H, W, 3]`` uint8) it nearly copies (mean
+    absolute difference below ``tolerance``, in [0, 1]), or ``None``; row ``exclude[i]`` (the source) is
+    skipped. The nearest row is found by Euclidean distance, then checked by mean absolute difference."""
+    if not edited:
+        return []
+    flat = torch.from_numpy(images.reshape(len(images), -1)).float() / 255
+    out = []
+    for start in range(0, len(edited), 256):
+        chunk = torch.from_numpy(np.stack(edited[start: start + 256]).reshape(-1, flat.shape[1])).float() / 255
+        dist = torch.cdist(chunk, flat)
+        dist[torch.arange(len(chunk)), torch.tensor(exclude[start: start + 256])] = float("inf")
+        nearest = dist.argmin(dim=1)
+        mae = (flat[nearest] - chunk).abs().mean(dim=1)
+        out += [int(n) if m < tolerance else None for n, m in zip(nearest, mae)]
+    return out
 
 
 def write_negatives(path: str | Path, text_records: list[dict[str, Any]],

@@ -1,12 +1,17 @@
 """``ImageTextTask``: CLIP-style fine-tuning with generated hard negatives in both modalities.
 
 A step takes a batch of image-caption pairs and, when enabled, each pair's hard negatives: up to
-``hard_negatives.texts_per_pair`` negative captions (extra columns of the image->text direction) and
-``hard_negatives.images_per_pair`` negative images (extra columns of the text->image direction); the
-configured objective terms (``clip``, ``siglip``) take them as ``extra_texts`` / ``extra_images``
-(NegCLIP, Yuksekgonul et al., ICLR 2023; GNM, Sahin et al., WACV 2024). A negative whose true caption
-equals a caption of the batch would be a false negative there and is left out; pairs with equal
-captions are positives of each other (``pos_mask``).
+``hard_negatives.texts_per_pair`` negative captions (negative columns of the image->text direction)
+and ``hard_negatives.images_per_pair`` negative images (negative columns of the text->image
+direction), NegCLIP-style (Yuksekgonul et al., ICLR 2023); with ``hard_negatives.image_pairs`` a
+negative image also brings its true caption, as a pair, so it is contrasted in both directions (GNM,
+Sahin et al., WACV 2024). Images and texts form one block scored by the configured objective terms
+(``clip``, ``siglip``) through the core contract: ``pos_mask`` marks every true (image, caption)
+match, so a negative whose true caption is a caption of the batch (or which nearly copies an image
+of the batch, ``same_as``) counts as a positive there, never as a false negative; rows without a
+positive (negative-only texts or images) are candidates only; ``neg_weight``
+(``hard_negatives.weight``) up-weights negatives made from the same emoji. Splits are by emoji group,
+with every emoji and the emoji its negative images copy in one group (:func:`split_pairs`).
 
 With ``model.freeze_trunks`` the trunks run once over every image, caption and negative and their
 features are cached on disk (``cache_dir``), so a step trains only the heads and the loss scale. No
@@ -32,7 +37,7 @@ from torch import Tensor, nn
 
 from contrasuite.core.objectives import ObjectiveSum
 from contrasuite.domains.image_text.captions import normalise
-from contrasuite.domains.image_text.data import PairSet, load_captions, load_emoji, split_groups
+from contrasuite.domains.image_text.data import PairSet, join_groups, load_captions, load_emoji, split_groups
 from contrasuite.domains.image_text.evaluate import image_side, retrieval, text_side
 from contrasuite.domains.image_text.models import ModelConfig, build_model
 from contrasuite.domains.image_text.negatives import NegativesConfig, generate, read_negatives
@@ -67,6 +72,12 @@ class HardNegativeConfig:
     images: bool = False
     texts_per_pair: int = 3
     images_per_pair: int = 2
+    image_pairs: bool = False
+    """Negative images also bring their true captions, as pairs (GNM): a negative image is then an anchor of
+    the image->text direction and its caption one of the text->image direction (False: NegCLIP-style
+    negative-only columns)."""
+    weight: float = 1.0
+    """Weight of a hard negative (a negative made from the same emoji) in the softmax denominators."""
 
 
 @dataclass
@@ -105,6 +116,9 @@ class StyleData:
     """Pairs' images followed by the generated negative images."""
     neg_records: list[dict]
     neg_rows: list[int]
+    neg_truths: list[set[str]]
+    """Normalised true captions of each negative image (its ``negative`` and, for a near copy of
+    another image of the set, that image's caption)."""
     features: Tensor | None = None
 
 
@@ -116,12 +130,13 @@ class ImageTextTask:
         self.cfg = cfg
         styles = self._load_pairs(cfg, ctx.data_root)
         train_style = next(iter(styles))
-        self.splits = split_groups(styles[train_style].groups, (cfg.data.val_fraction, cfg.data.test_fraction),
-                                   cfg.data.split_seed)
         if cfg.negatives_file:
             texts, images = read_negatives(cfg.negatives_file)
         else:
             texts, images = generate(styles, cfg.negatives)
+        train = styles[train_style]
+        self.splits = split_pairs(train, images, cfg.data)
+        self.split_keys = {name: [train.keys[r] for r in rows] for name, rows in self.splits.items()}
         self.text_records = texts
         self.styles = {s: self._style_data(p, *images.get(s, ([], []))) for s, p in styles.items()}
         self.train_style = train_style
@@ -155,17 +170,20 @@ class ImageTextTask:
     @staticmethod
     def _style_data(pairs: PairSet, records: list[dict], generated: list[np.ndarray]) -> StyleData:
         index = {k: i for i, k in enumerate(pairs.keys)}
-        rows, kept = [], []
+        rows, kept, truths = [], [], []
         for rec in records:
             if "image_key" in rec:
-                if rec["image_key"] in index:
-                    rows.append(index[rec["image_key"]])
-                    kept.append(rec)
+                if rec["image_key"] not in index:
+                    continue
+                rows.append(index[rec["image_key"]])
             else:
                 rows.append(len(pairs) + rec["image_index"])
-                kept.append(rec)
+            kept.append(rec)
+            copy = rec.get("same_as")
+            truths.append({normalise(rec["negative"]),
+                           *([normalise(pairs.captions[index[copy]])] if copy in index else [])})
         images = np.concatenate([pairs.images, np.stack(generated)]) if generated else pairs.images
-        return StyleData(pairs, images, kept, rows)
+        return StyleData(pairs, images, kept, rows, truths)
 
     def _init_from(self, path: Path) -> None:
         file = path / "checkpoints" / "last.pt" if path.is_dir() else path
@@ -253,8 +271,15 @@ class ImageTextTask:
         return {}
 
     def batches(self, epoch: int) -> Iterator[dict]:
-        """Train pairs in a ``(seed, epoch)`` order, each with its sampled, false-negative-filtered negatives."""
+        """Train pairs in a ``(seed, epoch)`` order, each with its sampled negatives, as one block.
+
+        ``image_rows``/``texts`` are the pairs' images and captions followed by the negative images and
+        texts; ``pos_mask[i, t]`` is True where text ``t`` is a true caption of image ``i`` (a negative
+        equal to a caption of the batch is a positive there, not a false negative); ``neg_weight`` (only
+        when ``hard_negatives.weight != 1``) weights the negatives made from the same emoji as the row.
+        """
         cfg, style = self.cfg, self.styles[self.train_style]
+        hard = cfg.hard_negatives
         rng = random.Random(f"{self.ctx.seed}-{epoch}")
         order = list(self.splits["train"])
         rng.shuffle(order)
@@ -266,43 +291,48 @@ class ImageTextTask:
             rows = order[start: start + cfg.batch_size]
             if len(rows) < 2:  # a contrastive batch needs a negative
                 continue
-            captions = [style.pairs.captions[r] for r in rows]
-            in_batch = {normalise(c) for c in captions}
-            neg_texts, neg_images = [], []
-            for r in rows:
-                key = style.pairs.keys[r]
-                if cfg.hard_negatives.texts:
-                    pool = self.text_negs.get(key, [])
-                    neg_texts += rng.sample(pool, k=min(cfg.hard_negatives.texts_per_pair, len(pool)))
-                if cfg.hard_negatives.images:
+            keys = [style.pairs.keys[r] for r in rows]
+            image_rows, image_sources = list(rows), list(keys)
+            truths = [{normalise(style.pairs.captions[r])} for r in rows]
+            texts = {normalise(style.pairs.captions[r]): (style.pairs.captions[r], k) for r, k in zip(rows, keys)}
+            neg_images = neg_texts = 0
+            for key in keys:
+                if hard.images:
                     pool = by_key.get(key, [])
-                    neg_images += rng.sample(pool, k=min(cfg.hard_negatives.images_per_pair, len(pool)))
-            neg_texts = [t for t in dict.fromkeys(neg_texts) if normalise(t) not in in_batch]
-            neg_images = [j for j in dict.fromkeys(neg_images) if normalise(style.neg_records[j]["negative"]) not in in_batch]
-            yield {"rows": rows, "captions": captions, "neg_texts": neg_texts,
-                   "neg_image_rows": [style.neg_rows[j] for j in neg_images]}
-
-    def _loss(self, images: Tensor, texts: Tensor, neg_texts: Tensor, neg_images: Tensor, pos_mask: Tensor) -> Tensor:
-        extras = {}
-        if len(neg_texts):
-            extras["extra_texts"] = neg_texts
-        if len(neg_images):
-            extras["extra_images"] = neg_images
-        return self.objective(images, texts, pos_mask=pos_mask, **extras)
+                    for j in rng.sample(pool, k=min(hard.images_per_pair, len(pool))):
+                        image_rows.append(style.neg_rows[j])
+                        truths.append(style.neg_truths[j])
+                        image_sources.append(key)
+                        neg_images += 1
+                        if hard.image_pairs:
+                            texts.setdefault(normalise(style.neg_records[j]["negative"]), (style.neg_records[j]["negative"], key))
+                if hard.texts:
+                    pool = self.text_negs.get(key, [])
+                    for text in rng.sample(pool, k=min(hard.texts_per_pair, len(pool))):
+                        neg_texts += normalise(text) not in texts
+                        texts.setdefault(normalise(text), (text, key))
+            text_keys = list(texts)
+            pos_mask = torch.tensor([[t in truth for t in text_keys] for truth in truths])
+            batch = {"rows": rows, "captions": [style.pairs.captions[r] for r in rows], "image_rows": image_rows,
+                     "texts": [texts[t][0] for t in text_keys], "pos_mask": pos_mask,
+                     "neg_images": neg_images, "neg_texts": neg_texts}
+            if hard.weight != 1.0:
+                same = torch.tensor([[texts[t][1] == source for t in text_keys] for source in image_sources])
+                batch["neg_weight"] = torch.where(same & ~pos_mask, hard.weight, 1.0)
+            yield batch
 
     def train_step(self, batch: dict, step: StepContext) -> Mapping[str, float]:
         style = self.styles[self.train_style]
-        captions = batch["captions"]
-        pos_mask = torch.tensor([[a == b for b in captions] for a in captions], device=self.ctx.device)
-        inputs = (self._images_in(style, batch["rows"]), self._texts_in(captions),
-                  self._texts_in(batch["neg_texts"]), self._images_in(style, batch["neg_image_rows"]))
+        device = self.ctx.device
+        pos_mask = batch["pos_mask"].to(device)
+        neg_weight = batch["neg_weight"].to(device) if "neg_weight" in batch else None
+        inputs = (self._images_in(style, batch["image_rows"]), self._texts_in(batch["texts"]))
 
         def embed(chunk):
-            return (self._embed_images(chunk[0]), self._embed_texts(chunk[1]), self._embed_texts(chunk[2]),
-                    self._embed_images(chunk[3]))
+            return self._embed_images(chunk[0]), self._embed_texts(chunk[1])
 
-        def loss_fn(images, texts, neg_texts, neg_images):
-            return self._loss(images, texts, neg_texts, neg_images, pos_mask)
+        def loss_fn(images, texts):
+            return self.objective(images, texts, pos_mask=pos_mask, neg_weight=neg_weight)
 
         n = self.cfg.gradcache_chunks
         if n > 1:
@@ -313,8 +343,8 @@ class ImageTextTask:
                 reps = embed(inputs)
             loss = loss_fn(*reps)
             step.optimize("model", loss)
-        return {"loss": float(loss.detach()), "neg_texts": float(len(batch["neg_texts"])),
-                "neg_images": float(len(batch["neg_image_rows"]))}
+        return {"loss": float(loss.detach()), "neg_texts": float(batch["neg_texts"]),
+                "neg_images": float(batch["neg_images"])}
 
     # ---------------------------------------------------------------- evaluation
     @torch.no_grad()
@@ -331,9 +361,10 @@ class ImageTextTask:
     def evaluate(self, split: str = "val") -> Mapping[str, float]:
         if split not in self.splits:
             raise ValueError(f"split must be one of {list(self.splits)}, got {split!r}")
-        rows = self.splits[split]
         out: dict[str, float] = {}
         for name, style in self.styles.items():
+            index = {k: i for i, k in enumerate(style.pairs.keys)}
+            rows = [index[k] for k in self.split_keys[split] if k in index]
             keys = {style.pairs.keys[r] for r in rows}
             captions = [style.pairs.captions[r] for r in rows]
             recs = [r for r in self.text_records if r["key"] in keys]
@@ -354,6 +385,15 @@ class ImageTextTask:
         style = self.styles[self.train_style]
         return (self._embed_images(self._images_in(style, batch["rows"])),
                 self._embed_texts(self._texts_in(batch["captions"])))
+
+
+def split_pairs(pairs: PairSet, image_sets: Mapping[str, tuple[list[dict], list]], cfg: DataConfig) -> dict[str, list[int]]:
+    """Row indices of ``pairs`` per split, by group, where an emoji and the emoji that one of its negative
+    images copies (``same_as``, in any style) share a group: a held-out emoji's negative image is never a
+    training image, and no training negative image is a held-out image."""
+    links = [(r["key"], r["same_as"]) for records, _ in image_sets.values() for r in records if "same_as" in r]
+    groups = join_groups(pairs.groups, pairs.keys, links)
+    return split_groups(groups, (cfg.val_fraction, cfg.test_fraction), cfg.split_seed)
 
 
 def _split(x: Tensor | list, n: int) -> list:

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from contrasuite.domains.image_text.captions import (
-    COLOURS, DIGITS, DIRECTION_PAIRS, GENDER_PAIRS, HORIZONTAL, NUMBERS, RELATION_PAIRS, SKIN_TONES,
-    TYPOGRAPHIC_SUBCATEGORIES, VERTICAL, EmojiItem, normalise,
+    COLOURS, DIGITS, DIRECTION_PAIRS, FLAG_SUBCATEGORIES, GENDER_PAIRS, HORIZONTAL, NUMBERS, RELATION_PAIRS,
+    SKIN_TONES, TYPOGRAPHIC_SUBCATEGORIES, VERTICAL, EmojiItem, normalise,
 )
 
 OPERATIONS = ("replace_colour", "replace_skin_tone", "replace_gender", "swap_attributes", "replace_object",
@@ -44,6 +44,8 @@ _MIRROR = {a: b for x, y in DIRECTION_PAIRS for a, b in ((x, y), (y, x))}
 _RELATION = {a: b for x, y in RELATION_PAIRS for a, b in ((x, y), (y, x))}
 _ROTATION = frozenset({"clockwise", "anticlockwise"})
 _HYPERNYMS = frozenset({"person", "people", "adult", "child"})
+NON_SPATIAL = ("left luggage", "page facing up")
+"""Captions whose direction word is no direction on the picture (luggage left behind, a page face up)."""
 
 
 @dataclass(frozen=True)
@@ -65,14 +67,15 @@ def _split_tones(caption: str) -> tuple[str, str]:
     return caption, ""
 
 
-def _words(pattern_words: Sequence[str]) -> re.Pattern:
+def _words(pattern_words: Sequence[str], after: str = r"(?![\w-])") -> re.Pattern:
     alternatives = sorted(pattern_words, key=len, reverse=True)
-    return re.compile(r"(?<![\w-])(" + "|".join(re.escape(w) for w in alternatives) + r")(?![\w-])")
+    return re.compile(r"(?<![\w-])(" + "|".join(re.escape(w) for w in alternatives) + r")" + after)
 
 
 _COLOUR_RE = _words(COLOURS)
 _GENDER_RE = _words(list(_GENDER))
-_DIRECTION_RE = _words(list(_MIRROR))
+_DIRECTION_RE = _words(list(_MIRROR), after=r"(?!\w)(?!-(?!pointing|facing))")
+"""Direction words, also in ``left-pointing`` and ``right-facing`` (not in ``rolled-up``, ``upside-down``)."""
 _RELATION_RE = _words(list(_RELATION))
 _NUMBER_RE = _words(NUMBERS + DIGITS)
 _TONE_RE = _words(_TONE_NAMES)
@@ -89,8 +92,11 @@ def replace_colour(caption: str, item: EmojiItem | None, rng: random.Random, k: 
         colour = match.group(1)
         if colour in ("black", "white") and item is not None and item.subcategory.startswith(TYPOGRAPHIC_SUBCATEGORIES):
             continue  # Unicode's BLACK/WHITE here name a filled/outlined glyph, not the rendered colour
+        # skin hues overlap red, orange and yellow hair: a hue rotation cannot recolour only the hair
+        edit = item is None or not item.skin_tones
         for new in rng.sample([c for c in COLOURS if c != colour], k=min(k, len(COLOURS) - 1)):
-            out.append(TextNegative(_replace_at(head, match, new) + tail, "replace_colour", {"hue": [colour, new]}))
+            out.append(TextNegative(_replace_at(head, match, new) + tail, "replace_colour",
+                                    {"hue": [colour, new]} if edit else None))
     return out[:k]
 
 
@@ -160,8 +166,12 @@ def replace_object(caption: str, item: EmojiItem | None, rng: random.Random, k: 
 
 
 def change_direction(caption: str, item: EmojiItem | None, rng: random.Random, k: int) -> list[TextNegative]:
-    """The caption of the mirror image: every horizontal (or vertical) direction word flipped."""
+    """The caption of the mirror image: every horizontal (or vertical) direction word flipped.
+
+    Flags (``south korea``) and :data:`NON_SPATIAL` captions name no direction on the picture: none."""
     head, tail = _split_tones(caption)
+    if head in NON_SPATIAL or (item is not None and item.subcategory in FLAG_SUBCATEGORIES):
+        return []
     out = []
     for axis, words in (("horizontal", HORIZONTAL), ("vertical", VERTICAL)):
         found = [m for m in _DIRECTION_RE.finditer(head) if m.group(1) in words]

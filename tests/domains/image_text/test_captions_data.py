@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from contrasuite.domains.image_text.captions import build_items, skin_tone_caption
+from contrasuite.domains.image_text.captions import attribute_group, build_items, skin_tone_caption
 from contrasuite.domains.image_text.data import load_captions, load_emoji, read_captions_file, split_groups
 
 ENTRIES = [
@@ -64,3 +64,15 @@ def test_caption_file_formats(tmp_path):
     (tmp_path / "bad.csv").write_text("path,text\nx.png,a\n")
     with pytest.raises(ValueError, match="caption"):
         read_captions_file(tmp_path / "bad.csv")
+
+
+def test_attribute_group_joins_colour_and_direction_variants():
+    same = [("BLUE HEART", "RED HEART"), ("THUMBS UP SIGN", "THUMBS DOWN SIGN"),
+            ("BLACK RIGHTWARDS ARROW", "LEFTWARDS BLACK ARROW"), ("WOMAN RUNNING", "WOMAN RUNNING FACING RIGHT"),
+            ("BLACK LEFT-POINTING TRIANGLE", "BLACK RIGHT-POINTING TRIANGLE")]
+    for a, b in same:
+        assert attribute_group(a) == attribute_group(b), (a, b)
+    for a, b in (("BLUE HEART", "BLUE BOOK"), ("WOMAN RUNNING", "MAN RUNNING"), ("ROLLED-UP NEWSPAPER", "NEWSPAPER")):
+        assert attribute_group(a) != attribute_group(b), (a, b)
+    items = {i.image: i for i in build_items(ENTRIES)}
+    assert items["a-4.png"].group == items["a.png"].group == attribute_group("WOMAN RAISING HAND")
