@@ -3,7 +3,9 @@
 Each (loss, seed) trains ``configs/metric_learning/emoji_<loss>.yaml`` (the reduced CPU protocol
 unless ``--config-dir``/``--prefix`` name others), evaluates the best-on-validation checkpoint on
 the unseen test classes, and stores the result in ``<results-dir>/<loss>_seed<seed>.json`` as soon
-as the run ends. Finished runs are never repeated, so an interrupted table is completed by running
+as the run ends. Two reference rows go through the same pipeline with zero training epochs (the
+``multi_similarity`` config, ``run.epochs=0``): the ImageNet backbone's pooled 1280-d features, and
+the same with the untrained random 128-d head the losses start from. Finished runs are never repeated, so an interrupted table is completed by running
 the same command again; ``--table-only`` just rewrites the page from the stored runs.
 """
 
@@ -22,6 +24,11 @@ from contrasuite.pipelines import trainer
 from contrasuite.pipelines.config import load_config
 
 LOSSES = ("circle", "multi_similarity", "hyperbolic", "supcon", "pml_circle", "pml_multi_similarity")
+# Untrained references: (config loss, overrides); evaluated like the trained runs, nothing trained.
+BASELINES = {
+    "untrained": ("multi_similarity", ["run.epochs=0", "config.model.embedding_dim=0"]),
+    "untrained_head": ("multi_similarity", ["run.epochs=0"]),
+}
 METRICS = ("recall@1", "recall@2", "recall@4", "recall@8", "map@r")
 DESCRIPTION = {
     "circle": ("ours", "`circle` (CircleLoss, m=0.4, gamma=80)"),
@@ -30,6 +37,8 @@ DESCRIPTION = {
     "supcon": ("ours", "`infonce` with labels, SupCon L_out (t=0.1)"),
     "pml_circle": ("PML", "`pml_circle` (pytorch-metric-learning CircleLoss, m=0.4, gamma=80)"),
     "pml_multi_similarity": ("PML", "`pml_multi_similarity` (PML MultiSimilarityLoss + MultiSimilarityMiner)"),
+    "untrained": ("-", "no training: ImageNet EfficientNet-Lite0, pooled 1280-d features"),
+    "untrained_head": ("-", "no training: the same with the random 128-d head the losses start from"),
 }
 # Published CUB-200-2011 Recall@1 of each method's paper, for context only (other backbones, 224 px).
 PUBLISHED = {
@@ -39,6 +48,8 @@ PUBLISHED = {
     "supcon": "none (Khosla et al., NeurIPS 2020 report classification, not CUB retrieval)",
     "pml_circle": "same paper as `circle`",
     "pml_multi_similarity": "same paper as `multi_similarity`",
+    "untrained": "-",
+    "untrained_head": "-",
 }
 
 
@@ -49,7 +60,8 @@ def run_one(config: Path, seed: int, output_root: str, data_root: str | None, ex
     started = time.time()
     run_dir = trainer.train(loaded)
     test = trainer.evaluate(run_dir, "best")
-    lines = (run_dir / "epoch_seconds.jsonl").read_text().splitlines()
+    seconds_file = run_dir / "epoch_seconds.jsonl"  # absent when nothing was trained
+    lines = seconds_file.read_text().splitlines() if seconds_file.is_file() else []
     epoch_seconds = [json.loads(line)["seconds"] for line in lines if line.strip()]
     val = json.loads((run_dir / "eval_val.json").read_text())
     return {
@@ -83,13 +95,14 @@ def mean_std(values: Sequence[float]) -> str:
 def table(results: dict[str, list[dict]], losses: Sequence[str]) -> list[str]:
     rows = [
         "| loss | impl | seeds | " + " | ".join(m.replace("recall@", "R@").replace("map@r", "MAP@R") for m in METRICS)
-        + " | s / epoch | published CUB-200 R@1 (context) |",
-        "|---|---|---|" + "---|" * len(METRICS) + "---|---|",
+        + " | val R@1 (best) | s / epoch | published CUB-200 R@1 (context) |",
+        "|---|---|---|" + "---|" * len(METRICS) + "---|---|---|",
     ]
     for loss in losses:
         runs = results.get(loss, [])
         impl, label = DESCRIPTION[loss]
         cells = [mean_std([r["test"][m] for r in runs]) for m in METRICS]
+        cells.append(mean_std([r["best_val"] for r in runs if r.get("best_val") is not None]))
         secs = epoch_seconds(runs)
         per_epoch = f"{statistics.mean(secs):.1f}" if secs else "-"
         seeds = ",".join(str(r["seed"]) for r in runs) or "not run"
@@ -127,10 +140,12 @@ def write_page(results: dict[str, list[dict]], losses: Sequence[str], command: s
         "mean ± sample std over seeds (seed = model init and batch order; the class split is fixed).",
         "",
         "**Reduced protocol** (so the table takes about an hour on 2 CPU cores): 64x64 images (native size),",
-        "EfficientNet-Lite0 with its ImageNet weights, stem and first 11 of 16 MBConv blocks frozen and their",
-        "outputs computed once and cached on disk (no augmentation), blocks 11-15 and a 128-d linear head",
-        "trained for 12 epochs of 48 batches (64 images = 32 classes x 2), fp32 on CPU, validation every 3",
-        "epochs. The full-scale configs (`emoji_full.yaml`: 224 px, whole network, crops, 60 epochs;",
+        "EfficientNet-Lite0 with its ImageNet weights, stem and first 5 of 16 MBConv blocks frozen and their",
+        "outputs computed once (eval mode) and cached on disk (no augmentation), blocks 5-15 and a 128-d",
+        "linear head trained with frozen BatchNorm statistics for 4 epochs of 48 batches (64 images = 32",
+        "classes x 2; a base emoji's skin-tone classes share a batch), AdamW 3e-4 (head 1e-3) with cosine",
+        "decay, fp32 on CPU, validation every epoch. The two `no training` rows are the same pipeline with",
+        "zero epochs. The full-scale configs (`emoji_full.yaml`: 224 px, whole network, crops, 60 epochs;",
         "`cub200_multi_similarity.yaml`) run with the same command. Published numbers are CUB-200 with",
         "other backbones and 224 px training; they are context, not a comparison.",
         "",
@@ -157,7 +172,7 @@ def write_page(results: dict[str, list[dict]], losses: Sequence[str], command: s
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="contrasuite compare metric_learning", description=__doc__.splitlines()[0])
-    parser.add_argument("--losses", nargs="+", default=list(LOSSES), choices=LOSSES)
+    parser.add_argument("--losses", nargs="+", default=[*BASELINES, *LOSSES], choices=[*BASELINES, *LOSSES])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     parser.add_argument("--config-dir", type=Path, default=Path("configs/metric_learning"))
     parser.add_argument("--prefix", default="emoji_", help="config file = <config-dir>/<prefix><loss>.yaml")
@@ -174,9 +189,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         for seed in args.seeds:
             stored = args.results_dir / f"{loss}_seed{seed}.json"
             if not stored.is_file() and not args.table_only:
-                config = args.config_dir / f"{args.prefix}{loss}.yaml"
-                print(f"== {loss} seed {seed}: {config}", file=sys.stderr)
-                write_json_atomic(run_one(config, seed, args.output_root, args.data_root, args.overrides), stored)
+                config_loss, extra = BASELINES.get(loss, (loss, []))
+                config = args.config_dir / f"{args.prefix}{config_loss}.yaml"
+                print(f"== {loss} seed {seed}: {config} {' '.join(extra)}", file=sys.stderr)
+                result = run_one(config, seed, args.output_root, args.data_root, [*args.overrides, *extra])
+                write_json_atomic(result, stored)
             if stored.is_file():
                 results.setdefault(loss, []).append(json.loads(stored.read_text()))
     given = list(argv if argv is not None else sys.argv[1:])
