@@ -160,8 +160,10 @@ class MetricLearningTask:
         params = groups + [{"params": list(self.objective.parameters()), "lr": cfg.optim.head_lr}]
         self.optimizer = torch.optim.AdamW([g for g in params if g["params"]], weight_decay=cfg.optim.weight_decay)
         train = self.splits.train
-        groups = train.groups if cfg.sampler.whole_groups and train.groups else None
-        self.sampler = MPerClassBatches(train.labels, cfg.sampler.m_per_class, cfg.sampler.batch_size, ctx.seed, groups)
+        class_groups = train.groups if cfg.sampler.whole_groups and train.groups else None
+        self.sampler = MPerClassBatches(
+            train.labels, cfg.sampler.m_per_class, cfg.sampler.batch_size, ctx.seed, class_groups
+        )
         total = cfg.optim.schedule_epochs * math.ceil(len(self.sampler) / ctx.world_size)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda step: cosine_factor(step, total))
         self.cache: dict[str, Tensor] = {}
