@@ -249,4 +249,7 @@ def build_model(cfg: ModelConfig) -> TwoTowerModel:
         for trunk in (model.image_trunk, model.text_trunk):
             trunk.requires_grad_(False)
             trunk.eval()
+        # heads may live inside a trunk module (open_clip's HFTextEncoder holds its ``proj``): train them
+        for head in (model.image_head, model.text_head):
+            head.requires_grad_(True)
     return model

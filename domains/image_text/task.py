@@ -294,7 +294,8 @@ class ImageTextTask:
             keys = [style.pairs.keys[r] for r in rows]
             image_rows, image_sources = list(rows), list(keys)
             truths = [{normalise(style.pairs.captions[r])} for r in rows]
-            texts = {normalise(style.pairs.captions[r]): (style.pairs.captions[r], k) for r, k in zip(rows, keys)}
+            texts = {normalise(style.pairs.captions[r]): style.pairs.captions[r] for r in rows}
+            made_from: dict[str, set[str]] = {}  # normalised negative text -> the emoji it was made from
             neg_images = neg_texts = 0
             for key in keys:
                 if hard.images:
@@ -305,19 +306,22 @@ class ImageTextTask:
                         image_sources.append(key)
                         neg_images += 1
                         if hard.image_pairs:
-                            texts.setdefault(normalise(style.neg_records[j]["negative"]), (style.neg_records[j]["negative"], key))
+                            text = style.neg_records[j]["negative"]
+                            texts.setdefault(normalise(text), text)
+                            made_from.setdefault(normalise(text), set()).add(key)
                 if hard.texts:
                     pool = self.text_negs.get(key, [])
                     for text in rng.sample(pool, k=min(hard.texts_per_pair, len(pool))):
                         neg_texts += normalise(text) not in texts
-                        texts.setdefault(normalise(text), (text, key))
+                        texts.setdefault(normalise(text), text)
+                        made_from.setdefault(normalise(text), set()).add(key)
             text_keys = list(texts)
             pos_mask = torch.tensor([[t in truth for t in text_keys] for truth in truths])
             batch = {"rows": rows, "captions": [style.pairs.captions[r] for r in rows], "image_rows": image_rows,
-                     "texts": [texts[t][0] for t in text_keys], "pos_mask": pos_mask,
+                     "texts": [texts[t] for t in text_keys], "pos_mask": pos_mask,
                      "neg_images": neg_images, "neg_texts": neg_texts}
             if hard.weight != 1.0:
-                same = torch.tensor([[texts[t][1] == source for t in text_keys] for source in image_sources])
+                same = torch.tensor([[source in made_from.get(t, ()) for t in text_keys] for source in image_sources])
                 batch["neg_weight"] = torch.where(same & ~pos_mask, hard.weight, 1.0)
             yield batch
 

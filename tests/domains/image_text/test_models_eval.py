@@ -5,7 +5,7 @@ import pytest
 import torch
 from PIL import Image
 
-from contrasuite.domains.image_text.evaluate import compositional, evaluate_sugarcrepe, retrieval
+from contrasuite.domains.image_text.evaluate import compositional, evaluate_sugarcrepe, image_side, retrieval, text_side
 from contrasuite.domains.image_text.models import ModelConfig, build_model, efficientnet_lite0
 
 
@@ -50,6 +50,18 @@ def test_retrieval_and_compositional():
     assert acc == {"comp_text/colour": 50.0, "comp_text/flip": 100.0, "comp_text/mean": 75.0, "comp_text/n": 3.0}
 
 
+def test_compositional_sides_score_the_truth_first():
+    """Text side: the image prefers its caption to the negative caption; image side: the caption prefers
+    its image to the negative image (an edited image whose true caption is the negative caption)."""
+    up, down = torch.tensor([1.0, 0.0]), torch.tensor([0.0, 1.0])
+    texts = {"thumbs up": up, "thumbs down": down}
+    record = {"key": "up.png", "caption": "thumbs up", "negative": "thumbs down", "operation": "change_direction"}
+    assert text_side({"up.png": up}, texts, [record])["comp_text/change_direction"] == 100.0
+    assert text_side({"up.png": down}, texts, [record])["comp_text/change_direction"] == 0.0
+    assert image_side({"up.png": up}, [down], texts, [record])["comp_image/change_direction"] == 100.0
+    assert image_side({"up.png": down}, [up], texts, [record])["comp_image/change_direction"] == 0.0
+
+
 def test_sugarcrepe_evaluator_on_tiny_folder(tmp_path):
     (tmp_path / "val2017").mkdir()
     for name, colour in (("r.jpg", (255, 0, 0)), ("b.jpg", (0, 0, 255))):
@@ -72,3 +84,13 @@ def test_sugarcrepe_evaluator_on_tiny_folder(tmp_path):
     assert out["sugarcrepe/mean"] == 50.0
     with pytest.raises(FileNotFoundError, match="SugarCrepe"):
         evaluate_sugarcrepe(tmp_path / "val2017", tmp_path, images, texts)
+
+
+def test_frozen_trunks_train_every_head_parameter():
+    """The text projection lives inside open_clip's HFTextEncoder (the text trunk): freezing the trunk
+    must not freeze it (it did: the reduced protocol trained no text parameter at all)."""
+    model = build_model(ModelConfig(pretrained_trunks=False))
+    heads = {id(p) for h in (model.image_head, model.text_head) for p in h.parameters()}
+    assert all(p.requires_grad for h in (model.image_head, model.text_head) for p in h.parameters())
+    assert not any(p.requires_grad for p in model.parameters() if id(p) not in heads)
+    assert sum(p.numel() for p in model.text_head.parameters()) == 384 * 320 + 320 * 256  # MiniLM -> 256 MLP

@@ -1,0 +1,70 @@
+"""Training batches: one image/text block whose pos_mask marks every true match, in both directions."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from contrasuite.domains.image_text.captions import normalise
+from contrasuite.pipelines.config import load_config
+from contrasuite.pipelines.trainer import Trainer
+
+CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "image_text"
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory, emoji_root):
+    tmp = tmp_path_factory.mktemp("batches")
+    overrides = [f"run.output_root={tmp}", "config.data.limit=30", "config.data.unseen_style=null",
+                 "config.data.val_fraction=0", "config.data.test_fraction=0", "config.batch_size=1000",
+                 "config.model.pretrained_trunks=false", "config.model.image_size=64", "run.precision=fp32",
+                 f"config.cache_dir={tmp / 'cache'}", "config.hard_negatives.texts_per_pair=50",
+                 "config.hard_negatives.images_per_pair=50"]
+    return Trainer(load_config(CONFIGS / "reduced_text_image_negatives.yaml", overrides, data_root=str(emoji_root))).task
+
+
+def one_batch(task, **hard):
+    for key, value in hard.items():
+        setattr(task.cfg.hard_negatives, key, value)
+    try:
+        return next(iter(task.batches(0)))
+    finally:
+        task.cfg.hard_negatives.image_pairs, task.cfg.hard_negatives.weight = False, 1.0
+
+
+def test_block_marks_true_matches(task):
+    style = task.styles[task.train_style]
+    batch = one_batch(task)
+    n, texts = len(batch["rows"]), [normalise(t) for t in batch["texts"]]
+    pos = batch["pos_mask"]
+    assert pos.shape == (len(batch["image_rows"]), len(texts)) and batch["neg_images"] > 0 and batch["neg_texts"] > 0
+    for i, row in enumerate(batch["rows"]):  # each pair: positive on its caption only
+        assert {texts[t] for t in pos[i].nonzero().flatten().tolist()} == {normalise(style.pairs.captions[row])}
+    # NegCLIP-style: a text negative is a column without a positive pair image, a negative image a row whose
+    # positives are only the texts it truly depicts (a skin-tone sibling's caption, the same negative caption)
+    captions = len({normalise(c) for c in batch["captions"]})
+    assert texts[:captions] == list(dict.fromkeys(normalise(c) for c in batch["captions"]))
+    assert not pos[:n, captions:].any()
+    for i, row in enumerate(batch["image_rows"][n:], start=n):
+        j = style.neg_rows.index(row)
+        assert {texts[t] for t in pos[i].nonzero().flatten().tolist()} == style.neg_truths[j] & set(texts)
+    assert pos[n:].any()  # the recoloured "mahjong tile red dragon" is the text negative "... green dragon"
+
+
+def test_image_pairs_and_hard_negative_weight(task):
+    style = task.styles[task.train_style]
+    batch = one_batch(task, image_pairs=True, weight=3.0)
+    n, texts = len(batch["rows"]), [normalise(t) for t in batch["texts"]]
+    pos, weight = batch["pos_mask"], batch["neg_weight"]
+    for i in range(n, len(batch["image_rows"])):  # every negative image is now a pair with its true caption
+        j = style.neg_rows.index(batch["image_rows"][i])
+        assert normalise(style.neg_records[j]["negative"]) in {texts[t] for t in pos[i].nonzero().flatten().tolist()}
+    assert set(weight.unique().tolist()) == {1.0, 3.0} and not (weight[pos] != 1.0).any()
+    for i, row in enumerate(batch["rows"]):  # a pair's own text negatives weigh 3, other texts 1
+        negatives = {normalise(t) for t in task.text_negs.get(style.pairs.keys[row], [])}
+        for t, text in enumerate(texts):
+            if not pos[i, t]:
+                assert weight[i, t] == (3.0 if text in negatives else 1.0)
+    step_loss = task.objective(torch.randn(len(batch["image_rows"]), 8), torch.randn(len(texts), 8),
+                               pos_mask=pos, neg_weight=weight)
+    assert torch.isfinite(step_loss)
