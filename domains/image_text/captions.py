@@ -55,19 +55,22 @@ FLAG_SUBCATEGORIES = ("country-flag", "subdivision-flag")
 """Flags: ``north``/``south`` there are parts of place names, not directions."""
 
 _ROTATIONS = ("clockwise", "anticlockwise")
+_ATTRIBUTE_WORDS = (*COLOURS, *(w for p in DIRECTION_PAIRS for w in p), *_ROTATIONS, *(w for p in GENDER_PAIRS for w in p),
+                    *NUMBERS, *DIGITS)
 _ATTRIBUTE_RE = re.compile(r"(?<![\w-])(" + "|".join(
-    re.escape(w) for w in sorted([*COLOURS, *(w for p in DIRECTION_PAIRS for w in p), *_ROTATIONS], key=len, reverse=True)
-) + r")(?![\w])")
+    re.escape(w) for w in sorted(_ATTRIBUTE_WORDS, key=len, reverse=True)) + r")(?![\w])")
 
 
 def attribute_group(name: str) -> str:
-    """The split group of an emoji name: its words with every colour and direction word blanked, in any
-    order, and a trailing ``facing right`` dropped.
+    """The split group of an emoji name: its words with every colour, direction, gender and number word
+    blanked, in any order, and a trailing ``facing right`` dropped.
 
-    Emoji that differ only in a colour or a direction (``blue heart`` / ``red heart``, ``thumbs up sign``
-    / ``thumbs down sign``, ``black rightwards arrow`` / ``leftwards black arrow``, ``woman running`` /
-    ``woman running facing right``) share a group: a flip or hue rotation of one is (nearly) the other,
-    so putting them in different splits would make a held-out emoji's negative image a training image.
+    Emoji that differ only in such a word (``blue heart`` / ``red heart``, ``thumbs up sign`` / ``thumbs
+    down sign``, ``black rightwards arrow`` / ``leftwards black arrow``, ``woman running`` / ``woman
+    running facing right`` / ``man running``, ``keycap 2`` / ``keycap 8``) are minimal pairs: one's
+    negative caption is the other's caption, and a flip or hue rotation of one is (nearly) the other.
+    In different splits, a held-out emoji's negative image would be a training image and its caption a
+    training negative of a look-alike training image, so the test would measure memorisation.
     """
     caption = re.sub(r" facing (left|right)$", "", name_caption(name))
     return " ".join(sorted(_ATTRIBUTE_RE.sub("*", caption).split(" ")))

@@ -11,7 +11,8 @@ match, so a negative whose true caption is a caption of the batch (or which near
 of the batch, ``same_as``) counts as a positive there, never as a false negative; rows without a
 positive (negative-only texts or images) are candidates only; ``neg_weight``
 (``hard_negatives.weight``) up-weights negatives made from the same emoji. Splits are by emoji group,
-with every emoji and the emoji its negative images copy in one group (:func:`split_pairs`).
+with every emoji and the emoji its negative images copy in one group (:func:`split_pairs`), and a
+negative that is (or depicts) a validation or test caption is never used in training.
 
 With ``model.freeze_trunks`` the trunks run once over every image, caption and negative and their
 features are cached on disk (``cache_dir``), so a step trains only the heads and the loss scale. No
@@ -140,9 +141,12 @@ class ImageTextTask:
         self.text_records = texts
         self.styles = {s: self._style_data(p, *images.get(s, ([], []))) for s, p in styles.items()}
         self.train_style = train_style
+        # a held-out caption never enters training, not even as a negative ("cat face" -> "dog face")
+        self.held_out = {normalise(train.captions[r]) for split in ("val", "test") for r in self.splits[split]}
         self.text_negs: dict[str, list[str]] = {}
         for rec in texts:
-            self.text_negs.setdefault(rec["key"], []).append(rec["negative"])
+            if normalise(rec["negative"]) not in self.held_out:
+                self.text_negs.setdefault(rec["key"], []).append(rec["negative"])
         self.model = build_model(cfg.model).to(ctx.device)
         self.objective = ObjectiveSum(cfg.objective.terms).to(ctx.device)
         if cfg.init_from:
@@ -286,7 +290,8 @@ class ImageTextTask:
         order = order[self.ctx.rank:: self.ctx.world_size]
         by_key: dict[str, list[int]] = {}
         for j, rec in enumerate(style.neg_records):
-            by_key.setdefault(rec["key"], []).append(j)
+            if not style.neg_truths[j] & self.held_out:
+                by_key.setdefault(rec["key"], []).append(j)
         for start in range(0, len(order), cfg.batch_size):
             rows = order[start: start + cfg.batch_size]
             if len(rows) < 2:  # a contrastive batch needs a negative

@@ -69,10 +69,12 @@ def test_caption_file_formats(tmp_path):
 def test_attribute_group_joins_colour_and_direction_variants():
     same = [("BLUE HEART", "RED HEART"), ("THUMBS UP SIGN", "THUMBS DOWN SIGN"),
             ("BLACK RIGHTWARDS ARROW", "LEFTWARDS BLACK ARROW"), ("WOMAN RUNNING", "WOMAN RUNNING FACING RIGHT"),
-            ("BLACK LEFT-POINTING TRIANGLE", "BLACK RIGHT-POINTING TRIANGLE")]
+            ("BLACK LEFT-POINTING TRIANGLE", "BLACK RIGHT-POINTING TRIANGLE"), ("MAN RUNNING", "WOMAN RUNNING"),
+            ("KEYCAP 2", "KEYCAP 8"), ("CLOCK FACE ONE OCLOCK", "CLOCK FACE SEVEN OCLOCK")]
     for a, b in same:
         assert attribute_group(a) == attribute_group(b), (a, b)
-    for a, b in (("BLUE HEART", "BLUE BOOK"), ("WOMAN RUNNING", "MAN RUNNING"), ("ROLLED-UP NEWSPAPER", "NEWSPAPER")):
+    for a, b in (("BLUE HEART", "BLUE BOOK"), ("WOMAN RUNNING", "PERSON RUNNING"), ("ROLLED-UP NEWSPAPER", "NEWSPAPER"),
+                 ("FIRST PLACE MEDAL", "SECOND PLACE MEDAL")):
         assert attribute_group(a) != attribute_group(b), (a, b)
     items = {i.image: i for i in build_items(ENTRIES)}
     assert items["a-4.png"].group == items["a.png"].group == attribute_group("WOMAN RAISING HAND")

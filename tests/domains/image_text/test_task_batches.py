@@ -68,3 +68,20 @@ def test_image_pairs_and_hard_negative_weight(task):
     step_loss = task.objective(torch.randn(len(batch["image_rows"]), 8), torch.randn(len(texts), 8),
                                pos_mask=pos, neg_weight=weight)
     assert torch.isfinite(step_loss)
+
+
+def test_held_out_captions_never_enter_training(tmp_path, emoji_root):
+    """'squared cool' (train) has the text negative 'squared sos', a held-out caption: it must not be used."""
+    overrides = [f"run.output_root={tmp_path}", "config.data.limit=100", "config.data.unseen_style=null",
+                 "config.model.pretrained_trunks=false", "config.model.image_size=64", "run.precision=fp32",
+                 f"config.cache_dir={tmp_path / 'cache'}", "config.hard_negatives.texts_per_pair=50",
+                 "config.hard_negatives.images_per_pair=50"]
+    task = Trainer(load_config(CONFIGS / "reduced_text_image_negatives.yaml", overrides, data_root=str(emoji_root))).task
+    style = task.styles[task.train_style]
+    train = {style.pairs.keys[r] for r in task.splits["train"]}
+    generated = [r for r in task.text_records if r["key"] in train and normalise(r["negative"]) in task.held_out]
+    assert generated  # the generator does propose held-out captions as negatives of training emoji
+    for batch in task.batches(0):
+        assert not {normalise(t) for t in batch["texts"]} & task.held_out
+        for row in batch["image_rows"][len(batch["rows"]):]:
+            assert not style.neg_truths[style.neg_rows.index(row)] & task.held_out
