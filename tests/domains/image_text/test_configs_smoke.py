@@ -15,7 +15,7 @@ CONFIGS = sorted((Path(__file__).resolve().parents[3] / "configs" / "image_text"
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
 def test_config_smoke(path, tmp_path, emoji_root, tiny_open_clip):
     overrides = ["run.max_steps=2", "run.epochs=1", "run.health_every_steps=1", f"run.output_root={tmp_path}",
-                 "config.data.limit=12", "config.batch_size=8", "config.eval_batch_size=16",
+                 "config.data.limit=40", "config.batch_size=8", "config.eval_batch_size=16",
                  f"config.cache_dir={tmp_path / 'cache'}", "config.model.image_size=64", "run.precision=fp32"]
     if "open_clip" in path.stem:
         overrides += ["config.model.architecture=tiny-clip-test", f"config.model.model_config={tiny_open_clip}",
