@@ -1,0 +1,26 @@
+"""The results page of ``contrasuite compare image_text``, from made-up cached runs."""
+
+from contrasuite.pipelines.reports.image_text import goal, write_page
+
+
+def run(name, seed, comp, r1, val_comp, val_r1):
+    def metrics(c, r):
+        return {"i2t_r1": r, "t2i_r1": r, "comp_text/mean": c, "comp_image/mean": c, "comp_text/change_number": c,
+                "google/i2t_r1": r / 2}
+    return {"name": name, "seed": seed, "seconds": 60.0, "command": f"contrasuite train reduced_{name}.yaml",
+            "metrics": metrics(comp, r1), "val_metrics": metrics(val_comp, val_r1)}
+
+
+def test_goal_on_validation_and_test(tmp_path):
+    results = {name: [run(name, s, comp + s, r1, vc, vr) for s in (0, 1, 2)]
+               for name, comp, r1, vc, vr in (("align", 60, 30, 60, 30), ("pairs", 60, 30, 60, 30),
+                                              ("text_negatives", 65, 30, 66, 30),
+                                              ("text_image_negatives", 71, 29.5, 68, 28))}
+    assert goal(results, "metrics") == (11.0, -0.5) and goal(results, "val_metrics") == (8.0, -2.0)
+    page = tmp_path / "page.md"
+    write_page(results, page, (0, 1, 2), quick=False)
+    text = page.read_text()
+    assert "| validation | +8.0 | -2.0 | NOT met |" in text and "| test | +11.0 | -0.5 | met |" in text
+    assert "| + text and image negatives | 29.5 ± 0.0 | " in text  # test headline, mean ± std over seeds
+    assert "| comp_text/change_number | 61.0 ± 1.0 | 61.0 ± 1.0 | 66.0 ± 1.0 | 72.0 ± 1.0 |" in text
+    assert "Total training wall time of the cached runs: 12.0 min (" in text
