@@ -33,7 +33,7 @@ from torch import Tensor
 
 from contrasuite.core.numerics import masked_logsumexp
 from contrasuite.core.objectives.base import ContrastiveObjective, Distributed
-from contrasuite.core.objectives.infonce import exclude_, logsumexp_excluding
+from contrasuite.core.objectives.infonce import logsumexp_excluding
 from contrasuite.core.pairs import Pairs
 
 
@@ -58,12 +58,11 @@ def check_paired_views(pairs: Pairs, objective: str) -> int:
 
 def off_diagonal_logsumexp(logits: Tensor, weight: Tensor | None = None) -> Tensor:
     """``log sum_{j != i} w_ij exp(l_ij)`` for each row of ``logits [N, K >= N]`` (``w = 1`` without
-    ``weight``; a zero weight removes the term). With weights the diagonal of ``logits`` is excluded
-    *in place* (:func:`~contrasuite.core.objectives.infonce.exclude_`): pass a fresh tensor."""
+    ``weight``; a zero weight removes the term). With weights the diagonal is left out by the mask of
+    :func:`~contrasuite.core.numerics.masked_logsumexp`."""
     rows = torch.arange(logits.shape[0], device=logits.device)
     if weight is None:
         return logsumexp_excluding(logits, (rows, rows))
-    exclude_(logits, rows, rows)
     keep = (weight > 0).fill_diagonal_(False)
     return masked_logsumexp(logits + torch.log(weight.clamp_min(torch.finfo(logits.dtype).tiny)), keep, dim=1)
 
@@ -78,8 +77,8 @@ def dhel(
     """Per-anchor DHEL ``[N]`` from logits ``l = s / t`` (cosine over temperature): anchor-positive
     ``[N]``, anchors-anchors ``[N, N]``, positives-positives ``[N, N]`` (``None`` drops the
     positive-side energy: ``include_augs=False``), anchors against extra negative candidates ``[N, K]``
-    (optional), and weights ``[N, N + K]`` of the anchor-side terms (optional). The self-pairs may be
-    excluded in place (the diagonals of ``logit_aa`` and ``logit_pp`` overwritten): pass fresh tensors."""
+    (optional), and weights ``[N, N + K]`` of the anchor-side terms (optional). The self-pairs are
+    left out of both energies; the inputs are not modified."""
     anchor_side = logit_aa if logit_extra is None else torch.cat([logit_aa, logit_extra], dim=1)
     loss = off_diagonal_logsumexp(anchor_side, neg_weight) - logit_ap
     if logit_pp is not None:
