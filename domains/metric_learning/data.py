@@ -21,14 +21,12 @@ select the checkpoint.
 from __future__ import annotations
 
 import json
-import os
 import random
-import shutil
-import tarfile
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
+
+from contrasuite.domains.archives import emoji_style_dirs
 
 EMOJI_STYLES = ("twitter", "google")
 DATASETS = ("emoji", "cub200", "cars196", "sop", "inshop")
@@ -85,44 +83,6 @@ def missing(path: Path, what: str) -> FileNotFoundError:
     )
 
 
-def cache_root(configured: str = "") -> Path:
-    """Where extracted archives live: ``configured``, else ``$CONTRASUITE_CACHE``, else ``~/.cache/contrasuite``."""
-    if configured:
-        return Path(configured).expanduser()
-    return Path(os.environ.get("CONTRASUITE_CACHE", "~/.cache/contrasuite")).expanduser()
-
-
-def extract_once(archive: Path, target: Path) -> Path:
-    """Extract ``archive`` into ``target`` once; atomic (temp dir + rename), so readers never see half."""
-    if target.is_dir():
-        return target
-    if not archive.is_file():
-        raise missing(archive, "emoji archive")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
-        with tarfile.open(archive) as tar:
-            tar.extractall(tmp, filter="data")
-        inner = [p for p in tmp.iterdir()]
-        source = inner[0] if len(inner) == 1 and inner[0].is_dir() else tmp
-        try:
-            os.replace(source, target)
-        except OSError:
-            if not target.is_dir():  # lost a race to nobody: a real error
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
-
-
-def emoji_style_dirs(root: Path, cache: Path) -> dict[str, Path]:
-    """The extracted PNG folder of each style (``<cache>/emoji/<style>-64``)."""
-    return {
-        style: extract_once(root / f"emoji-{style}-64.tar.gz", cache / "emoji" / f"{style}-64")
-        for style in EMOJI_STYLES
-    }
-
-
 def emoji_groups(root: Path) -> list[tuple[str, list[tuple[str, str]]]]:
     """``[(base emoji name, [(image file, class name), ...]), ...]`` from ``emoji.json``."""
     meta = root / "emoji.json"
@@ -139,7 +99,7 @@ def emoji_groups(root: Path) -> list[tuple[str, list[tuple[str, str]]]]:
 
 def load_emoji(root: Path, cache: Path, train_fraction: float, split_seed: int) -> tuple[ImageList, ImageList]:
     """(train classes, test classes) of the cross-style emoji benchmark; see the module docstring."""
-    dirs = emoji_style_dirs(root, cache)
+    dirs = emoji_style_dirs(root, cache, EMOJI_STYLES)
     groups = emoji_groups(root)
     random.Random(split_seed).shuffle(groups)
     n_train = round(len(groups) * train_fraction)

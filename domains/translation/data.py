@@ -16,10 +16,6 @@ at ``max_side``) and randomly cropped to ``crop_size`` with a horizontal flip, a
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tarfile
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
@@ -111,35 +107,6 @@ def random_crop(image: Tensor, size: int, flip: bool, gen: torch.Generator) -> T
     return out
 
 
-def cache_root(configured: str = "") -> Path:
-    if configured:
-        return Path(configured).expanduser()
-    return Path(os.environ.get("CONTRASUITE_CACHE", "~/.cache/contrasuite")).expanduser()
-
-
-def extract_once(archive: Path, target: Path) -> Path:
-    """Extract ``archive`` into ``target`` once (temp dir + rename, so readers never see half)."""
-    if target.is_dir():
-        return target
-    if not archive.is_file():
-        raise missing(archive, "emoji archive")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
-        with tarfile.open(archive) as tar:
-            tar.extractall(tmp, filter="data")
-        inner = list(tmp.iterdir())
-        source = inner[0] if len(inner) == 1 and inner[0].is_dir() else tmp
-        try:
-            os.replace(source, target)
-        except OSError:
-            if not target.is_dir():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
-
-
 @dataclass
 class EmojiSplits:
     """File names of each split (disjoint)."""
@@ -187,10 +154,6 @@ def split_emoji(groups: Sequence[Sequence[str]], test_images: int, val_images: i
             f"test {len(test)}): lower config.data.test_images / val_images"
         )
     return EmojiSplits(sorted(train_a), sorted(train_b), sorted(val), sorted(test))
-
-
-def emoji_dirs(root: Path, cache: Path) -> dict[str, Path]:
-    return {s: extract_once(root / f"emoji-{s}-64.tar.gz", cache / "emoji" / f"{s}-64") for s in (EMOJI_SOURCE, EMOJI_TARGET)}
 
 
 def load_stack(folder: Path, names: Sequence[str]) -> Tensor:

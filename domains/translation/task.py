@@ -34,6 +34,7 @@ import torch
 from torch import Tensor, nn
 
 from contrasuite.core.objectives import ObjectiveSum
+from contrasuite.domains.archives import cache_root, emoji_style_dirs
 from contrasuite.domains.task import StepContext, TaskContext
 from contrasuite.domains.translation import data as D
 from contrasuite.domains.translation.metrics import (
@@ -183,7 +184,7 @@ class TranslationTask:
         dc = self.cfg.data
         root = Path(dc.path) if Path(dc.path).is_absolute() else data_root / dc.path
         if dc.kind == "emoji":
-            dirs = D.emoji_dirs(root, D.cache_root(dc.cache_dir))
+            dirs = emoji_style_dirs(root, cache_root(dc.cache_dir), (D.EMOJI_SOURCE, D.EMOJI_TARGET))
             names = sorted({p.name for p in dirs[D.EMOJI_SOURCE].glob("*.png")} & {p.name for p in dirs[D.EMOJI_TARGET].glob("*.png")})
             if not names:
                 raise FileNotFoundError(f"no emoji PNGs shared by {dirs[D.EMOJI_SOURCE]} and {dirs[D.EMOJI_TARGET]}")

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from contrasuite.domains.metric_learning.data import extract_once, load_splits
+from contrasuite.domains.archives import extract_once
+from contrasuite.domains.metric_learning.data import load_splits
 from contrasuite.domains.metric_learning.images import read_rgb
 
 from tests.domains.metric_learning.conftest import write_image
