@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import platform
 import statistics
 import time
@@ -181,11 +182,14 @@ def public(name: str, form: str, n: int) -> tuple[str, Step | None] | None:
     if name in ("clip", "siglip"):
         if form != "paired":
             return None
+        # As in open_clip's models: learnable log-scale (and bias) parameters, exponentiated per call, so
+        # the public loss does the same work as ours, whose scale and bias are parameters too.
+        log_scale = torch.nn.Parameter(torch.tensor(math.log(1 / 0.07) if name == "clip" else math.log(10.0)))
         if name == "clip":
             fn = oc.ClipLoss()
-            return "open_clip ClipLoss", lambda a, b: fn(F.normalize(a, dim=1), F.normalize(b, dim=1), 1 / 0.07)
-        fn = oc.SigLipLoss()
-        return "open_clip SigLipLoss", lambda a, b: fn(F.normalize(a, dim=1), F.normalize(b, dim=1), 10.0, -10.0)
+            return "open_clip ClipLoss", lambda a, b: fn(F.normalize(a, dim=1), F.normalize(b, dim=1), log_scale.exp())
+        fn, bias = oc.SigLipLoss(), torch.nn.Parameter(torch.tensor(-10.0))
+        return "open_clip SigLipLoss", lambda a, b: fn(F.normalize(a, dim=1), F.normalize(b, dim=1), log_scale.exp(), bias)
     builders = {
         "infonce": ("PML NTXentLoss", lambda: losses.NTXentLoss(temperature=TEMPERATURE), None),
         "circle": ("PML CircleLoss", losses.CircleLoss, None),
