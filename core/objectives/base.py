@@ -52,6 +52,10 @@ class ContrastiveObjective(nn.Module):
             anchors, candidates, labels=labels, candidate_labels=candidate_labels, pos_mask=pos_mask,
             neg_weight=neg_weight,
         )
+        return self.loss_of_pairs(anchors, candidates, pairs, neg_weight)
+
+    def loss_of_pairs(self, anchors: Tensor, candidates: Tensor, pairs: Pairs, neg_weight: Tensor | None) -> Tensor:
+        """The scalar loss once the pairs are resolved (``candidates`` as :func:`resolve_pairs` returns them)."""
         with full_precision(anchors):
             weight = None if neg_weight is None else upcast(neg_weight)
             losses = self.per_anchor(upcast(anchors), upcast(candidates), pairs, weight)

@@ -117,11 +117,12 @@ class SoftInfoNCE(ContrastiveObjective):
         if prior is not None:
             if neg_weight is not None:
                 raise ValueError("give either prior or neg_weight to SoftInfoNCE, not both")
-            _, pairs = resolve_pairs(
+            candidates, pairs = resolve_pairs(
                 anchors, candidates, labels=labels, candidate_labels=candidate_labels, pos_mask=pos_mask
             )
             with full_precision(anchors):
                 neg_weight = soft_infonce_weights(prior, self.t, self.alpha, self.beta, pairs, self.min_weight)
+            return self.loss_of_pairs(anchors, candidates, pairs, neg_weight)
         return super().forward(
             anchors, candidates, labels=labels, candidate_labels=candidate_labels, pos_mask=pos_mask, neg_weight=neg_weight
         )
