@@ -67,3 +67,12 @@ def reduce_mean(losses: Tensor, keep: Tensor) -> Tensor:
     """Mean of ``losses`` over ``keep``; zero (with gradient) when nothing is kept."""
     kept = torch.where(keep, losses, torch.zeros_like(losses))
     return kept.sum() / keep.sum().clamp_min(1)
+
+
+def register_scalar(module: nn.Module, name: str, value: float, learnable: bool) -> None:
+    """A scalar of ``module`` (a logit scale or bias): a trained ``nn.Parameter`` or a fixed buffer."""
+    tensor = torch.tensor(float(value))
+    if learnable:
+        module.register_parameter(name, nn.Parameter(tensor))
+    else:
+        module.register_buffer(name, tensor)

@@ -26,10 +26,10 @@ import math
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from contrasuite.core.numerics import full_precision, upcast
-from contrasuite.core.objectives.base import ContrastiveObjective, Distributed, reduce_mean
+from contrasuite.core.objectives.base import ContrastiveObjective, Distributed, reduce_mean, register_scalar
 from contrasuite.core.objectives.infonce import weighted_infonce
 from contrasuite.core.objectives.siglip import MAX_LOGIT_SCALE, normalised
 from contrasuite.core.pairs import Pairs, check_shapes, resolve_pairs
@@ -81,11 +81,7 @@ class CLIPLoss(ContrastiveObjective):
 
     def __init__(self, init_logit_scale: float = math.log(1 / 0.07), learnable: bool = True) -> None:
         super().__init__()
-        scale = torch.tensor(float(init_logit_scale))
-        if learnable:
-            self.logit_scale = nn.Parameter(scale)
-        else:
-            self.register_buffer("logit_scale", scale)
+        register_scalar(self, "logit_scale", init_logit_scale, learnable)
 
     def forward(
         self,

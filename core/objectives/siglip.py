@@ -25,10 +25,10 @@ import math
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from contrasuite.core.numerics import full_precision, upcast
-from contrasuite.core.objectives.base import ContrastiveObjective, Distributed
+from contrasuite.core.objectives.base import ContrastiveObjective, Distributed, register_scalar
 from contrasuite.core.pairs import Pairs, resolve_pairs
 
 MAX_LOGIT_SCALE = math.log(100.0)
@@ -67,12 +67,8 @@ class SigLIP(ContrastiveObjective):
 
     def __init__(self, init_logit_scale: float = math.log(10.0), init_logit_bias: float = -10.0, learnable: bool = True) -> None:
         super().__init__()
-        scale, bias = torch.tensor(float(init_logit_scale)), torch.tensor(float(init_logit_bias))
-        if learnable:
-            self.logit_scale, self.logit_bias = nn.Parameter(scale), nn.Parameter(bias)
-        else:
-            self.register_buffer("logit_scale", scale)
-            self.register_buffer("logit_bias", bias)
+        register_scalar(self, "logit_scale", init_logit_scale, learnable)
+        register_scalar(self, "logit_bias", init_logit_bias, learnable)
 
     def forward(
         self,
