@@ -92,6 +92,28 @@ def table(results: dict[str, list[dict[str, Any]]], which: str) -> list[str]:
     return lines
 
 
+def goal_lines(results: dict[str, list[dict[str, Any]]], which: str = "best") -> list[str]:
+    """The issue's goal, per metric: is CUT better than the GAN alone and than the untranslated input?
+
+    "Clearly better" than the GAN: the means differ by more than the two seed spreads together."""
+    cut, gan = results.get("cut") or [], results.get("gan") or []
+    if not cut or not gan:
+        return []
+    lines = ["| metric | CUT | GAN alone | input | CUT clearly better than GAN | CUT better than input |",
+             "|---|---|---|---|---|---|"]
+    for key, title, scale, higher in METRICS:
+        c = [scale * r[f"test_{which}"][key] for r in cut]
+        g = [scale * r[f"test_{which}"][key] for r in gan]
+        inp = scale * cut[0][f"test_{which}"][f"input_{key}"]
+        spread = (statistics.stdev(c) if len(c) > 1 else 0.0) + (statistics.stdev(g) if len(g) > 1 else 0.0)
+        sign = 1.0 if higher else -1.0
+        vs_gan = sign * (statistics.mean(c) - statistics.mean(g)) > spread
+        vs_input = sign * (statistics.mean(c) - inp) > 0
+        lines.append(f"| {title} | {statistics.mean(c):.3f} | {statistics.mean(g):.3f} | {inp:.3f} | "
+                     f"{'yes' if vs_gan else 'no'} | {'yes' if vs_input else 'no'} |")
+    return lines
+
+
 def write_page(results: dict[str, list[dict[str, Any]]], single: dict[str, Any] | None, out: Path, prefix: str,
                seeds: Sequence[int], bench: Path | None) -> None:
     reduced = prefix == "reduced_"
@@ -113,7 +135,10 @@ def write_page(results: dict[str, list[dict[str, Any]]], single: dict[str, Any] 
         lines += ["No runs stored yet: run the command above.", ""]
     else:
         lines += ["## Checkpoint picked on validation KID (test split)", "", *table(results, "best"), "",
-                  "## Last checkpoint (test split)", "", *table(results, "last"), "", "## Samples (input, output, true Noto target)", ""]
+                  "## Last checkpoint (test split)", "", *table(results, "last"), "",
+                  "## Goal: CUT clearly better than the GAN alone and than the input (checkpoint picked on validation)", "",
+                  "\"Clearly\": the difference of the means exceeds the sum of the two seed standard deviations.", "",
+                  *goal_lines(results), "", "## Samples (input, output, true Noto target)", ""]
         for variant, rs in results.items():
             for r in rs:
                 if "grid" in r:

@@ -2,7 +2,7 @@
 
 import json
 
-from contrasuite.pipelines.reports.translation import main
+from contrasuite.pipelines.reports.translation import goal_lines, main
 
 
 def fake(seed: int, kid: float) -> dict:
@@ -26,3 +26,13 @@ def test_table_only_page(tmp_path):
     assert "| 2 | 14.500 ± 0.707 | 0.500 ± 0.000 | 100.000 ± 0.000 | 11.000 ± 1.414 |" in page
     assert "22.000 ± 2.828" in page and "![](translation/x1.png)" in page
     assert "GAN alone" in page  # a variant without runs still gets its (empty) row
+
+
+def test_goal_lines_compare_cut_with_gan_and_input():
+    cut = [fake(s, 0.010 + 0.002 * s) for s in (0, 1)]  # PSNR 14, 15 > input 12; KID 10-12 (x1000) < input 12.7
+    gan = [fake(s, 0.050) | {"test_best": fake(s, 0.050)["test_best"] | {"psnr": 14.2 + s}} for s in (0, 1)]
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in goal_lines({"cut": cut, "gan": gan})[2:]}
+    assert rows["PSNR (dB)"].endswith("| no | yes |")  # 14.5 vs 14.7: not better than the GAN
+    assert rows["KID x 1000 (Lite0)"].endswith("| yes | yes |")
+    assert rows["FD (Lite0)"].endswith("| no | yes |")  # equal FD is not "clearly better"
+    assert goal_lines({"cut": cut, "gan": []}) == []
