@@ -149,6 +149,11 @@ def write_page(results: dict[str, list[dict[str, Any]]], single: dict[str, Any] 
                   f"`{single['config']}`, seed {single['seed']}, {single['train_seconds']:.0f} s training. Left: the "
                   "painting; right: its translation (CUT networks and whole-batch patch negatives on random crops; the "
                   "paper's SinCUT uses StyleGAN2 networks, not reproduced).", ""]
+        m = single.get("test_best", {})
+        if "fd" in m:
+            lines += [f"Fixed crops of the translation against crops of the photo, on EfficientNet-Lite0 features: "
+                      f"FD {m['fd']:.1f}, KID x 1000 {1000 * m['kid']:.1f} (the untranslated painting: FD "
+                      f"{m['input_fd']:.1f}, KID x 1000 {1000 * m['input_kid']:.1f}).", ""]
         if "grid" in single:
             lines.append(f"![single image]({single['grid']})")
         lines.append("")
