@@ -147,6 +147,25 @@ def _cell(values: list[float]) -> str:
     return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
 
 
+def bench_section(files: Sequence[Path]) -> str:
+    """The rows of every ``contrasuite bench code_search --out FILE`` result, with the settings that made them."""
+    rows = []
+    for path in files:
+        result = json.loads(path.read_text())
+        st = result["settings"]
+        where = f"{st['device']}, {st['threads']} thread(s), {st['precision']}, code {st['max_code_length']} / query {st['max_query_length']} tokens"
+        for r in result["rows"]:
+            if "error" in r:
+                rows.append(f"| {r['mode']} | {r['batch']} | - | did not run: {r['error']} | - | {where} |")
+            else:
+                chunk = r.get("chunk", "-") if r["mode"] == "gradcache" else "-"
+                rows.append(f"| {r['mode']} | {r['batch']} | {chunk} | {r['pairs_per_s']:.1f} | {r['peak_mb']:.0f} | {where} |")
+    if not rows:
+        return ""
+    return ("\n## Throughput and memory (`contrasuite bench code_search`)\n\n"
+            "| mode | batch | chunk | pairs/s | peak MB | setting |\n|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n")
+
+
 def write_report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> str:
     manifest = json.loads((args.mined / "manifest.json").read_text())
     head = ["method", "seeds", "val MRR", *(f"mined {m}" for m in METRICS), *(f"CoSQA {m}" for m in METRICS), "min/run"]
@@ -161,12 +180,7 @@ def write_report(results: dict[str, list[dict[str, Any]]], args: argparse.Namesp
         lines.append("| " + " | ".join(cells) + " |")
     commands = sorted({r["command"] for runs in results.values() for r in runs})
     counts = manifest["counts"]
-    bench = Path("runs/bench/code_search.json")
-    bench_text = ""
-    if bench.is_file():
-        rows = json.loads(bench.read_text())["rows"]
-        bench_text = "\n## Throughput and memory (`contrasuite bench code_search`)\n\n| mode | batch | chunk | pairs/s | peak MB |\n|---|---|---|---|---|\n" + "".join(
-            f"| {r['mode']} | {r['batch']} | {r.get('chunk', '-')} | {r.get('pairs_per_s', float('nan')):.1f} | {r.get('peak_mb', float('nan')):.0f} |\n" for r in rows)
+    bench_text = bench_section(sorted(Path("runs/bench").glob("code_search*.json")))
     return f"""# Code search results (REDUCED CPU protocol)
 
 Produced by `contrasuite compare code_search` ({time.strftime('%Y-%m-%d')}). This is a **reduced** protocol sized for
