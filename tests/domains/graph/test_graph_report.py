@@ -21,7 +21,7 @@ def test_table_only_renders_cached_cells_and_lists_missing(tmp_path):
     out = tmp_path / "graph.md"
     assert report.main(["--table-only", "--cache", str(cache), "--out", str(out)]) == 0
     text = out.read_text()
-    assert "| MEOW (ours) | 90.00 ± 0.50" in text and "| InfoNCE, same encoder (ours) | 85.00 ± 0.50" in text
+    assert "| MEOW (ours) | 0 | 90.00 ± 0.50" in text and "| InfoNCE, same encoder (ours) | 0 | 85.00 ± 0.50" in text
     assert "88.56" in text and "91.12" in text  # HeCo paper and official MEOW rows on ACM
     assert "adameow_acm" in text.split("Not yet run")[1]  # what is missing is named
     assert "REDUCED" in text
@@ -33,3 +33,15 @@ def test_cached_cell_is_not_rerun(tmp_path):
     record = fake_record("weince", "imdb", 70.0)
     (cache / "weince_imdb.json").write_text(json.dumps(record))
     assert report.run_one("weince", "imdb", False, cache, None) == record
+
+
+def test_several_seeds_give_mean_and_std_over_seeds(tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    for seed, value in ((0, 90.0), (1, 92.0), (2, 94.0)):
+        name = report.cache_file(cache, "meow", "dblp", False, seed).name
+        (cache / name).write_text(json.dumps(fake_record("meow", "dblp", value) | {"seed": seed}))
+    assert sorted(p.name for p in cache.iterdir()) == ["meow_dblp.json", "meow_dblp_seed1.json", "meow_dblp_seed2.json"]
+    out = tmp_path / "graph.md"
+    assert report.main(["--table-only", "--cache", str(cache), "--out", str(out)]) == 0
+    assert "| MEOW (ours) | 0, 1, 2 | 92.00 ± 2.00 |" in out.read_text()  # std over seeds, not the probe std 0.5
