@@ -48,7 +48,8 @@ def latest_unfinished(output_root: str | Path, domain: str, stem: str) -> Path |
 
 
 def write_json(data: Any, path: Path) -> None:
-    """Write JSON atomically (temporary file, then rename)."""
+    """Write JSON atomically (temporary file, then rename), creating the folder if needed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
     os.replace(tmp, path)

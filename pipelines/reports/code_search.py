@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from contrasuite.pipelines.run_dir import write_json
+
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG_DIR = ROOT / "configs" / "code_search"
 METHODS = {
@@ -125,8 +127,7 @@ def _cached(path: Path, compute) -> dict[str, Any]:
     if path.is_file():
         return json.loads(path.read_text())
     result = compute()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=2) + "\n")
+    write_json(result, path)
     return result
 
 

@@ -29,6 +29,8 @@ from typing import Any, Sequence
 
 import torch
 
+from contrasuite.pipelines.run_dir import write_json
+
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG_DIR = ROOT / "configs" / "image_ssl"
 CONFIGS = (
@@ -95,9 +97,7 @@ def run_one(name: str, seed: int, args: argparse.Namespace, cache: Path) -> dict
         "wall_s": round(time.time() - started, 1), "cpu_s": round(cpu_train + cpu_eval, 1),
         "run_dir": str(run_dir), "command": shlex.join(["contrasuite", *train_cmd[3:]]),
     }
-    tmp = result_path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=2))
-    os.replace(tmp, result_path)
+    write_json(result, result_path)
     print(f"{name} seed {seed}: kNN {result['knn_acc']:.2f}  linear {result['linear_acc'] or float('nan'):.2f}  "
           f"({result['wall_s']:.0f} s wall, {result['cpu_s']:.0f} s CPU)", flush=True)
     return result

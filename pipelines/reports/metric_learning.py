@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -22,6 +21,7 @@ from typing import Any, Sequence
 
 from contrasuite.pipelines import trainer
 from contrasuite.pipelines.config import load_config
+from contrasuite.pipelines.run_dir import write_json
 
 LOSSES = ("circle", "multi_similarity", "hyperbolic", "supcon", "pml_circle", "pml_multi_similarity")
 # Untrained references: (config loss, overrides); evaluated like the trained runs, nothing trained.
@@ -75,13 +75,6 @@ def run_one(config: Path, seed: int, output_root: str, data_root: str | None, ex
         "epoch_seconds": epoch_seconds,
         "wall_seconds": round(time.time() - started, 1),
     }
-
-
-def write_json_atomic(data: dict, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2))
-    os.replace(tmp, path)
 
 
 def mean_std(values: Sequence[float]) -> str:
@@ -193,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 config = args.config_dir / f"{args.prefix}{config_loss}.yaml"
                 print(f"== {loss} seed {seed}: {config} {' '.join(extra)}", file=sys.stderr)
                 result = run_one(config, seed, args.output_root, args.data_root, [*args.overrides, *extra])
-                write_json_atomic(result, stored)
+                write_json(result, stored)
             if stored.is_file():
                 results.setdefault(loss, []).append(json.loads(stored.read_text()))
     given = list(argv if argv is not None else sys.argv[1:])

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
 import time
@@ -22,6 +21,7 @@ from typing import Any, Sequence
 
 from contrasuite.pipelines import trainer
 from contrasuite.pipelines.config import load_config
+from contrasuite.pipelines.run_dir import write_json
 
 VARIANTS = ("cut", "fastcut", "gan")
 LABEL = {
@@ -33,13 +33,6 @@ LABEL = {
 METRICS = (("psnr", "PSNR (dB)", 1.0, True), ("ssim", "SSIM", 1.0, True),
            ("fd", "FD (Lite0)", 1.0, False), ("kid", "KID x 1000 (Lite0)", 1000.0, False))
 CONFIG_DIR = Path("configs/translation")
-
-
-def write_json_atomic(data: dict, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2))
-    os.replace(tmp, path)
 
 
 def newest(folder: Path, pattern: str) -> Path | None:
@@ -193,13 +186,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             cached = args.results_dir / f"{tag}.json"
             if not cached.is_file() and not args.table_only:
                 config = args.config_dir / f"{args.prefix}{variant}_emoji.yaml"
-                write_json_atomic(run_one(config, seed, args.output_root, args.data_root, args.overrides, assets, tag), cached)
+                write_json(run_one(config, seed, args.output_root, args.data_root, args.overrides, assets, tag), cached)
             if cached.is_file():
                 results[variant].append(json.loads(cached.read_text()))
     single = None
     cached = args.results_dir / "single_image_seed0.json"
     if not cached.is_file() and not (args.table_only or args.skip_single):
-        write_json_atomic(run_one(args.config_dir / "single_image_monet_etretat.yaml", 0, args.output_root, args.data_root,
+        write_json(run_one(args.config_dir / "single_image_monet_etretat.yaml", 0, args.output_root, args.data_root,
                                   [], assets, "single_image"), cached)
     if cached.is_file():
         single = json.loads(cached.read_text())
