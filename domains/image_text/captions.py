@@ -12,7 +12,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 SKIN_TONES = {
     "1F3FB": "light skin tone",
@@ -57,8 +57,16 @@ FLAG_SUBCATEGORIES = ("country-flag", "subdivision-flag")
 _ROTATIONS = ("clockwise", "anticlockwise")
 _ATTRIBUTE_WORDS = (*COLOURS, *(w for p in DIRECTION_PAIRS for w in p), *_ROTATIONS, *(w for p in GENDER_PAIRS for w in p),
                     *NUMBERS, *DIGITS)
-_ATTRIBUTE_RE = re.compile(r"(?<![\w-])(" + "|".join(
-    re.escape(w) for w in sorted(_ATTRIBUTE_WORDS, key=len, reverse=True)) + r")(?![\w])")
+
+
+def word_pattern(words: Sequence[str], after: str = r"(?![\w-])") -> re.Pattern:
+    """Any of ``words`` as a whole word (longest first), not inside a hyphenated word unless ``after``
+    allows a following hyphen; group 1 is the word."""
+    alternatives = sorted(words, key=len, reverse=True)
+    return re.compile(r"(?<![\w-])(" + "|".join(re.escape(w) for w in alternatives) + r")" + after)
+
+
+_ATTRIBUTE_RE = word_pattern(_ATTRIBUTE_WORDS, after=r"(?![\w])")
 
 
 def attribute_group(name: str) -> str:

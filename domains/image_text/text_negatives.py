@@ -23,7 +23,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from contrasuite.domains.image_text.captions import (
     COLOURS, DIGITS, DIRECTION_PAIRS, FLAG_SUBCATEGORIES, GENDER_PAIRS, HORIZONTAL, NUMBERS, RELATION_PAIRS,
-    SKIN_TONES, TYPOGRAPHIC_SUBCATEGORIES, VERTICAL, EmojiItem, normalise,
+    SKIN_TONES, TYPOGRAPHIC_SUBCATEGORIES, VERTICAL, EmojiItem, normalise, word_pattern,
 )
 
 OPERATIONS = ("replace_colour", "replace_skin_tone", "replace_gender", "swap_attributes", "replace_object",
@@ -67,18 +67,13 @@ def _split_tones(caption: str) -> tuple[str, str]:
     return caption, ""
 
 
-def _words(pattern_words: Sequence[str], after: str = r"(?![\w-])") -> re.Pattern:
-    alternatives = sorted(pattern_words, key=len, reverse=True)
-    return re.compile(r"(?<![\w-])(" + "|".join(re.escape(w) for w in alternatives) + r")" + after)
-
-
-_COLOUR_RE = _words(COLOURS)
-_GENDER_RE = _words(list(_GENDER))
-_DIRECTION_RE = _words(list(_MIRROR), after=r"(?!\w)(?!-(?!pointing|facing))")
+_COLOUR_RE = word_pattern(COLOURS)
+_GENDER_RE = word_pattern(list(_GENDER))
+_DIRECTION_RE = word_pattern(list(_MIRROR), after=r"(?!\w)(?!-(?!pointing|facing))")
 """Direction words, also in ``left-pointing`` and ``right-facing`` (not in ``rolled-up``, ``upside-down``)."""
-_RELATION_RE = _words(list(_RELATION))
-_NUMBER_RE = _words(NUMBERS + DIGITS)
-_TONE_RE = _words(_TONE_NAMES)
+_RELATION_RE = word_pattern(list(_RELATION))
+_NUMBER_RE = word_pattern(NUMBERS + DIGITS)
+_TONE_RE = word_pattern(_TONE_NAMES)
 
 
 def _replace_at(text: str, match: re.Match, new: str) -> str:

@@ -20,8 +20,8 @@ from typing import Any, Iterator, Mapping
 import torch
 from torch import Tensor, nn
 
-from contrasuite.domains.metric_learning.backbone import FEATURE_DIM
 from contrasuite.domains.archives import cache_root
+from contrasuite.domains.metric_learning.backbone import FEATURE_DIM
 from contrasuite.domains.metric_learning.data import ImageList, load_splits
 from contrasuite.domains.metric_learning.evaluate import retrieval_metrics, scorer_for
 from contrasuite.domains.metric_learning.images import ImageFiles, normalize, random_resized_crop
