@@ -6,21 +6,56 @@ A small MLP scores every (anchor, candidate) pair from the sum of their embeddin
 
 Written naively this needs the ``[N, M, D]`` tensor of sums ``a_i + b_j`` (4 GB of float32 for
 N = M = 4k, D = 64). The first layer is linear, so ``W1 (a_i + b_j) + b1 = (W1 a_i + b1) + W1 b_j``:
-project once (``[N, H]`` and ``[M, H]``), then build the hidden pre-activations in row chunks. Each
-chunk runs under activation checkpointing, so only ``[chunk, M, H]`` exists at a time, in the forward
-pass and again in the backward pass; what autograd keeps is ``O(N M + (N + M)(D + H))``.
+project once (``[N, H]`` and ``[M, H]``), then build the hidden activations in row chunks, in the
+forward pass and again in a hand-written backward pass (:class:`_PairWeights`), so only one
+``[chunk, M, H]`` block exists at a time; what autograd keeps is ``O(N M + (N + M)(D + H))``.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
-from torch.utils.checkpoint import checkpoint
 
 
-def _chunk_weights(hidden_a: Tensor, hidden_b: Tensor, w2: Tensor, b2: Tensor) -> Tensor:
-    """``sigmoid(tanh(hidden_a[:, None] + hidden_b[None]) @ w2 + b2)`` for one row chunk: ``[n, M]``."""
-    return torch.sigmoid(torch.tanh(hidden_a[:, None, :] + hidden_b[None, :, :]) @ w2 + b2)
+class _PairWeights(torch.autograd.Function):
+    """``w = sigmoid(tanh(h_a[:, None] + h_b[None]) @ w2 + b2)`` built and differentiated in row chunks.
+
+    Only ``w [N, M]`` and the inputs are saved; backward rebuilds ``t = tanh(.)`` one ``[chunk, M, H]``
+    block at a time, with ``g = dL/dw * w (1 - w)``::
+
+        dL/dw2 = sum_ij g_ij t_ij,   dL/db2 = sum_ij g_ij,   q_ij = g_ij w2 (1 - t_ij^2),
+        dL/dh_a[i] = sum_j q_ij,     dL/dh_b[j] = sum_i q_ij
+
+    (one buffer per chunk, updated in place; autograd through the same formula keeps four).
+    """
+
+    @staticmethod
+    def forward(ctx, hidden_a: Tensor, hidden_b: Tensor, w2: Tensor, b2: Tensor, chunk_size: int) -> Tensor:
+        rows = []
+        for part in hidden_a.split(chunk_size):
+            t = (part[:, None, :] + hidden_b[None, :, :]).tanh_()
+            rows.append(torch.sigmoid(t @ w2 + b2))
+        weights = torch.cat(rows)
+        ctx.save_for_backward(hidden_a, hidden_b, w2, weights)
+        ctx.chunk_size = chunk_size
+        return weights
+
+    @staticmethod
+    def backward(ctx, grad_weights: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, None]:
+        hidden_a, hidden_b, w2, weights = ctx.saved_tensors
+        grad_logit = grad_weights * weights * (1 - weights)
+        grad_a = torch.empty_like(hidden_a)
+        grad_b = torch.zeros_like(hidden_b)
+        grad_w2 = torch.zeros_like(w2)
+        start = 0
+        for part, g in zip(hidden_a.split(ctx.chunk_size), grad_logit.split(ctx.chunk_size)):
+            t = (part[:, None, :] + hidden_b[None, :, :]).tanh_()
+            grad_w2 += g.reshape(1, -1).mm(t.reshape(-1, t.shape[-1]))[0]
+            q = t.square_().neg_().add_(1).mul_(g[..., None]).mul_(w2)  # g w2 (1 - t^2), in t's buffer
+            grad_a[start : start + part.shape[0]] = q.sum(dim=1)
+            grad_b += q.sum(dim=0)
+            start += part.shape[0]
+        return grad_a, grad_b, grad_w2, grad_logit.sum().reshape(()), None
 
 
 class LearnedNegativeWeights(nn.Module):
@@ -29,7 +64,7 @@ class LearnedNegativeWeights(nn.Module):
     Args:
         dim: embedding dimension ``D``.
         hidden: hidden width ``H`` (AdaMEOW: 16).
-        chunk_size: anchor rows per checkpointed chunk; peak temporary memory is ``chunk_size * M * H``.
+        chunk_size: anchor rows per chunk; peak temporary memory is ``chunk_size * M * H``.
     """
 
     def __init__(self, dim: int, hidden: int = 16, chunk_size: int = 256) -> None:
@@ -49,15 +84,7 @@ class LearnedNegativeWeights(nn.Module):
             )
         hidden_a = self.first(anchors)  # W1 a_i + b1
         hidden_b = nn.functional.linear(candidates, self.first.weight)  # W1 b_j
-        w2, b2 = self.second.weight[0], self.second.bias[0]
-        rows = []
-        for start in range(0, anchors.shape[0], self.chunk_size):
-            part = hidden_a[start : start + self.chunk_size]
-            if torch.is_grad_enabled():
-                rows.append(checkpoint(_chunk_weights, part, hidden_b, w2, b2, use_reentrant=False))
-            else:
-                rows.append(_chunk_weights(part, hidden_b, w2, b2))
-        return torch.cat(rows, dim=0)
+        return _PairWeights.apply(hidden_a, hidden_b, self.second.weight[0], self.second.bias[0], self.chunk_size)
 
     def naive(self, anchors: Tensor, candidates: Tensor) -> Tensor:
         """The direct ``[N, M, D]`` formula; for tests and tiny inputs only."""
