@@ -81,6 +81,9 @@ class NegativesConfig:
     hidden: int = 16
     """Hidden width of the learned weight MLP."""
     chunk_size: int = 512
+    detach_weight_inputs: bool = False
+    """Feed the learned weight MLP detached embeddings: the weights still learn, but no gradient flows
+    from them into the encoder (an ablation; AdaMEOW trains both through the weights)."""
 
 
 @dataclass
@@ -251,7 +254,10 @@ class GraphTask:
                 terms["proto"] = neg.proto_weight * torch.stack(proto).mean()
             return terms
         if self.weigher is not None:
-            weight = self.weigher(anchors, candidates)
+            if self.cfg.negatives.detach_weight_inputs:
+                weight = self.weigher(anchors.detach(), candidates.detach())
+            else:
+                weight = self.weigher(anchors, candidates)
             eye = torch.eye(weight.shape[0], device=weight.device, dtype=torch.bool)
             zero = torch.zeros_like(weight)
             extended = torch.cat([candidates, candidates])

@@ -196,7 +196,7 @@ def render(records: dict[tuple[str, str], list[dict]], memory: dict | None, full
             "## AdaMEOW pair weights: memory and time on DBLP",
             "",
             f"N = {memory['nodes']} target nodes, d = {memory['dim']}, hidden {memory['hidden']}. The weight MLP runs on",
-            "row chunks under activation checkpointing (core/negatives/learned_weights.py), so autograd keeps",
+            "row chunks, forward and in a hand-written backward (core/negatives/learned_weights.py), so autograd keeps",
             f"{memory['weights_saved_for_backward_MiB']} MiB for the weights, where the naive form's input alone is",
             f"{memory['naive_pair_input_MiB']} MiB (N x N x d float32) and its hidden layer {memory['naive_hidden_MiB']} MiB.",
             f"Peak process memory (max RSS) {memory['peak_rss_MiB']} MiB; {memory['seconds_per_epoch']} s per full-batch",

@@ -104,3 +104,29 @@ def test_feature_masking_needs_target_features(tmp_path, make_tiny_graph):
         tiny_task(tmp_path, lambda *_: dataset)
     with pytest.raises(ValueError, match="config.model.gather"):
         tiny_task(tmp_path, make_tiny_graph, "config.model.gather=sideways")
+
+
+def test_learned_weights_can_be_cut_off_from_the_encoder(tmp_path, make_tiny_graph):
+    """AdaMEOW's weights pass gradient into both views unless ``detach_weight_inputs``; the weight
+    MLP itself learns either way."""
+    grads = {}
+    for detach in (False, True):
+        task = tiny_task(tmp_path, make_tiny_graph, "config.negatives.kind=learned", "config.objective.anchor=fine",
+                         "config.objective.terms.0.positive_in_denominator=false",
+                         f"config.negatives.detach_weight_inputs={str(detach).lower()}")
+        task.model.eval()
+        coarse, fine = task.views(0)
+        coarse, fine = coarse.detach().requires_grad_(), fine.detach().requires_grad_()
+        loss = task.loss_terms(coarse, fine, 0)["contrastive"]
+        grads[detach] = torch.autograd.grad(loss, [fine, coarse, task.weigher.first.weight])
+        with torch.no_grad():
+            weight = task.weigher(fine, coarse)
+        # The same loss with the weights held constant: what the detached variant must differentiate.
+        eye = torch.eye(len(weight), dtype=torch.bool)
+        const = task.objective(fine, torch.cat([coarse, coarse]), pos_mask=torch.cat([eye, torch.zeros_like(eye)], 1),
+                               neg_weight=torch.cat([weight.masked_fill(eye, 0), weight * eye], 1))
+        grads[f"const{detach}"] = torch.autograd.grad(const, [fine, coarse])
+    for g_detached, g_const in zip(grads[True][:2], grads["constTrue"]):
+        assert torch.allclose(g_detached, g_const, atol=1e-6)
+    assert not torch.allclose(grads[False][0], grads["constFalse"][0], atol=1e-6)
+    assert grads[True][2].abs().sum() > 0 and grads[False][2].abs().sum() > 0
