@@ -48,6 +48,16 @@ def masked_logsumexp(x: Tensor, mask: Tensor, dim: int = -1, keepdim: bool = Fal
     return out if keepdim else out.squeeze(dim)
 
 
+def exp_shifted_(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Overwrite ``x`` with ``E = exp(x - max)`` along the last dimension; return ``(E, s, lse)``, ``s`` the
+    sums of ``E`` and ``lse = max + log s`` (``torch.logsumexp``). The backward of ``lse`` is then
+    ``g E / s``, with no exponential recomputed; entries at the dtype's lowest value get ``E = 0`` exactly."""
+    top = x.amax(dim=-1, keepdim=True)
+    e = x.sub_(top).exp_()
+    total = e.sum(dim=-1)
+    return e, total, top.squeeze(-1) + total.log()
+
+
 def safe_log1m(s: Tensor, eps: float = 1e-6) -> Tensor:
     """``log(1 - s)`` with ``s`` clamped to ``<= 1 - eps``; ``eps`` is raised to the dtype's resolution."""
     eps = max(eps, float(torch.finfo(s.dtype).eps))

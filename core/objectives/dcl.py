@@ -47,9 +47,11 @@ def decoupled_infonce(
         return loss
     # weighted_infonce already subtracts l_ip once; subtract the remaining (w_ip - 1) l_ip.
     rows, cols = pairs.positive_indices()
-    extra = torch.zeros_like(loss).index_add(0, rows, (pos_weight - 1.0) * logits[rows, cols])
+    extra = (pos_weight - 1.0) * logits[rows, cols]
+    if pairs.targets is not None:  # one positive per anchor, in row order
+        return loss - extra
     n_pos = torch.zeros_like(loss).index_add(0, rows, torch.ones_like(pos_weight))
-    return loss - extra / n_pos.clamp_min(1)
+    return loss - torch.zeros_like(loss).index_add(0, rows, extra) / n_pos.clamp_min(1)
 
 
 @torch.no_grad()
@@ -61,12 +63,12 @@ def vmf_weights(pos_sim: Tensor, sigma: float = 0.5, gather: StatisticsGather | 
     """
     scaled = pos_sim.detach() / sigma
     lse = torch.logsumexp(scaled, dim=0) if scaled.numel() else scaled.new_tensor(math.log(torch.finfo(scaled.dtype).tiny))
-    count = scaled.new_tensor(float(scaled.numel()))
-    if gather is not None:
-        stats = gather(torch.stack([lse, count]).unsqueeze(0))
-        lse, count = torch.logsumexp(stats[:, 0], dim=0), stats[:, 1].sum()
-    log_mean = lse - torch.log(count.clamp_min(1.0))
-    return 2.0 - torch.exp(scaled - log_mean)
+    if gather is None:
+        log_mean = lse - math.log(max(scaled.numel(), 1))
+    else:
+        stats = gather(torch.stack([lse, scaled.new_tensor(float(scaled.numel()))]).unsqueeze(0))
+        log_mean = torch.logsumexp(stats[:, 0], dim=0) - torch.log(stats[:, 1].sum().clamp_min(1.0))
+    return torch.rsub(scaled.sub_(log_mean).exp_(), 2.0)
 
 
 class DCL(ContrastiveObjective):

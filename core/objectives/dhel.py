@@ -28,13 +28,13 @@ from __future__ import annotations
 from typing import ClassVar
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from contrasuite.core.numerics import masked_logsumexp
+from contrasuite.core.numerics import exp_shifted_, masked_logsumexp
 from contrasuite.core.objectives.base import ContrastiveObjective, Distributed
 from contrasuite.core.objectives.infonce import logsumexp_excluding
 from contrasuite.core.pairs import Pairs
+from contrasuite.core.similarity import gram_gradient, normalize
 
 
 def check_paired_views(pairs: Pairs, objective: str) -> int:
@@ -65,6 +65,36 @@ def off_diagonal_logsumexp(logits: Tensor, weight: Tensor | None = None) -> Tens
         return logsumexp_excluding(logits, (rows, rows))
     keep = (weight > 0).fill_diagonal_(False)
     return masked_logsumexp(logits + torch.log(weight.clamp_min(torch.finfo(logits.dtype).tiny)), keep, dim=1)
+
+
+class _SameViewEnergy(torch.autograd.Function):
+    """``log sum_{j != i} exp(scale z_i.z_j)`` for each row of each view ``z [V, N, D]``: ``[V, N]``.
+
+    Forward: one batched Gram matrix, its diagonal at the dtype's lowest value, ``E = exp(G - max)``
+    in place and its row sums ``s`` (:func:`~contrasuite.core.numerics.exp_shifted_`). Backward reuses
+    ``E``: ``dL/dG_ij = g_i E_ij / s_i``, and the Gram matrix being symmetric, one matmul per view
+    (:func:`~contrasuite.core.similarity.gram_gradient`).
+    Autograd through ``logsumexp(a @ a.T)`` recomputes the exponentials and takes two matmuls.
+    """
+
+    @staticmethod
+    def forward(ctx, z: Tensor, scale: float) -> Tensor:  # type: ignore[override]
+        gram = (z * scale) @ z.mT
+        gram.diagonal(dim1=-2, dim2=-1).fill_(torch.finfo(gram.dtype).min)
+        e, total, lse = exp_shifted_(gram)
+        ctx.save_for_backward(z, e, total)
+        ctx.scale = scale
+        return lse
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:  # type: ignore[override]
+        z, e, total = ctx.saved_tensors
+        return gram_gradient(e, z, grad / total).mul_(ctx.scale), None
+
+
+def same_view_energy(z: Tensor, scale: float) -> Tensor:
+    """``[V, N]`` ``log sum_{j != i} exp(scale z_i.z_j)`` within each view of ``z [V, N >= 2, D]``."""
+    return _SameViewEnergy.apply(z, scale)
 
 
 def dhel(
@@ -109,9 +139,13 @@ class DHEL(ContrastiveObjective):
 
     def per_anchor(self, anchors: Tensor, candidates: Tensor, pairs: Pairs, neg_weight: Tensor | None) -> Tensor:
         n = check_paired_views(pairs, "DHEL")
-        a, c = F.normalize(anchors, dim=-1), F.normalize(candidates, dim=-1)
-        p = c[:n]
+        views = normalize(torch.stack([anchors, candidates[:n]]))
+        a, p = views
         a_t = a / self.temperature  # 1/t on the [N, D] rows, not on the [N, N] products
-        logit_extra = a_t @ c[n:].T if c.shape[0] > n else None
+        logit_ap = (a_t * p).sum(dim=-1)
+        if candidates.shape[0] == n and neg_weight is None:
+            energies = same_view_energy(views if self.include_augs else views[:1], 1.0 / self.temperature)
+            return energies.sum(dim=0) - logit_ap
+        logit_extra = a_t @ normalize(candidates[n:]).T if candidates.shape[0] > n else None
         logit_pp = (p / self.temperature) @ p.T if self.include_augs else None
-        return dhel((a_t * p).sum(dim=-1), a_t @ a.T, logit_pp, logit_extra, neg_weight)
+        return dhel(logit_ap, a_t @ a.T, logit_pp, logit_extra, neg_weight)

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from contrasuite.core.numerics import masked_logsumexp
+from contrasuite.core.numerics import exp_shifted_, masked_logsumexp
 from contrasuite.core.objectives.base import ContrastiveObjective
 from contrasuite.core.pairs import Pairs
 from contrasuite.core.similarity import get_similarity
@@ -110,25 +110,24 @@ def exclude_(logits: Tensor, rows: Tensor, cols: Tensor) -> Tensor:
 class _LogSumExpExcluding(torch.autograd.Function):
     """``log sum_{j not excluded} exp(l_ij)`` per row, minus ``l_{i, t_i}`` when targets are given.
 
-    Forward: one copy of ``logits`` with the excluded entries at the lowest finite value, and
-    ``torch.logsumexp`` on it. Backward: ``g_i exp(l_ij - lse_i)`` in one buffer (exactly 0 at the
-    excluded entries), then ``-g_i`` added at the targets. Autograd through ``logsumexp`` and a gather
-    would allocate about five ``N x M`` tensors backward.
+    Forward: one copy of ``logits`` with the excluded entries at the lowest finite value, overwritten
+    with ``E = exp(l - max)`` (exactly 0 at the excluded entries; :func:`exp_shifted_`). Backward:
+    ``g_i E_ij / s_i`` in one buffer, no exponential recomputed, then ``-g_i`` added at the targets.
+    Autograd through ``logsumexp`` and a gather would allocate about five ``N x M`` tensors backward.
     """
 
     @staticmethod
     def forward(ctx, logits: Tensor, rows: Tensor, cols: Tensor, targets: Tensor | None) -> Tensor:  # type: ignore[override]
-        masked = exclude_(logits.detach().clone(), rows, cols)
-        lse = torch.logsumexp(masked, dim=1)
-        ctx.save_for_backward(masked, lse, targets)
+        e, total, lse = exp_shifted_(exclude_(logits.detach().clone(), rows, cols))
+        ctx.save_for_backward(e, total, targets)
         if targets is None:
             return lse
         return lse - logits.gather(1, targets[:, None]).squeeze(1)
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None, None]:  # type: ignore[override]
-        masked, lse, targets = ctx.saved_tensors
-        out = torch.sub(masked, lse[:, None]).exp_().mul_(grad[:, None])
+        e, total, targets = ctx.saved_tensors
+        out = e * (grad / total)[:, None]
         if targets is not None:
             out.scatter_add_(1, targets[:, None], -grad[:, None])
         return out, None, None, None

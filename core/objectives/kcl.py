@@ -24,11 +24,13 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+import torch
 from torch import Tensor
 
 from contrasuite.core.objectives.base import ContrastiveObjective, Distributed
 from contrasuite.core.objectives.dhel import check_paired_views
 from contrasuite.core.pairs import Pairs
+from contrasuite.core.similarity import normalize
 from contrasuite.core.similarity.kernels import get_kernel, off_diagonal_kernel_sum, paired_squared_distance
 
 ENERGY_SCALE = {"gaussian": 1.0, "log": 0.5}
@@ -67,7 +69,7 @@ class KCL(ContrastiveObjective):
             raise ValueError(f"KCL takes no extra candidate columns: candidates must be [N={n}, D], got {tuple(candidates.shape)}")
         if neg_weight is not None:
             raise ValueError("KCL has no per-negative weights: neg_weight must be None")
-        k_ap = self._kernel.value_(self.t * paired_squared_distance(anchors, candidates))
-        energy_a = off_diagonal_kernel_sum(anchors, self._kernel, self.t)
-        energy_p = off_diagonal_kernel_sum(candidates, self._kernel, self.t)
+        views = normalize(torch.stack([anchors, candidates]))
+        k_ap = self._kernel.value_(self.t * paired_squared_distance(views[0], views[1]))
+        energy_a, energy_p = off_diagonal_kernel_sum(views, self._kernel, self.t)
         return kcl(k_ap, energy_a, energy_p, self.gamma, ENERGY_SCALE[self.kernel])

@@ -7,8 +7,9 @@ from the cosine keeps the gradient finite at ``d = 0`` (``torch.pdist`` is not d
 * Logarithmic: ``k(d) = -log(1 + t d^2)``.
 
 Each kernel is a function of ``u = t d^2``, written in place on a buffer, together with its
-derivative ``dk/du``. :func:`off_diagonal_kernel_sum` uses them for KCL's ``N x N`` energies with one
-buffer forward and one backward (autograd through the plain expression allocates about six each way).
+negated derivative ``-dk/du`` written in place over the value ``k``. :func:`off_diagonal_kernel_sum`
+uses them for KCL's ``N x N`` energies with one buffer forward and one backward (autograd through the
+plain expression allocates about six each way, and takes two matmuls backward instead of one).
 """
 
 from __future__ import annotations
@@ -16,24 +17,26 @@ from __future__ import annotations
 from typing import Callable, NamedTuple
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from contrasuite.core.numerics import full_precision, upcast
+from contrasuite.core.similarity import gram_gradient
 
 InPlace = Callable[[Tensor], Tensor]
 
 
 class Kernel(NamedTuple):
-    """A kernel as functions of ``u = t d^2`` that overwrite ``u``: its value and ``dk/du``."""
+    """A kernel of ``u = t d^2``: ``value_`` overwrites ``u`` with ``k(u)``; ``neg_slope_`` overwrites
+    ``k(u)`` with ``-dk/du`` (as a function of the value, so the backward needs no ``u``)."""
 
     value_: InPlace
-    slope_: InPlace
+    neg_slope_: InPlace
 
 
 KERNELS: dict[str, Kernel] = {
-    "gaussian": Kernel(value_=lambda u: u.neg_().exp_(), slope_=lambda u: u.neg_().exp_().neg_()),
-    "log": Kernel(value_=lambda u: u.log1p_().neg_(), slope_=lambda u: u.add_(1.0).reciprocal_().neg_()),
+    # exp(-u): -dk/du = k.  -log(1 + u): -dk/du = 1 / (1 + u) = exp(k).
+    "gaussian": Kernel(value_=lambda u: u.neg_().exp_(), neg_slope_=lambda k: k),
+    "log": Kernel(value_=lambda u: u.log1p_().neg_(), neg_slope_=lambda k: k.exp_()),
 }
 
 
@@ -46,41 +49,43 @@ def get_kernel(name: str) -> Kernel:
 
 
 def paired_squared_distance(x: Tensor, y: Tensor) -> Tensor:
-    """``[N]`` squared distances between normalised rows ``x_i`` and ``y_i``, ``2 - 2 cos``, >= 0."""
-    with full_precision(x):
-        cos = (F.normalize(upcast(x), dim=-1) * F.normalize(upcast(y), dim=-1)).sum(dim=-1)
-    return (2.0 - 2.0 * cos).clamp_min(0.0)
-
-
-def _scaled_sq_distance(cos: Tensor, t: float) -> Tensor:
-    """``u = t d^2 = 2 t max(1 - cos, 0)`` in a fresh buffer (the same floats as ``t (2 - 2 cos)``)."""
-    return torch.rsub(cos, 1.0).clamp_min_(0.0).mul_(2.0 * t)
+    """``[N]`` squared distances ``2 - 2 x_i.y_i >= 0`` between unit rows ``x_i`` and ``y_i``."""
+    return (2.0 - 2.0 * (x * y).sum(dim=-1)).clamp_min(0.0)
 
 
 class _OffDiagonalKernelSum(torch.autograd.Function):
-    """``sum_{j != i} k(u_ij)`` from cosines ``[N, N]``; ``d/dcos = -2 t k'(u)`` where ``cos <= 1``
-    (the clamp passes no gradient above), 0 on the diagonal (the row sum minus the diagonal)."""
+    """``sum_{j != i} k(u_ij)``, ``u = 2 t max(1 - z_i.z_j, 0)``, for unit rows ``z [..., N, D]``.
+
+    ``d/dcos = 2 t (-dk/du)`` where ``cos <= 1`` (the clamp passes no gradient above), 0 on the
+    diagonal; the forward keeps that slope in its one ``N x N`` buffer, and the backward is one matmul
+    (:func:`~contrasuite.core.similarity.gram_gradient`).
+    """
 
     @staticmethod
-    def forward(ctx, cos: Tensor, t: float, kernel: Kernel) -> Tensor:  # type: ignore[override]
-        ctx.save_for_backward(cos)
-        ctx.t, ctx.kernel = t, kernel
-        k = kernel.value_(_scaled_sq_distance(cos, t))
-        return k.sum(dim=1) - k.diagonal()
+    def forward(ctx, z: Tensor, t: float, kernel: Kernel) -> Tensor:  # type: ignore[override]
+        cos = z @ z.mT
+        diagonal = cos.diagonal(dim1=-2, dim2=-1)
+        diagonal.zero_()  # any cos <= 1: the self-pairs are zeroed in k below
+        above = cos > 1.0 if bool(cos.amax() > 1.0) else None
+        k = kernel.value_(cos.mul_(-2.0 * t).add_(2.0 * t).clamp_min_(0.0))
+        diagonal.zero_()
+        energy = k.sum(dim=-1)
+        slope = kernel.neg_slope_(k)
+        diagonal.zero_()
+        if above is not None:
+            slope.masked_fill_(above, 0.0)
+        ctx.save_for_backward(z, slope)
+        ctx.t = t
+        return energy
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None]:  # type: ignore[override]
-        (cos,) = ctx.saved_tensors
-        slope = ctx.kernel.slope_(_scaled_sq_distance(cos, ctx.t)).mul_(grad[:, None] * (-2.0 * ctx.t))
-        slope.fill_diagonal_(0.0)
-        above = cos > 1.0
-        if bool(above.any()):
-            slope.masked_fill_(above, 0.0)
-        return slope, None, None
+        z, slope = ctx.saved_tensors
+        return gram_gradient(slope, z, grad * (2.0 * ctx.t)), None, None
 
 
-def off_diagonal_kernel_sum(x: Tensor, kernel: Kernel, t: float) -> Tensor:
-    """``[N]`` ``sum_{j != i} k(|x_i - x_j|^2)`` over the L2-normalised rows of ``x [N, D]``."""
-    with full_precision(x):
-        z = F.normalize(upcast(x), dim=-1)
-        return _OffDiagonalKernelSum.apply(z @ z.T, t, kernel)
+def off_diagonal_kernel_sum(z: Tensor, kernel: Kernel, t: float) -> Tensor:
+    """``[..., N]`` ``sum_{j != i} k(|z_i - z_j|^2)`` over the unit rows of ``z [..., N, D]`` (each view
+    of a batch ``[V, N, D]`` on its own)."""
+    with full_precision(z):
+        return _OffDiagonalKernelSum.apply(upcast(z), t, kernel)

@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from contrasuite.core.numerics import full_precision, upcast
+from contrasuite.core.similarity import gram_gradient
 
 
 def _margin(x: Tensor, eps: float) -> float:
@@ -96,9 +97,14 @@ def poincare_distance(x: Tensor, y: Tensor, c: float) -> Tensor:
         return _artanh_distance((diff * diff).sum(dim=-1), c)
 
 
-def _where_any(mask: Tensor) -> Tensor | None:
-    """``mask``, or ``None`` when it is all False (skips an ``N x M`` masked fill)."""
-    return mask if bool(mask.any()) else None
+def _where_below(x: Tensor, bound: float) -> Tensor | None:
+    """The mask ``x < bound``, or ``None`` where no entry is (one reduction, no ``N x M`` mask or fill)."""
+    return x < bound if bool(x.amin() < bound) else None
+
+
+def _where_above(x: Tensor, bound: float) -> Tensor | None:
+    """The mask ``x > bound``, or ``None`` where no entry is (as :func:`_where_below`)."""
+    return x > bound if bool(x.amax() > bound) else None
 
 
 class _PairwiseDistance(torch.autograd.Function):
@@ -106,48 +112,57 @@ class _PairwiseDistance(torch.autograd.Function):
     :func:`_artanh_distance` and ``den >= margin``. With ``u = |x - y|^2 / den``,
     ``den = 1 - 2c<x,y> + c^2 |x|^2 |y|^2`` and ``z = sqrt(c u)``: ``d = 2/sqrt(c) artanh(z)``,
     ``dd/du = 1 / ((1 - c u) sqrt(u))``, ``du/d|x-y|^2 = 1 / den``, ``du/dden = -u / den``. A clamped
-    quantity passes no gradient, as in autograd (``u < floor``; ``z > 1 - margin``; ``den < margin``;
-    ``|x - y|^2 < 0`` from rounding gives ``u = 0 < floor``).
+    quantity passes no gradient, as in autograd (``u < floor``, which covers ``|x - y|^2 < 0`` from
+    rounding; ``z > 1 - margin``; ``den < margin``); each clamp runs only where some entry needs it.
+    ``scale`` multiplies the ``[N, D]`` gradients, not an ``N x M`` buffer.
     """
 
     @staticmethod
     def forward(ctx, x: Tensor, y: Tensor, c: float, scale: float) -> Tensor:  # type: ignore[override]
         x2 = (x * x).sum(dim=-1, keepdim=True)
         y2 = (y * y).sum(dim=-1, keepdim=True).T
-        u = x @ y.T
-        den = torch.mul(u, -2.0 * c).addcmul_(x2, y2, value=c**2).add_(1.0)
-        den_clamped = _where_any(den < _margin(x, 1e-5))
-        den.clamp_min_(_margin(x, 1e-5))
-        u.mul_(-2.0).add_(x2).add_(y2).clamp_min_(0).div_(den)  # |(-x) (+) y|^2
+        u = (x * -2.0) @ y.T  # -2 <x, y>
+        den = torch.mul(u, c).addcmul_(x2, y2, value=c**2).add_(1.0)
+        margin = _margin(x, 1e-5)
+        den_clamped = _where_below(den, margin)
+        if den_clamped is not None:
+            den.clamp_min_(margin)
+        u.add_(x2).add_(y2).div_(den)  # |(-x) (+) y|^2, below 0 only by rounding
         floor = float(torch.finfo(u.dtype).eps) ** 2
+        u_floored = _where_below(u, floor)
+        if u_floored is not None:
+            u.clamp_min_(floor)
         max_z = 1.0 - _margin(u, 1e-5)
-        dist = u.clamp_min(floor).mul_(c).sqrt_()
-        z_clamped = _where_any(dist > max_z)
-        dist.clamp_max_(max_z).atanh_().mul_(2.0 / math.sqrt(c) * scale)
-        ctx.save_for_backward(x, y, x2, y2, u, den, den_clamped, z_clamped)
-        ctx.c, ctx.scale, ctx.floor = c, scale, floor
+        dist = torch.mul(u, c).sqrt_()
+        z_clamped = _where_above(dist, max_z)
+        if z_clamped is not None:
+            dist.clamp_max_(max_z)
+        dist.atanh_().mul_(2.0 / math.sqrt(c) * scale)
+        ctx.save_for_backward(x, y, x2, y2, u, den, u_floored, den_clamped, z_clamped)
+        ctx.c, ctx.scale, ctx.same = c, scale, x is y
         return dist
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor, Tensor, None, None]:  # type: ignore[override]
-        x, y, x2, y2, u, den, den_clamped, z_clamped = ctx.saved_tensors
+        x, y, x2, y2, u, den, u_floored, den_clamped, z_clamped = ctx.saved_tensors
         c = ctx.c
-        # g_sq = dL/d|x-y|^2 = scale * grad / ((1 - c u) sqrt(u) den), u floored as in the forward.
-        g_sq = u.clamp_min(ctx.floor)
-        root = g_sq.sqrt()
-        g_sq.mul_(-c).add_(1.0).mul_(root).mul_(den)
-        torch.div(grad, g_sq, out=g_sq).mul_(ctx.scale)
-        for clamped in (_where_any(u < ctx.floor), z_clamped):
+        # g_sq = dL/d|x-y|^2 / scale = grad / ((sqrt(u) - c u sqrt(u)) den), u floored as in the forward.
+        g_sq = u.sqrt()
+        g_sq.addcmul_(g_sq, u, value=-c).mul_(den)
+        torch.div(grad, g_sq, out=g_sq)
+        for clamped in (u_floored, z_clamped):
             if clamped is not None:
                 g_sq.masked_fill_(clamped, 0.0)
-        # dL/dden = -g_sq * u; w = dL/d<x,y> / -2 = g_sq + c dL/dden.
-        g_den = torch.mul(g_sq, u, out=root).neg_()
+        g_sq_u = g_sq * u  # -dL/dden / scale
         if den_clamped is not None:
-            g_den.masked_fill_(den_clamped, 0.0)
-        g_x2 = g_sq.sum(dim=1, keepdim=True) + c**2 * (g_den @ y2.T)
-        g_y2 = g_sq.sum(dim=0, keepdim=True).T + c**2 * (g_den.T @ x2)
-        w = g_den.mul_(c).add_(g_sq)
-        return 2.0 * (x * g_x2 - w @ y), 2.0 * (y * g_y2 - w.T @ x), None, None
+            g_sq_u.masked_fill_(den_clamped, 0.0)
+        g_x2 = g_sq.sum(dim=1, keepdim=True) - c**2 * (g_sq_u @ y2.T)
+        g_y2 = g_sq.sum(dim=0, keepdim=True).T - c**2 * (g_sq_u.T @ x2)
+        w = g_sq.add_(g_sq_u, alpha=-c)  # dL/d<x,y> / (-2 scale) = g_sq + c dL/dden
+        scale = 2.0 * ctx.scale
+        if ctx.same:  # x is y: both gradients in one, with one matmul (gram_gradient)
+            return scale * (x * (g_x2 + g_y2) - gram_gradient(w, x)), None, None, None
+        return scale * (x * g_x2 - w @ y), scale * (y * g_y2 - w.T @ x), None, None
 
 
 def pairwise_poincare_distance(x: Tensor, y: Tensor, c: float, scale: float = 1.0) -> Tensor:

@@ -6,7 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from contrasuite.core.numerics import masked_logsumexp
 from contrasuite.core.objectives import DHEL, OBJECTIVES
+from contrasuite.core.objectives.dhel import same_view_energy
 from contrasuite.core.pairs import append_negatives, two_view
 
 
@@ -74,6 +76,20 @@ def test_gradcheck_float64():
     c = torch.randn(7, 3, dtype=torch.float64, requires_grad=True)
     w = (torch.rand(5, 7, dtype=torch.float64) + 0.5).requires_grad_()
     assert torch.autograd.gradcheck(lambda a, c, w: DHEL(0.3)(a, c, neg_weight=w), (a, c, w))
+    # Without extra columns or weights: the fused same-view energies (both, and include_augs=False).
+    p = c[:5].detach().clone().requires_grad_()
+    assert torch.autograd.gradcheck(lambda a, p: DHEL(0.3)(a, p), (a, p))
+    assert torch.autograd.gradcheck(lambda a, p: DHEL(0.3, include_augs=False)(a, p), (a, p))
+
+
+def test_same_view_energy_matches_masked_logsumexp_and_gradcheck():
+    torch.manual_seed(5)
+    z = torch.randn(2, 6, 3, dtype=torch.float64)
+    z[1, 4] = z[1, 1]  # duplicate rows: the self-pair must still be the only one left out
+    off_diagonal = ~torch.eye(6, dtype=torch.bool)
+    expected = torch.stack([masked_logsumexp(2.5 * v @ v.T, off_diagonal, dim=1) for v in z])
+    assert torch.allclose(same_view_energy(z, 2.5), expected, atol=1e-12)
+    assert torch.autograd.gradcheck(lambda v: same_view_energy(v, 2.5), (z.requires_grad_(),))
 
 
 @pytest.mark.parametrize("near_duplicate", [False, True])

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from contrasuite.core.objectives import InfoNCE
 from contrasuite.core.pairs import append_negatives, resolve_pairs, two_view
+from contrasuite.core.similarity import normalize
 
 
 def loop_reference(anchors, candidates, pos, valid, t, weight=None, a=1.0, supcon=False):
@@ -121,3 +122,15 @@ def test_logsumexp_excluding_matches_autograd_of_masked_logsumexp():
     assert torch.allclose(logsumexp_excluding(logits, (rows, cols), targets), expected, atol=1e-12)
     assert torch.allclose(logits.grad, ref.grad, atol=1e-12)
     assert torch.autograd.gradcheck(lambda x: logsumexp_excluding(x, (rows, cols)), (logits,))
+
+
+def test_normalize_matches_f_normalize_and_gradcheck():
+    torch.manual_seed(9)
+    x = torch.randn(5, 4, dtype=torch.float64)
+    x[3] = 1e-14  # a row below eps: the clamped norm is a constant, as in F.normalize
+    ours, ref = x.clone().requires_grad_(), x.clone().requires_grad_()
+    w = torch.randn(5, 4, dtype=torch.float64)
+    (normalize(ours) * w).sum().backward()
+    (F.normalize(ref, dim=-1) * w).sum().backward()
+    assert torch.allclose(normalize(x), F.normalize(x, dim=-1)) and torch.allclose(ours.grad, ref.grad)
+    assert torch.autograd.gradcheck(normalize, (x[:3].clone().requires_grad_(),))

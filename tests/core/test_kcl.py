@@ -33,8 +33,9 @@ def test_kernels():
     u = 2.0 * torch.tensor([0.0, 1.0, 4.0])  # t d^2 with t = 2
     assert torch.allclose(get_kernel("gaussian").value_(u.clone()), torch.exp(torch.tensor([0.0, -2.0, -8.0])))
     assert torch.allclose(get_kernel("log").value_(u.clone()), -torch.log(torch.tensor([1.0, 3.0, 9.0])))
-    assert torch.allclose(get_kernel("gaussian").slope_(u.clone()), -torch.exp(-u))
-    assert torch.allclose(get_kernel("log").slope_(u.clone()), -1 / (1 + u))
+    for name, slope in (("gaussian", -torch.exp(-u)), ("log", -1 / (1 + u))):  # -dk/du from the value
+        kernel = get_kernel(name)
+        assert torch.allclose(kernel.neg_slope_(kernel.value_(u.clone())), -slope)
     with pytest.raises(ValueError, match="unknown kernel 'riesz'"):
         get_kernel("riesz")
 
@@ -48,15 +49,19 @@ def test_off_diagonal_kernel_sum_value_and_gradient(kernel):
     ours = x.clone().requires_grad_()
     ref = x.clone().requires_grad_()
     w = torch.randn(6, dtype=torch.float64)
-    (off_diagonal_kernel_sum(ours, get_kernel(kernel), 1.5) * w).sum().backward()
+    (off_diagonal_kernel_sum(F.normalize(ours, dim=1), get_kernel(kernel), 1.5) * w).sum().backward()
     z = F.normalize(ref, dim=1)
     d2 = (2 - 2 * z @ z.T).clamp_min(0)
     k = torch.exp(-1.5 * d2) if kernel == "gaussian" else -torch.log1p(1.5 * d2)
     expected = torch.where(torch.eye(6, dtype=torch.bool), 0.0, k).sum(1)
     (expected * w).sum().backward()
-    got = off_diagonal_kernel_sum(x, get_kernel(kernel), 1.5)
+    got = off_diagonal_kernel_sum(F.normalize(x, dim=1), get_kernel(kernel), 1.5)
     assert torch.allclose(got, expected, atol=1e-12) and torch.allclose(ours.grad, ref.grad, atol=1e-10)
-    assert torch.autograd.gradcheck(lambda v: off_diagonal_kernel_sum(v, get_kernel(kernel), 1.5), (x[:4].clone().requires_grad_(),))
+    # Batched views [V, N, D] (each view on its own): close rows, gradcheck off the sphere too.
+    views = x[:4].reshape(2, 2, 3).repeat(1, 2, 1) + 0.1 * torch.randn(2, 4, 3, dtype=torch.float64)
+    energy = lambda v: off_diagonal_kernel_sum(v, get_kernel(kernel), 1.5)
+    assert torch.allclose(energy(views)[1], energy(views[1]))
+    assert torch.autograd.gradcheck(energy, (views.requires_grad_(),))
 
 
 def test_identical_embeddings_closed_form():
