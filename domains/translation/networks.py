@@ -21,6 +21,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 
+GLOBAL_SKIP_CLAMP = 0.995
+"""Inputs are clamped to this before ``atanh`` in the generator's global skip (atanh(1) is infinite)."""
+
+
 class BlurDownsample(nn.Module):
     """Depthwise ``[1, 2, 1]^T [1, 2, 1] / 16`` blur with stride 2 after reflection padding."""
 
@@ -62,8 +66,9 @@ def init_weights(module: nn.Module, gain: float = 0.02) -> None:
 class ResnetGenerator(nn.Module):
     """See the module docstring; ``encode(x, layers)`` returns the feature maps at ``layers``."""
 
-    def __init__(self, ngf: int = 64, n_blocks: int = 9, antialias: bool = True) -> None:
+    def __init__(self, ngf: int = 64, n_blocks: int = 9, antialias: bool = True, residual: bool = False) -> None:
         super().__init__()
+        self.residual = residual
         if n_blocks < 1:
             raise ValueError(f"generator n_blocks must be >= 1, got {n_blocks}")
         layers: list[nn.Module] = [nn.ReflectionPad2d(3), nn.Conv2d(3, ngf, 7), nn.InstanceNorm2d(ngf), nn.ReLU(True)]
@@ -90,7 +95,11 @@ class ResnetGenerator(nn.Module):
         init_weights(self)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.model(x)
+        if not self.residual:
+            return self.model(x)
+        # Global skip: tanh(h + atanh(x)), so the generator starts near the identity and learns a change.
+        h = self.model[:-1](x)
+        return torch.tanh(h + torch.atanh(x.clamp(-GLOBAL_SKIP_CLAMP, GLOBAL_SKIP_CLAMP)))
 
     def encode(self, x: Tensor, layers: Sequence[int]) -> list[Tensor]:
         """Outputs of ``self.model[l]`` for each ``l`` in ``layers`` (ascending), stopping after the last."""

@@ -53,6 +53,8 @@ class GeneratorConfig:
     n_blocks: int = 9
     """Residual blocks: 9 at 256 px (the paper), fewer for small images."""
     antialias: bool = True
+    residual: bool = False
+    """Global skip ``tanh(h + atanh(x))`` around the generator (not in the paper): it starts near the identity."""
 
 
 @dataclass
@@ -389,4 +391,4 @@ class _Single:
 
 
 def build_generator(cfg: TranslationConfig) -> ResnetGenerator:
-    return ResnetGenerator(cfg.generator.ngf, cfg.generator.n_blocks, cfg.generator.antialias)
+    return ResnetGenerator(cfg.generator.ngf, cfg.generator.n_blocks, cfg.generator.antialias, cfg.generator.residual)

@@ -53,3 +53,15 @@ def test_head_sampling_and_unit_outputs():
 def test_any_size_translation_keeps_size():
     g = ResnetGenerator(ngf=4, n_blocks=1)
     assert translate_any_size(g, torch.randn(1, 3, 30, 22)).shape == (1, 3, 30, 22)
+
+
+def test_global_skip_starts_near_the_identity():
+    torch.manual_seed(0)
+    x = torch.rand(2, 3, 32, 32) * 2 - 1
+    plain = ResnetGenerator(ngf=8, n_blocks=2)
+    skip = ResnetGenerator(ngf=8, n_blocks=2, residual=True)
+    skip.load_state_dict(plain.state_dict())  # same weights: only the skip differs
+    near = (skip(x) - x).abs().mean()
+    assert near < 0.05 and (plain(x) - x).abs().mean() > 10 * near
+    skip(x).sum().backward()
+    assert skip.model[1].weight.grad.abs().sum() > 0
