@@ -30,6 +30,7 @@ from torch import Tensor
 from contrasuite.core.numerics import full_precision, upcast
 from contrasuite.core.objectives.base import ContrastiveObjective, Distributed, register_scalar
 from contrasuite.core.pairs import Pairs, resolve_pairs
+from contrasuite.core.similarity import normalize
 
 MAX_LOGIT_SCALE = math.log(100.0)
 
@@ -42,16 +43,18 @@ def sigmoid_pair_loss(logits: Tensor, pairs: Pairs, neg_weight: Tensor | None = 
     terms = F.softplus(logits)
     if neg_weight is not None:
         terms = torch.where(pairs.pos, terms, terms * neg_weight)
+    if pairs.targets is not None and not pairs.exclude_self:  # one positive a row, every pair valid: no masks
+        return terms.sum(dim=1) - logits.gather(1, pairs.targets[:, None]).squeeze(1)
     if not bool(pairs.valid.all()):
         terms = torch.where(pairs.valid, terms, 0.0)
-    rows, cols = pairs.pos.nonzero(as_tuple=True)
+    rows, cols = pairs.positive_indices()
     positive = torch.zeros(logits.shape[0], dtype=logits.dtype, device=logits.device).index_add(0, rows, logits[rows, cols])
     return terms.sum(dim=1) - positive
 
 
 def normalised(x: Tensor) -> Tensor:
     """Row-normalised ``x`` in the loss dtype."""
-    return F.normalize(upcast(x), dim=-1)
+    return normalize(upcast(x))
 
 
 class SigLIP(ContrastiveObjective):
