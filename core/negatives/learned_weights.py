@@ -43,19 +43,22 @@ class _PairWeights(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_weights: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, None]:
         hidden_a, hidden_b, w2, weights = ctx.saved_tensors
-        grad_logit = grad_weights * weights * (1 - weights)
         grad_a = torch.empty_like(hidden_a)
         grad_b = torch.zeros_like(hidden_b)
         grad_w2 = torch.zeros_like(w2)
+        grad_b2 = w2.new_zeros(())
         start = 0
-        for part, g in zip(hidden_a.split(ctx.chunk_size), grad_logit.split(ctx.chunk_size)):
+        chunks = zip(hidden_a.split(ctx.chunk_size), weights.split(ctx.chunk_size), grad_weights.split(ctx.chunk_size))
+        for part, w, g in chunks:
+            g = g * w * (1 - w)  # dL/d(logit) of this chunk
             t = (part[:, None, :] + hidden_b[None, :, :]).tanh_()
             grad_w2 += g.reshape(1, -1).mm(t.reshape(-1, t.shape[-1]))[0]
+            grad_b2 += g.sum()
             q = t.square_().neg_().add_(1).mul_(g[..., None]).mul_(w2)  # g w2 (1 - t^2), in t's buffer
             grad_a[start : start + part.shape[0]] = q.sum(dim=1)
             grad_b += q.sum(dim=0)
             start += part.shape[0]
-        return grad_a, grad_b, grad_w2, grad_logit.sum().reshape(()), None
+        return grad_a, grad_b, grad_w2, grad_b2, None
 
 
 class LearnedNegativeWeights(nn.Module):
