@@ -79,6 +79,9 @@ class HardNegativeConfig:
     negative-only columns)."""
     weight: float = 1.0
     """Weight of a hard negative (a negative made from the same emoji) in the softmax denominators."""
+    focus_weight: float = 0.0
+    """Weight of a second loss term whose denominators hold only the hard negatives: each image against
+    its own negative captions, each caption against its own negative images (0: off)."""
 
 
 @dataclass
@@ -280,7 +283,9 @@ class ImageTextTask:
         ``image_rows``/``texts`` are the pairs' images and captions followed by the negative images and
         texts; ``pos_mask[i, t]`` is True where text ``t`` is a true caption of image ``i`` (a negative
         equal to a caption of the batch is a positive there, not a false negative); ``neg_weight`` (only
-        when ``hard_negatives.weight != 1``) weights the negatives made from the same emoji as the row.
+        when ``hard_negatives.weight != 1``) weights the negatives made from the same emoji as the row;
+        ``focus_weight`` (only when ``hard_negatives.focus_weight > 0``) is 1 at the positives and those
+        negatives, 0 elsewhere.
         """
         cfg, style = self.cfg, self.styles[self.train_style]
         hard = cfg.hard_negatives
@@ -325,9 +330,16 @@ class ImageTextTask:
             batch = {"rows": rows, "captions": [style.pairs.captions[r] for r in rows], "image_rows": image_rows,
                      "texts": [texts[t] for t in text_keys], "pos_mask": pos_mask,
                      "neg_images": neg_images, "neg_texts": neg_texts}
-            if hard.weight != 1.0:
+            if hard.weight != 1.0 or hard.focus_weight > 0:
+                # A text and an image are "the same emoji" when one was made from the emoji the other
+                # shows or captions (a negative caption of it, or its caption against a negative image).
+                for r, key in zip(rows, keys):
+                    made_from.setdefault(normalise(style.pairs.captions[r]), set()).add(key)
                 same = torch.tensor([[source in made_from.get(t, ()) for t in text_keys] for source in image_sources])
-                batch["neg_weight"] = torch.where(same & ~pos_mask, hard.weight, 1.0)
+                if hard.weight != 1.0:
+                    batch["neg_weight"] = torch.where(same & ~pos_mask, hard.weight, 1.0)
+                if hard.focus_weight > 0:
+                    batch["focus_weight"] = (same | pos_mask).float()
             yield batch
 
     def train_step(self, batch: dict, step: StepContext) -> Mapping[str, float]:
@@ -340,8 +352,14 @@ class ImageTextTask:
         def embed(chunk):
             return self._embed_images(chunk[0]), self._embed_texts(chunk[1])
 
+        focus = batch["focus_weight"].to(device) if "focus_weight" in batch else None
+
         def loss_fn(images, texts):
-            return self.objective(images, texts, pos_mask=pos_mask, neg_weight=neg_weight)
+            loss = self.objective(images, texts, pos_mask=pos_mask, neg_weight=neg_weight)
+            if focus is not None:  # the same objective with only the hard negatives in its denominators
+                loss = loss + self.cfg.hard_negatives.focus_weight * self.objective(
+                    images, texts, pos_mask=pos_mask, neg_weight=focus)
+            return loss
 
         n = self.cfg.gradcache_chunks
         if n > 1:

@@ -30,6 +30,7 @@ def one_batch(task, **hard):
         return next(iter(task.batches(0)))
     finally:
         task.cfg.hard_negatives.image_pairs, task.cfg.hard_negatives.weight = False, 1.0
+        task.cfg.hard_negatives.focus_weight = 0.0
 
 
 def test_block_marks_true_matches(task):
@@ -68,6 +69,25 @@ def test_image_pairs_and_hard_negative_weight(task):
     step_loss = task.objective(torch.randn(len(batch["image_rows"]), 8), torch.randn(len(texts), 8),
                                pos_mask=pos, neg_weight=weight)
     assert torch.isfinite(step_loss)
+
+
+def test_focus_term_keeps_only_each_rows_own_hard_negatives(task):
+    style = task.styles[task.train_style]
+    batch = one_batch(task, focus_weight=1.0)
+    n, texts = len(batch["rows"]), [normalise(t) for t in batch["texts"]]
+    pos, focus = batch["pos_mask"], batch["focus_weight"]
+    assert "neg_weight" not in batch and set(focus.unique().tolist()) == {0.0, 1.0} and bool(focus[pos].all())
+    for i, row in enumerate(batch["rows"]):  # a pair: its caption and its own text negatives
+        own = {normalise(t) for t in task.text_negs.get(style.pairs.keys[row], [])}
+        own.add(normalise(style.pairs.captions[row]))
+        assert {texts[t] for t in focus[i].nonzero().flatten().tolist()} == own & set(texts)
+    for i in range(n, len(batch["image_rows"])):  # a negative image: against the caption it was edited from
+        j = style.neg_rows.index(batch["image_rows"][i])
+        source = normalise(style.pairs.captions[style.pairs.keys.index(style.neg_records[j]["key"])])
+        assert focus[i, texts.index(source)] == 1.0
+    loss = task.objective(torch.randn(len(batch["image_rows"]), 8), torch.randn(len(texts), 8), pos_mask=pos,
+                          neg_weight=focus)
+    assert torch.isfinite(loss)
 
 
 def test_held_out_captions_never_enter_training(tmp_path, emoji_root):
