@@ -181,6 +181,8 @@ class GraphTask:
         self.objective = ObjectiveSum(list(cfg.objective.terms))
         params = list(self.model.parameters()) + list(self.objective.parameters())
         self.weigher: LearnedNegativeWeights | None = None
+        self.weight_mean = float("nan")
+        """Mean learned pair weight of the last step (``learned`` negatives only), logged by ``train_step``."""
         self.clusterer: ClusterWeights | None = None
         neg = cfg.negatives
         if neg.kind == "learned":
@@ -258,6 +260,7 @@ class GraphTask:
                 weight = self.weigher(anchors.detach(), candidates.detach())
             else:
                 weight = self.weigher(anchors, candidates)
+            self.weight_mean = float(weight.detach().mean())
             eye = torch.eye(weight.shape[0], device=weight.device, dtype=torch.bool)
             zero = torch.zeros_like(weight)
             extended = torch.cat([candidates, candidates])
@@ -274,7 +277,10 @@ class GraphTask:
         terms = self.loss_terms(coarse, fine, batch)
         loss = sum(terms.values())
         step.optimize("model", loss)
-        return {"loss": float(loss.detach()), **{k: float(v.detach()) for k, v in terms.items()}}
+        out = {"loss": float(loss.detach()), **{k: float(v.detach()) for k, v in terms.items()}}
+        if self.weigher is not None:  # where the learned weights go (they can only lower the loss by shrinking)
+            out["neg_weight_mean"] = self.weight_mean
+        return out
 
     def embed_for_health(self, batch: int) -> tuple[Tensor, Tensor]:
         with torch.no_grad():

@@ -130,3 +130,19 @@ def test_learned_weights_can_be_cut_off_from_the_encoder(tmp_path, make_tiny_gra
         assert torch.allclose(g_detached, g_const, atol=1e-6)
     assert not torch.allclose(grads[False][0], grads["constFalse"][0], atol=1e-6)
     assert grads[True][2].abs().sum() > 0 and grads[False][2].abs().sum() > 0
+
+
+def test_adameow_loss_is_the_official_formula(tmp_path, make_tiny_graph):
+    """``-log( exp(s_ii / t) / sum_j w_ij exp(s_ij / t) )`` with the fine view as anchor and ``w_ii`` in the
+    denominator, as ``weight_InfoNce`` in the official ``code_adameow/module/adameow.py``."""
+    task = tiny_task(tmp_path, make_tiny_graph, "config.negatives.kind=learned", "config.objective.anchor=fine",
+                     "config.objective.terms.0.positive_in_denominator=false",
+                     "config.objective.terms.0.temperature=0.7")
+    task.model.eval()
+    coarse, fine = task.views(0)
+    loss = task.loss_terms(coarse, fine, 0)["contrastive"]
+    dots = torch.exp(fine @ coarse.T / 0.7)  # the views are unit rows: cosine = dot
+    weights = task.weigher.naive(fine, coarse)
+    expected = -torch.log(dots.diagonal() / (dots * weights).sum(dim=1)).mean()
+    assert torch.allclose(loss, expected, atol=1e-5)
+    assert task.weight_mean == pytest.approx(float(weights.mean()), abs=1e-6)
