@@ -278,7 +278,7 @@ class GraphTask:
         loss = sum(terms.values())
         step.optimize("model", loss)
         out = {"loss": float(loss.detach()), **{k: float(v.detach()) for k, v in terms.items()}}
-        if self.weigher is not None:  # where the learned weights go (they can only lower the loss by shrinking)
+        if self.weigher is not None:  # where the learned weights go (shrinking them all lowers the loss)
             out["neg_weight_mean"] = self.weight_mean
         return out
 

@@ -11,8 +11,10 @@ norm about 1) in two call forms:
 Ratios are against the baseline measured in the same process, and against the public
 implementation where one exists (pytorch-metric-learning's NTXentLoss, CircleLoss,
 MultiSimilarityLoss + MultiSimilarityMiner; open_clip's ClipLoss, SigLipLoss), run on the same
-inputs, and only where its loss equals ours on them (otherwise the row says so). All cases of one ``(N, form)`` run back to back in each repeat (after one warm-up each),
-so they share whatever load the machine has; a time ratio is the median over repeats of the
+inputs, and only where its loss equals ours on them (otherwise the row says so). The baselines and
+our objectives of one ``(N, form)`` run back to back in each repeat (after one warm-up each), so they
+share whatever load the machine has; each public implementation runs back to back with ours alone
+(some allocate far more, which slowed whatever ran next); a time ratio is the median over repeats of the
 per-repeat ratio, and ``ms`` the median time. Time is wall-clock; ``--clock cpu`` takes this process's
 CPU time instead (CPU device only), which on a machine shared with other jobs is far less noisy.
 Peak memory is, on CUDA,
