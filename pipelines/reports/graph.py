@@ -174,6 +174,9 @@ def render(records: dict[tuple[str, str], list[dict]], memory: dict | None, full
         "like this one, shared/research/measured-anchors.md). The MEOW/AdaMEOW paper tables were not retrieved",
         "(shared/research/domain-pipelines.md section 1(d)); HeCo figures come from the READMEs named in the rows.",
         "A one-seed run of the full MEOW ACM config is reported in docs/domains/graph.md (Verification).",
+        "Reduced AdaMEOW rows run 60 of its 1,000-1,500 epochs (lr 5e-5 to 5e-4), so they show an encoder that",
+        "has barely trained; its full-schedule ACM run, and why the rate cannot simply be raised, are in",
+        "docs/domains/graph.md (AdaMEOW on ACM).",
         "",
     ]
     for ds in DATASETS:
