@@ -29,6 +29,7 @@ from typing import Any, Sequence
 import torch
 
 from contrasuite.pipelines.config import load_config
+from contrasuite.pipelines.run_dir import write_json
 from contrasuite.pipelines.trainer import evaluate, train
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,8 +91,7 @@ def run_one(method: str, dataset: str, full: bool, cache: Path, data_root: str |
         "best_epoch": result.get("epoch"), "metrics": result["metrics"],
         "command": f"contrasuite train {path.relative_to(ROOT)} run.seed={seed} && contrasuite eval RUN_DIR",
     }
-    cache.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(record, indent=2))
+    write_json(record, out)
     return record
 
 
@@ -139,8 +139,7 @@ def adameow_memory(dataset: str, cache: Path, data_root: str | None, epochs: int
         "threads": torch.get_num_threads(), "cpu": platform.processor() or platform.machine(),
         "load_average_1min": round(os.getloadavg()[0], 1), "cpu_count": os.cpu_count(),
     }
-    cache.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(record, indent=2))
+    write_json(record, out)
     return record
 
 

@@ -141,7 +141,7 @@ def random_init_reference(seed: int, args: argparse.Namespace, cache: Path) -> d
     metrics = task.evaluate("test")
     result = {"config": "random_init", "seed": seed, "quick": args.quick, "knn_acc": metrics["knn_acc"],
               "linear_acc": metrics.get("linear_acc"), "data_source": task.data_source}
-    result_path.write_text(json.dumps(result, indent=2))
+    write_json(result, result_path)
     return result
 
 

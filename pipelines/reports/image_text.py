@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from contrasuite.pipelines.run_dir import write_json
+
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG_DIR = ROOT / "configs" / "image_text"
 VARIANTS = (("pairs", "pairs only"), ("text_negatives", "+ text negatives"),
@@ -73,7 +75,7 @@ def run_one(name: str, seed: int, args: argparse.Namespace, env: dict[str, str],
     metrics, val = (json.loads((run_dir / f"eval_{split}.json").read_text()) for split in ("test", "val"))
     result = {"name": name, "seed": seed, "run_dir": str(run_dir), "seconds": seconds, "command": command,
               "metrics": metrics.get("metrics", metrics), "val_metrics": val.get("metrics", val)}
-    cache.write_text(json.dumps(result, indent=2))
+    write_json(result, cache)
     return result
 
 

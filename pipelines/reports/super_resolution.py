@@ -32,6 +32,8 @@ from typing import Any, Sequence
 
 import torch
 
+from contrasuite.pipelines.run_dir import write_json
+
 ROOT = Path(__file__).resolve().parents[2]
 METHODS = {"l1": "EDSR-baseline, L1", "pcl": "EDSR-baseline, L1 + contrastive (PCL-SR)"}
 SEEDS = (0, 1)
@@ -115,7 +117,7 @@ def run_one(method: str, seed: int, args: argparse.Namespace, cache: Path) -> di
         "eval_seconds": round(time.time() - started, 1),
         "command": shlex.join(["contrasuite", "train", str(config.relative_to(ROOT) if config.is_relative_to(ROOT) else config), *overrides[:1]]),
     }
-    result_path.write_text(json.dumps(result, indent=2))
+    write_json(result, result_path)
     return result
 
 
@@ -135,7 +137,7 @@ def bicubic(args: argparse.Namespace, scale: int, sets: Sequence[str], cache: Pa
             ps.append(float(psnr_y(sr, pair.hr, scale)))
             ss.append(float(ssim_y(sr, pair.hr, scale)))
         metrics[f"{name}/psnr_y"], metrics[f"{name}/ssim_y"] = statistics.fmean(ps), statistics.fmean(ss)
-    path.write_text(json.dumps(metrics, indent=2))
+    write_json(metrics, path)
     return metrics
 
 

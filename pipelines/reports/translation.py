@@ -193,7 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cached = args.results_dir / "single_image_seed0.json"
     if not cached.is_file() and not (args.table_only or args.skip_single):
         write_json(run_one(args.config_dir / "single_image_monet_etretat.yaml", 0, args.output_root, args.data_root,
-                                  [], assets, "single_image"), cached)
+                           [], assets, "single_image"), cached)
     if cached.is_file():
         single = json.loads(cached.read_text())
     write_page(results, single, args.out, args.prefix, args.seeds, args.bench)
