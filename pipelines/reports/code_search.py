@@ -68,8 +68,14 @@ def _cli(args: Sequence[str]) -> list[str]:
     return [sys.executable, "-m", "contrasuite.pipelines.cli", *args]
 
 
+def _from_root(path: Path) -> str:
+    """``path`` as the runs see it (they run in the repository root): relative there when inside it."""
+    path = path.resolve()
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
 def _common(args: argparse.Namespace) -> list[str]:
-    out = [f"config.data.folder={args.mined.resolve()}", f"run.output_root={(args.cache / 'runs').resolve()}"]
+    out = [f"config.data.folder={_from_root(args.mined)}", f"run.output_root={_from_root(args.cache / 'runs')}"]
     return out + (list(QUICK) if args.quick else []) + list(args.overrides)
 
 
