@@ -185,3 +185,31 @@ def test_pairwise_distance_gradcheck_including_self_pairs():
     assert torch.autograd.gradcheck(lambda a, b: pairwise_poincare_distance(a, b, c, scale=0.7), (x, y))
     # Self-comparison: the same tensor as both arguments (the diagonal sits at the floor).
     assert torch.autograd.gradcheck(lambda a: pairwise_poincare_distance(a, a, c)[~torch.eye(5, dtype=torch.bool)], (x,))
+
+
+def composed_to_ball(v, c, clip_r):
+    """Clipping, exponential map and projection as three maps on [N, D] rows (autograd's gradient)."""
+    margin = max(1e-5, 4.0 * float(torch.finfo(v.dtype).eps))
+    x = v * (clip_r / v.norm(dim=-1, keepdim=True).clamp_min(margin)).clamp(max=1.0) if clip_r > 0 else v
+    norm = x.norm(dim=-1, keepdim=True).clamp_min(margin)
+    u = torch.tanh((math.sqrt(c) * norm).clamp(max=15.0)) * x / (math.sqrt(c) * norm)
+    max_norm = (1.0 - max(1e-3, 4.0 * float(torch.finfo(v.dtype).eps))) / math.sqrt(c)
+    return u * (max_norm / u.norm(dim=-1, keepdim=True).clamp_min(margin)).clamp(max=1.0)
+
+
+@pytest.mark.parametrize("c,clip_r", [(0.1, 2.3), (1.0, 2.3), (0.5, 0.0), (2.0, 0.0)])
+def test_to_ball_matches_composed_maps(c, clip_r):
+    # Rows inside and past clip_r, past the tanh saturation (projection active), and a zero row.
+    torch.manual_seed(9)
+    v = torch.cat([0.3 * torch.randn(4, 5), 3.0 * torch.randn(4, 5), 40.0 * torch.randn(2, 5), torch.zeros(1, 5)]).double()
+    weights = torch.randn(11, 5, dtype=torch.float64)
+    results = []
+    for fn in (lambda x: to_ball(x, c, clip_r), lambda x: composed_to_ball(x, c, clip_r)):
+        x = v.clone().requires_grad_()
+        out = fn(x)
+        (out * weights).sum().backward()
+        results.append((out.detach(), x.grad))
+    for got, ref in zip(*results):
+        assert torch.allclose(got, ref, rtol=1e-12, atol=1e-12)
+    x = v[:10].clone().requires_grad_()  # gradcheck away from the zero row
+    assert torch.autograd.gradcheck(lambda a: to_ball(a, c, clip_r), (x,))

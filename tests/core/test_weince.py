@@ -254,3 +254,48 @@ def test_bad_input_errors():
         WEINCERepro(top_m=0)
     with pytest.raises(ValueError, match="beta_min"):
         WEINCERepro(beta_min=2.0, beta_max=1.0)
+
+
+@pytest.mark.parametrize("paired", [True, False])
+def test_fused_single_positive_kernel_matches_masks_and_gradcheck(paired):
+    # The fused blend + cross-entropy of single-positive pairs against the same logits through the
+    # general mask path; rows with a similarity past 1 - eps (the clamp) included.
+    torch.manual_seed(10)
+    if paired:
+        q, k = torch.randn(6, 4, dtype=torch.float64), torch.randn(8, 4, dtype=torch.float64)
+        k[2] = 3.0 * q[2]  # cosine 1: clamped positive
+        k[7] = q[4]  # clamped negative
+        _, pairs = resolve_pairs(q, k)
+    else:
+        base = torch.randn(5, 4, dtype=torch.float64)
+        q, labels = two_view(base, base + 0.3 * torch.randn(5, 4, dtype=torch.float64))
+        q[1] = q[6]  # a clamped positive pair
+        k, (_, pairs) = q, resolve_pairs(q, labels=labels)
+    assert pairs.targets is not None and pairs.exclude_self is not paired
+    masks = Pairs(pos=pairs.pos, valid=pairs.valid)
+    lam = torch.rand(6 if paired else 10, dtype=torch.float64)
+    sim = lambda a, b: F.normalize(a, dim=1) @ F.normalize(b, dim=1).T
+    weights = torch.rand(lam.shape[0], dtype=torch.float64)
+    grads = []
+    for p in (pairs, masks):
+        a, b = q.clone().requires_grad_(), k.clone().requires_grad_()
+        loss = weince(sim(a, b) if paired else sim(a, a), p, lam, 0.2, beta=1.5)
+        (loss * weights).sum().backward()
+        grads.append((loss.detach(), a.grad, b.grad if paired else a.grad))
+    for got, ref in zip(*grads):
+        assert torch.allclose(got, ref, rtol=1e-10, atol=1e-12)
+    # gradcheck away from the clamp (finite differences would cross it)
+    inside = (0.9 * (sim(q, k) if paired else sim(q, q))).requires_grad_()
+    assert torch.autograd.gradcheck(lambda x: weince(x, pairs, lam, 0.2, beta=1.5), (inside,))
+
+
+def test_largest_sorts_or_partitions_to_the_same_values():
+    from contrasuite.core.objectives.weince import SORT_WHOLE_ROWS_UP_TO, largest
+
+    torch.manual_seed(11)
+    for m in (SORT_WHOLE_ROWS_UP_TO, SORT_WHOLE_ROWS_UP_TO + 1):
+        x = torch.randn(7, m)
+        x[0, :5] = x[0, 5]  # ties
+        for k in (1, 33):
+            assert torch.equal(largest(x, k), x.topk(k, dim=-1).values)
+    assert torch.equal(largest(x.flatten(), 100), x.flatten().topk(100).values)
