@@ -66,6 +66,8 @@ def run_one(name: str, seed: int, args: argparse.Namespace, env: dict[str, str],
     if cache.is_file() and not args.rerun:
         return json.loads(cache.read_text())
     overrides = [f"run.seed={seed}", *(QUICK if args.quick else ())]
+    if args.split_seed:
+        overrides.append(f"config.data.split_seed={args.split_seed}")
     if align_dir is not None:
         overrides.append(f"config.init_from={align_dir}")
     config = "reduced_align" if name == "align" else f"reduced_{name}"
@@ -100,7 +102,7 @@ def goal(results: dict[str, list[dict]], field: str) -> tuple[float, float] | No
     return mean(both, comp) - mean(base, comp), mean(both, r1) - mean(base, r1)
 
 
-def write_page(results: dict[str, list[dict]], output: Path, seeds: Sequence[int], quick: bool) -> None:
+def write_page(results: dict[str, list[dict]], output: Path, seeds: Sequence[int], quick: bool, split_seed: int = 0) -> None:
     def col(name: str, key: str, field: str = "metrics") -> list[float]:
         return [r[field][key] for r in results.get(name, []) if key in r.get(field, {})]
 
@@ -109,7 +111,7 @@ def write_page(results: dict[str, list[dict]], output: Path, seeds: Sequence[int
              "Frozen ImageNet EfficientNet-Lite0 (image) and all-MiniLM-L6-v2 (text) trunks, features cached; "
              "trainable MLP projection heads and CLIP logit scale; 128-px inputs; CPU, bf16 autocast. "
              "Stage 1 aligns on Twemoji image-caption pairs (15 epochs); stage 2 continues 10 epochs from it "
-             "in each variant (lr 1e-3, chosen on validation: docs/domains/image_text.md). Test: 20 % of the emoji groups (split seed 0), never seen in training; a group "
+             f"in each variant (lr 1e-3, chosen on validation: docs/domains/image_text.md). Test: 20 % of the emoji groups (split seed {split_seed}), never seen in training; a group "
              "holds an emoji's skin tones, the emoji differing from it only in a colour, direction, gender or "
              "number word, and the emoji its flips or recolourings copy, so no negative image crosses a split "
              "and no held-out caption is used in training, not even as a negative. Noto (google) "
@@ -144,7 +146,8 @@ def write_page(results: dict[str, list[dict]], output: Path, seeds: Sequence[int
     seconds = sum(r["seconds"] for rs in results.values() for r in rs)
     lines += ["## Commands", "", f"Total training wall time of the cached runs: {seconds / 60:.1f} min (the first run "
               "also computes and caches the frozen trunks' features, a few minutes more).", "", "```",
-              "contrasuite compare image_text" + (" --quick" if quick else ""), "# which runs, per seed S:"]
+              "contrasuite compare image_text" + (" --quick" if quick else "")
+              + (f" --split-seed {split_seed} --results-dir RESULTS_DIR" if split_seed else ""), "# which runs, per seed S:"]
     for rs in results.values():
         for r in rs[:1]:
             lines.append(r["command"].replace(str(ROOT) + "/", ""))
@@ -162,6 +165,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--data-root", default=None)
     p.add_argument("--threads", type=int, default=2, help="torch threads per run (default 2)")
     p.add_argument("--rerun", action="store_true")
+    p.add_argument("--split-seed", type=int, default=0,
+                   help="config.data.split_seed of every run (another draw of the emoji groups held out); "
+                        "the page goes to the results folder unless --output is given")
     args = p.parse_args(argv)
     if args.quick:
         args.results_dir = args.results_dir / "quick"
@@ -178,8 +184,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             results.setdefault(name, []).append(run_one(name, seed, args, env, Path(align["run_dir"])))
             print(f"{name} seed {seed}: " + ", ".join(f"{k} {results[name][-1]['metrics'].get(k, float('nan')):.1f}"
                                                      for k in HEADLINE), flush=True)
-    output = args.output or (args.results_dir / "clip_hard_negatives.md" if args.quick else OUTPUT)
-    write_page(results, output, seeds, args.quick)
+    output = args.output or (args.results_dir / "clip_hard_negatives.md" if args.quick or args.split_seed else OUTPUT)
+    write_page(results, output, seeds, args.quick, args.split_seed)
     print(f"wrote {output}")
     return 0
 

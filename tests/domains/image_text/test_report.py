@@ -24,3 +24,11 @@ def test_goal_on_validation_and_test(tmp_path):
     assert "| + text and image negatives | 29.5 ± 0.0 | " in text  # test headline, mean ± std over seeds
     assert "| comp_text/change_number | 61.0 ± 1.0 | 61.0 ± 1.0 | 66.0 ± 1.0 | 72.0 ± 1.0 |" in text
     assert "Total training wall time of the cached runs: 12.0 min (" in text
+
+
+def test_page_names_another_split(tmp_path):
+    results = {name: [run(name, 0, 60, 30, 60, 30)] for name in ("align", "pairs", "text_negatives", "text_image_negatives")}
+    page = tmp_path / "page.md"
+    write_page(results, page, (0,), quick=False, split_seed=2)
+    text = page.read_text()
+    assert "(split seed 2)" in text and "contrasuite compare image_text --split-seed 2 --results-dir RESULTS_DIR" in text
