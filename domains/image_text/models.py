@@ -10,7 +10,10 @@ frozen trunks can be run once and cached (the reduced protocol trains heads on c
   weights loaded into ``timm``'s ``efficientnet_lite0``) with a spatial head (the final feature map
   average-pooled to a ``grid x grid`` layout and projected by an MLP, so left and right stay
   distinguishable), and all-MiniLM-L6-v2 through open_clip's Hugging Face text tower
-  (``HFTextEncoder``, mean pooling, MLP projection) from a local folder.
+  (``HFTextEncoder``, mean pooling, MLP projection) from a local folder. With ``text_segments > 1``
+  the caption's token states are mean-pooled in that many consecutive segments instead of one, and an
+  MLP projects their concatenation: the text analogue of the image grid, so the head sees word order
+  ("light skin tone and dark skin tone" against its swap), which one sentence mean barely keeps.
 """
 
 from __future__ import annotations
@@ -53,6 +56,9 @@ class ModelConfig:
     pretrained_trunks: bool = True
     """pretrained_towers: load the real weights (False: random trunks of the same shape, for tests)."""
     grid: int = 2
+    text_segments: int = 1
+    """pretrained_towers: mean-pool the caption's tokens in this many consecutive segments (1: MiniLM's
+    sentence mean and open_clip's MLP projection; more: an MLP over the concatenated segment means)."""
     head_hidden: int = 512
     context_length: int = 32
 
@@ -92,13 +98,18 @@ class TwoTowerModel(nn.Module):
         return self.text_head(self.text_features(texts))
 
 
+def mlp(features: int, hidden: int, dim: int) -> nn.Sequential:
+    """``Linear -> GELU -> Linear``, the projection heads' shape."""
+    return nn.Sequential(nn.Linear(features, hidden), nn.GELU(), nn.Linear(hidden, dim))
+
+
 class SpatialHead(nn.Module):
     """A ``[N, C, h, w]`` feature map (or its cached ``grid x grid`` pooling) -> ``[N, D]`` by an MLP."""
 
     def __init__(self, channels: int, grid: int, hidden: int, dim: int) -> None:
         super().__init__()
         self.grid = grid
-        self.mlp = nn.Sequential(nn.Linear(channels * grid * grid, hidden), nn.GELU(), nn.Linear(hidden, dim))
+        self.mlp = mlp(channels * grid * grid, hidden, dim)
 
     def forward(self, features: Tensor) -> Tensor:
         if features.shape[-1] != self.grid or features.shape[-2] != self.grid:
@@ -118,15 +129,31 @@ class PooledTrunk(nn.Module):
 
 
 class HFTextTrunk(nn.Module):
-    """open_clip's ``HFTextEncoder`` up to its pooler (the ``proj`` is the head)."""
+    """open_clip's ``HFTextEncoder`` up to its pooler (the ``proj`` is the head), or, with ``segments > 1``,
+    up to :func:`segment_means` of its token states, flattened to ``[N, segments * C]``."""
 
-    def __init__(self, encoder: nn.Module) -> None:
+    def __init__(self, encoder: nn.Module, segments: int = 1) -> None:
         super().__init__()
-        self.encoder = encoder
+        self.encoder, self.segments = encoder, segments
 
     def forward(self, tokens: Tensor) -> Tensor:
         mask = (tokens != self.encoder.config.pad_token_id).long()
-        return self.encoder.pooler(self.encoder.transformer(input_ids=tokens, attention_mask=mask), mask)
+        out = self.encoder.transformer(input_ids=tokens, attention_mask=mask)
+        if self.segments == 1:
+            return self.encoder.pooler(out, mask)
+        return segment_means(out.last_hidden_state, mask, self.segments).flatten(1)
+
+
+def segment_means(states: Tensor, mask: Tensor, segments: int) -> Tensor:
+    """Mean of ``states [N, L, C]`` over each of ``segments`` consecutive runs of a row's valid tokens
+    (``mask [N, L]``, padding at the end): token ``p`` of a row with ``n`` tokens is in segment
+    ``floor(p * segments / n)``. ``[N, segments, C]``; a segment with no token (``n < segments``) is 0."""
+    lengths = mask.sum(dim=1, keepdim=True).clamp_min(1)
+    position = torch.arange(states.shape[1], device=states.device)
+    segment = (position * segments).div(lengths, rounding_mode="floor").clamp_max(segments - 1)
+    member = F.one_hot(segment, segments).to(states.dtype) * mask.unsqueeze(-1).to(states.dtype)  # [N, L, S]
+    sums = torch.einsum("nls,nlc->nsc", member, states)
+    return sums / member.sum(dim=1).clamp_min(1).unsqueeze(-1)
 
 
 class OpenCLIPImage(nn.Module):
@@ -209,8 +236,14 @@ def pretrained_towers(cfg: ModelConfig) -> TwoTowerModel:
     tokenizer = DynamicPadTokenizer(HFTokenizer(text_path, context_length=cfg.context_length).tokenizer,
                                     cfg.context_length)
     image_head = SpatialHead(image_trunk.num_features, cfg.grid, cfg.head_hidden, cfg.embed_dim)
-    towers = TwoTowerModel(PooledTrunk(image_trunk, cfg.grid), image_head, HFTextTrunk(encoder), encoder.proj,
-                           tokenizer, IMAGENET_MEAN, IMAGENET_STD, cfg.image_size)
+    if cfg.text_segments < 1:
+        raise ValueError(f"model.text_segments must be >= 1, got {cfg.text_segments}")
+    text_head = encoder.proj
+    if cfg.text_segments > 1:  # the segment MLP replaces open_clip's projection (left as an identity)
+        text_head = mlp(cfg.text_segments * encoder.config.hidden_size, cfg.head_hidden, cfg.embed_dim)
+        encoder.proj = nn.Identity()
+    towers = TwoTowerModel(PooledTrunk(image_trunk, cfg.grid), image_head, HFTextTrunk(encoder, cfg.text_segments),
+                           text_head, tokenizer, IMAGENET_MEAN, IMAGENET_STD, cfg.image_size)
     towers.embed_dim = cfg.embed_dim
     return towers
 

@@ -45,6 +45,11 @@ from contrasuite.domains.image_text.negatives import NegativesConfig, generate, 
 from contrasuite.domains.task import StepContext, TaskContext
 
 
+OTHER_TOWER = {"images": {"text_model", "text_segments", "context_length"},
+               "texts": {"image_weights", "image_size", "grid"}}
+"""Model settings a trunk's cached features do not depend on: the other tower's."""
+
+
 @dataclass
 class DataConfig:
     """``config.data``."""
@@ -205,8 +210,10 @@ class ImageTextTask:
 
     # ---------------------------------------------------------------- features
     def _cache_file(self, kind: str, extra: Any) -> Path | None:
+        """The cache file of one trunk's features: keyed by the model settings that trunk depends on."""
         root = self.cfg.cache_dir or os.environ.get("CONTRASUITE_CACHE") or Path.home() / ".cache" / "contrasuite"
-        key = json.dumps([kind, asdict(self.cfg.model), extra], sort_keys=True, default=str)
+        model = {k: v for k, v in asdict(self.cfg.model).items() if k not in OTHER_TOWER[kind]}
+        key = json.dumps([kind, model, extra], sort_keys=True, default=str)
         return Path(root) / "image_text" / f"{kind}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.pt"
 
     @torch.no_grad()

@@ -109,9 +109,14 @@ def write_page(results: dict[str, list[dict]], output: Path, seeds: Sequence[int
     lines = ["# CLIP fine-tuning with generated hard negatives (emoji, reduced CPU protocol)", "",
              "**Reduced protocol.** " + ("QUICK SMOKE SETTINGS, not a result. " if quick else "") +
              "Frozen ImageNet EfficientNet-Lite0 (image) and all-MiniLM-L6-v2 (text) trunks, features cached; "
-             "trainable MLP projection heads and CLIP logit scale; 128-px inputs; CPU, bf16 autocast. "
+             "trainable MLP projection heads (the image over a 2x2 grid of the final feature map, the text over "
+             "the means of the caption's two halves of MiniLM token states) and CLIP logit scale; 128-px inputs; "
+             "CPU, bf16 autocast. "
              "Stage 1 aligns on Twemoji image-caption pairs (15 epochs); stage 2 continues 10 epochs from it "
-             f"in each variant (lr 1e-3, chosen on validation: docs/domains/image_text.md). Test: 20 % of the emoji groups (split seed {split_seed}), never seen in training; a group "
+             "in each variant (lr 1e-3; the negatives weigh 4 in the softmax denominators, and in the last row each "
+             "negative image also brings its true caption as a pair (GNM); these and the two text halves chosen "
+             "on validation: "
+             f"docs/domains/image_text.md). Test: 20 % of the emoji groups (split seed {split_seed}), never seen in training; a group "
              "holds an emoji's skin tones, the emoji differing from it only in a colour, direction, gender or "
              "number word, and the emoji its flips or recolourings copy, so no negative image crosses a split "
              "and no held-out caption is used in training, not even as a negative. Noto (google) "

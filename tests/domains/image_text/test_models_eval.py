@@ -94,3 +94,29 @@ def test_frozen_trunks_train_every_head_parameter():
     assert all(p.requires_grad for h in (model.image_head, model.text_head) for p in h.parameters())
     assert not any(p.requires_grad for p in model.parameters() if id(p) not in heads)
     assert sum(p.numel() for p in model.text_head.parameters()) == 384 * 320 + 320 * 256  # MiniLM -> 256 MLP
+
+
+def test_segment_means_pool_consecutive_tokens():
+    from contrasuite.domains.image_text.models import segment_means
+
+    states = torch.arange(12.0).view(2, 6, 1)
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0]])
+    assert segment_means(states, mask, 2).squeeze(-1).tolist() == [[1.0, 4.0], [6.5, 8.0]]
+    # 3 tokens in 4 segments: the last segment is empty (0), padding never counts
+    assert segment_means(states, mask, 4).squeeze(-1).tolist() == [[0.5, 2.0, 3.5, 5.0], [6.0, 7.0, 8.0, 0.0]]
+
+
+def test_text_segments_keep_word_order():
+    """MiniLM's sentence mean barely tells a caption from its attribute swap; segment means set them
+    several times further apart."""
+    caption = "couple with heart, light skin tone and dark skin tone"
+    swapped = "couple with heart, dark skin tone and light skin tone"
+    cosines = {}
+    for segments in (1, 4):
+        model = build_model(ModelConfig(text_segments=segments)).eval()
+        with torch.no_grad():
+            a, b = torch.nn.functional.normalize(model.text_features([caption, swapped]), dim=-1)
+        cosines[segments] = float(a @ b)
+        head = sum(p.numel() for p in model.text_head.parameters())
+        assert head == (384 * 320 + 320 * 256 if segments == 1 else 4 * 384 * 512 + 512 + 512 * 256 + 256)
+    assert cosines[1] > 0.99 and 1 - cosines[4] > 5 * (1 - cosines[1])  # measured 0.998 and 0.983

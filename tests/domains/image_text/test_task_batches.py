@@ -105,3 +105,20 @@ def test_held_out_captions_never_enter_training(tmp_path, emoji_root):
         assert not {normalise(t) for t in batch["texts"]} & task.held_out
         for row in batch["image_rows"][len(batch["rows"]):]:
             assert not style.neg_truths[style.neg_rows.index(row)] & task.held_out
+
+
+def test_feature_caches_are_keyed_by_their_own_tower(tmp_path):
+    """Changing a text setting re-runs only the text trunk (and an image setting only the image trunk)."""
+    from contrasuite.domains.image_text.models import ModelConfig
+    from contrasuite.domains.image_text.task import ImageTextConfig, ImageTextTask
+
+    def files(**model):
+        task = ImageTextTask()
+        task.cfg = ImageTextConfig(model=ModelConfig(**model), cache_dir=str(tmp_path))
+        return task._cache_file("images", ["twitter", "d"]), task._cache_file("texts", "d")
+
+    images, texts = files()
+    seg_images, seg_texts = files(text_segments=4)
+    grid_images, grid_texts = files(grid=4)
+    assert seg_images == images and seg_texts != texts
+    assert grid_images != images and grid_texts == texts
