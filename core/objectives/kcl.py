@@ -27,7 +27,6 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from contrasuite.core.numerics import full_precision, upcast
 from contrasuite.core.objectives.base import ContrastiveObjective, Distributed
 from contrasuite.core.objectives.dhel import check_paired_views
 from contrasuite.core.pairs import Pairs
@@ -70,8 +69,7 @@ class KCL(ContrastiveObjective):
             raise ValueError(f"KCL takes no extra candidate columns: candidates must be [N={n}, D], got {tuple(candidates.shape)}")
         if neg_weight is not None:
             raise ValueError("KCL has no per-negative weights: neg_weight must be None")
-        with full_precision(anchors):  # kernel values and energies in fp32 under any autocast
-            views = normalize(upcast(torch.stack([anchors, candidates])))
-            k_ap = self._kernel.value_(self.t * paired_squared_distance(views[0], views[1]))
-            energy_a, energy_p = off_diagonal_kernel_sum(views, self._kernel, self.t)
+        views = normalize(torch.stack([anchors, candidates]))
+        k_ap = self._kernel.value_(self.t * paired_squared_distance(views[0], views[1]))
+        energy_a, energy_p = off_diagonal_kernel_sum(views, self._kernel, self.t)
         return kcl(k_ap, energy_a, energy_p, self.gamma, ENERGY_SCALE[self.kernel])
