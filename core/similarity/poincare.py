@@ -43,9 +43,10 @@ def _row_norm(x: Tensor) -> Tensor:
     return torch.linalg.vector_norm(x, dim=-1, keepdim=True)
 
 
-def _clip_scale(norm: Tensor, radius: float) -> Tensor:
-    """The factor ``min(1, r / |x|)`` of :func:`clip_features`, from the row norms ``[..., 1]``."""
-    return (radius / norm.clamp_min(_margin(norm, 1e-5))).clamp(max=1.0)
+def _shrink_scale(norm: Tensor, bound: float) -> Tensor:
+    """The factor ``min(1, bound / |x|)`` that caps a row's norm at ``bound``, from the row norms ``[..., 1]``
+    (:func:`clip_features` with ``bound = r``, :func:`project` with ``bound = (1 - eps) / sqrt(c)``)."""
+    return (bound / norm.clamp_min(_margin(norm, 1e-5))).clamp(max=1.0)
 
 
 def _expmap0_scale(norm: Tensor, c: float) -> Tensor:
@@ -56,13 +57,12 @@ def _expmap0_scale(norm: Tensor, c: float) -> Tensor:
 
 def _project_scale(norm: Tensor, c: float, eps: float = 1e-3) -> Tensor:
     """The factor ``min(1, (1 - eps) / (sqrt(c)|x|))`` of :func:`project`, from the row norms ``[..., 1]``."""
-    max_norm = (1.0 - _margin(norm, eps)) / math.sqrt(c)
-    return (max_norm / norm.clamp_min(_margin(norm, 1e-5))).clamp(max=1.0)
+    return _shrink_scale(norm, (1.0 - _margin(norm, eps)) / math.sqrt(c))
 
 
 def clip_features(x: Tensor, radius: float) -> Tensor:
     """Feature clipping: rescale rows with ``|x| > radius`` to norm ``radius``; ``radius <= 0`` disables it."""
-    return x if radius <= 0 else x * _clip_scale(_row_norm(x), radius)
+    return x if radius <= 0 else x * _shrink_scale(_row_norm(x), radius)
 
 
 def project(x: Tensor, c: float, eps: float = 1e-3) -> Tensor:
@@ -75,7 +75,7 @@ def _ball_scale(norm: Tensor, c: float, clip_r: float) -> Tensor:
     """The factor ``[..., 1]`` that maps rows of norm ``norm`` onto the ball: clipping (``clip_r > 0``),
     exponential map and projection are each a rescaling of the row, so the norm after each step is the
     factor times the norm before it, and the three factors multiply."""
-    scale = _clip_scale(norm, clip_r) if clip_r > 0 else None
+    scale = _shrink_scale(norm, clip_r) if clip_r > 0 else None
     norm = norm if scale is None else scale * norm
     exp_scale = _expmap0_scale(norm, c)
     scale = exp_scale if scale is None else scale * exp_scale
