@@ -13,7 +13,7 @@ the ranks of a process group and applies the objective's declared
   quantile over all anchors); anchors and candidates are gathered with gradient and the objective
   runs on the global batch, so its statistics are exactly the single-process ones.
 
-The two efficient paths call ``objective.per_anchor`` when the objective keeps the base class's
+The two efficient paths call ``objective.per_anchor_fp32`` when the objective keeps the base class's
 ``forward``. The ring also accepts an overriding ``forward`` that returns (sum of pair terms) /
 max(anchors with a positive, 1), as SigLIP's does. Any other overriding ``forward`` (CLIP's symmetric
 loss) runs the global-batch path, which is exact for any objective at W times the compute.
@@ -34,7 +34,6 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from contrasuite.core.numerics import full_precision, upcast
 from contrasuite.core.objectives.base import ContrastiveObjective, Distributed
 from contrasuite.core.pairs import Pairs
 
@@ -273,9 +272,7 @@ def _gathered_per_anchor(
     if self_compare:
         valid &= ~offset_diagonal_mask(n, all_cands.shape[0], offset, device)
     pairs = Pairs(pos=pos & valid, valid=valid)
-    with full_precision(anchors):
-        weight = None if neg_weight is None else upcast(neg_weight)
-        per = objective.per_anchor(upcast(anchors), upcast(all_cands), pairs, weight)
+    per = objective.per_anchor_fp32(anchors, all_cands, pairs, neg_weight)
     return per, pairs.has_pos
 
 
@@ -322,8 +319,7 @@ def _ring_sum(
         pairs = Pairs(pos=pos & valid, valid=valid)
         weight = None if neg_weight is None else neg_weight[:, cols]
         if base_forward:
-            with full_precision(anchors):
-                part = objective.per_anchor(upcast(anchors), upcast(block), pairs, None if weight is None else upcast(weight))
+            part = objective.per_anchor_fp32(anchors, block, pairs, weight)
         else:
             part = objective(anchors, block, pos_mask=pairs.pos, neg_weight=weight) * pairs.has_pos.sum().clamp_min(1)
         total = part if total is None else total + part

@@ -38,6 +38,12 @@ class ContrastiveObjective(nn.Module):
         """Per-anchor losses ``[N]`` (any value for anchors without positives; they are dropped)."""
         raise NotImplementedError
 
+    def per_anchor_fp32(self, anchors: Tensor, candidates: Tensor, pairs: Pairs, neg_weight: Tensor | None) -> Tensor:
+        """:meth:`per_anchor` on fp32 (or fp64) copies of the inputs with autocast off (the numerics policy)."""
+        with full_precision(anchors):
+            weight = None if neg_weight is None else upcast(neg_weight)
+            return self.per_anchor(upcast(anchors), upcast(candidates), pairs, weight)
+
     def forward(
         self,
         anchors: Tensor,
@@ -56,9 +62,7 @@ class ContrastiveObjective(nn.Module):
 
     def loss_of_pairs(self, anchors: Tensor, candidates: Tensor, pairs: Pairs, neg_weight: Tensor | None) -> Tensor:
         """The scalar loss once the pairs are resolved (``candidates`` as :func:`resolve_pairs` returns them)."""
-        with full_precision(anchors):
-            weight = None if neg_weight is None else upcast(neg_weight)
-            losses = self.per_anchor(upcast(anchors), upcast(candidates), pairs, weight)
+        losses = self.per_anchor_fp32(anchors, candidates, pairs, neg_weight)
         # Single-positive pairs: every anchor has its positive, so the reduction is a plain mean.
         return losses.mean() if pairs.targets is not None else reduce_mean(losses, pairs.has_pos)
 
