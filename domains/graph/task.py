@@ -181,8 +181,6 @@ class GraphTask:
         self.objective = ObjectiveSum(list(cfg.objective.terms))
         params = list(self.model.parameters()) + list(self.objective.parameters())
         self.weigher: LearnedNegativeWeights | None = None
-        self.weight_mean = float("nan")
-        """Mean learned pair weight of the last step (``learned`` negatives only), logged by ``train_step``."""
         self.clusterer: ClusterWeights | None = None
         neg = cfg.negatives
         if neg.kind == "learned":
@@ -240,8 +238,9 @@ class GraphTask:
         z_f = self.fine(h, masks)
         return self.model.project_head(z_c), self.model.project_head(z_f)
 
-    def loss_terms(self, coarse: Tensor, fine: Tensor, epoch: int) -> dict[str, Tensor]:
-        """The contrastive loss (and ProtoNCE under ``cluster``) for one step."""
+    def loss_terms(self, coarse: Tensor, fine: Tensor, epoch: int) -> tuple[dict[str, Tensor], dict[str, float]]:
+        """The contrastive loss (and ProtoNCE under ``cluster``) for one step, and what to log besides:
+        under ``learned`` negatives the mean pair weight (shrinking every weight lowers the loss)."""
         anchors, candidates = (coarse, fine) if self.cfg.objective.anchor == "coarse" else (fine, coarse)
         if self.clusterer is not None:
             neg = self.cfg.negatives
@@ -254,33 +253,30 @@ class GraphTask:
                     for c, phi in zip(clusterings, phis)
                 ]
                 terms["proto"] = neg.proto_weight * torch.stack(proto).mean()
-            return terms
+            return terms, {}
         if self.weigher is not None:
             if self.cfg.negatives.detach_weight_inputs:
                 weight = self.weigher(anchors.detach(), candidates.detach())
             else:
                 weight = self.weigher(anchors, candidates)
-            self.weight_mean = float(weight.detach().mean())
             eye = torch.eye(weight.shape[0], device=weight.device, dtype=torch.bool)
             zero = torch.zeros_like(weight)
             extended = torch.cat([candidates, candidates])
             pos_mask = torch.cat([eye, torch.zeros_like(eye)], dim=1)
             neg_weight = torch.cat([torch.where(eye, zero, weight), torch.where(eye, weight, zero)], dim=1)
-            return {"contrastive": self.objective(anchors, extended, pos_mask=pos_mask, neg_weight=neg_weight)}
-        return {"contrastive": self.objective(anchors, candidates)}
+            loss = self.objective(anchors, extended, pos_mask=pos_mask, neg_weight=neg_weight)
+            return {"contrastive": loss}, {"neg_weight_mean": float(weight.detach().mean())}
+        return {"contrastive": self.objective(anchors, candidates)}, {}
 
     def train_step(self, batch: int, step: StepContext) -> Mapping[str, float]:
         self.model.train()
         # fp32 whatever run.precision says: the sparse CSR products have no bf16 CPU kernels, and the
         # model is small (the papers train in fp32 too).
         coarse, fine = self.views(batch)
-        terms = self.loss_terms(coarse, fine, batch)
+        terms, logs = self.loss_terms(coarse, fine, batch)
         loss = sum(terms.values())
         step.optimize("model", loss)
-        out = {"loss": float(loss.detach()), **{k: float(v.detach()) for k, v in terms.items()}}
-        if self.weigher is not None:  # where the learned weights go (shrinking them all lowers the loss)
-            out["neg_weight_mean"] = self.weight_mean
-        return out
+        return {"loss": float(loss.detach()), **{k: float(v.detach()) for k, v in terms.items()}, **logs}
 
     def embed_for_health(self, batch: int) -> tuple[Tensor, Tensor]:
         with torch.no_grad():
