@@ -1,7 +1,7 @@
 """``contrasuite translate RUN_DIR INPUT_DIR OUTPUT_DIR``: apply a trained translation generator to a folder.
 
 The generator is rebuilt from the run's ``config.yaml`` and loaded from ``checkpoints/best.pt``
-(``--checkpoint last`` for the last one). Every image in ``INPUT_DIR`` (transparency composited on
+(``--checkpoint last`` for the last one; its weight average when the run kept one, ``config.ema``). Every image in ``INPUT_DIR`` (transparency composited on
 white) is translated at its own size (reflection-padded to a multiple of 4 and cropped back) and
 written as ``OUTPUT_DIR/<stem>.png``.
 """
@@ -35,7 +35,8 @@ def load_generator(run_dir: Path, which: str = "best") -> ResnetGenerator:
         path = run_dir / "checkpoints" / "last.pt"
     state = checkpoint.load(path)
     generator = build_generator(loaded.config)
-    generator.load_state_dict(state["modules"]["generator"])
+    modules = state["modules"]
+    generator.load_state_dict(modules.get("generator_ema", modules["generator"]))  # the average when trained with one
     return generator.eval()
 
 

@@ -15,6 +15,9 @@ One training step, through ``step.optimize`` in a fixed order:
 CUT: ``nce.weight = 1``, identity on. FastCUT: ``nce.weight = 10``, identity off, flip equivariance.
 GAN alone: ``nce.weight = 0`` (no head). Adam(lr 2e-4, betas 0.5/0.999) for all three, constant for
 ``n_epochs`` then linearly to 0 over ``n_epochs_decay`` (per step here; CUT steps per epoch).
+With ``ema > 0`` an exponential moving average of the generator's weights, ``theta_ema <- ema *
+theta_ema + (1 - ema) * theta`` after every generator step (not in CUT; Karras et al. 2018), is what
+``evaluate``, ``translate`` and ``contrasuite translate`` use.
 
 ``evaluate``: emoji -- PSNR/SSIM of the translation against the true Noto drawing and FD/KID on
 EfficientNet-Lite0 features against the real Noto drawings of the same held-out emoji, plus the same
@@ -106,6 +109,8 @@ class TranslationConfig:
     nce: NCEConfig = field(default_factory=NCEConfig)
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     lambda_gan: float = 1.0
+    ema: float = 0.0
+    """Decay of the generator's weight average used for evaluation and translation (0: off, the paper)."""
     lr: float = 2e-4
     betas: list[float] = field(default_factory=lambda: [0.5, 0.999])
     n_epochs: int = 200
@@ -158,6 +163,13 @@ class TranslationTask:
         self.layers = list(cfg.nce.layers) if cfg.nce.layers is not None else default_nce_layers(cfg.generator.n_blocks)
         betas = tuple(cfg.betas)
         self._modules: dict[str, nn.Module] = {"generator": self.generator, "discriminator": self.discriminator}
+        if not 0.0 <= cfg.ema < 1.0:
+            raise ValueError(f"config.ema must be in [0, 1), got {cfg.ema}")
+        self.generator_ema = None
+        if cfg.ema > 0:
+            self.generator_ema = build_generator(cfg).to(self.device).requires_grad_(False)
+            self.generator_ema.load_state_dict(self.generator.state_dict())
+            self._modules["generator_ema"] = self.generator_ema
         self._optimizers: dict[str, torch.optim.Optimizer] = {
             "discriminator": torch.optim.Adam(self.discriminator.parameters(), lr=cfg.lr, betas=betas),
             "generator": torch.optim.Adam(self.generator.parameters(), lr=cfg.lr, betas=betas),
@@ -280,6 +292,8 @@ class TranslationTask:
         finally:
             set_requires_grad(self.discriminator, True)
         step.optimize("generator", loss_g)
+        if self.generator_ema is not None:
+            update_average(self.generator_ema, self.generator, self.cfg.ema)
         if "head" in self._optimizers:
             tie = sum(p.sum() for g in self._optimizers["head"].param_groups for p in g["params"]) * 0.0
             step.optimize("head", tie)
@@ -302,11 +316,12 @@ class TranslationTask:
 
     @torch.no_grad()
     def translate(self, images: Tensor, batch_size: int = 32) -> Tensor:
-        """``uint8 [N, 3, H, W]`` -> translated ``uint8`` (fp32, the generator as it is now)."""
+        """``uint8 [N, 3, H, W]`` -> translated ``uint8`` (fp32, the generator as it is now, or its average)."""
+        generator = self.generator_ema or self.generator
         out = []
         for i in range(0, len(images), batch_size):
             x = D.to_float(images[i : i + batch_size]).to(self.device)
-            out.append(D.to_uint8(translate_any_size(self.generator, x)).cpu())
+            out.append(D.to_uint8(translate_any_size(generator, x)).cpu())
         return torch.cat(out)
 
     def _feature_net(self) -> nn.Module:
@@ -388,6 +403,14 @@ class _Single:
 
     def __getitem__(self, i: int) -> Tensor:
         return self.image
+
+
+@torch.no_grad()
+def update_average(average: nn.Module, model: nn.Module, decay: float) -> None:
+    """``average <- decay * average + (1 - decay) * model``, parameter by parameter; buffers copied."""
+    torch._foreach_lerp_(list(average.parameters()), list(model.parameters()), 1.0 - decay)
+    for mine, theirs in zip(average.buffers(), model.buffers()):
+        mine.copy_(theirs)
 
 
 def build_generator(cfg: TranslationConfig) -> ResnetGenerator:

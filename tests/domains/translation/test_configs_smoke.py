@@ -11,7 +11,8 @@ from PIL import Image
 
 from contrasuite.pipelines.config import load_config
 from contrasuite.pipelines.trainer import Trainer, evaluate
-from contrasuite.pipelines.translate import main as translate_main
+from contrasuite.pipelines import checkpoint
+from contrasuite.pipelines.translate import load_generator, main as translate_main
 
 CONFIGS = sorted((Path(__file__).resolve().parents[3] / "configs" / "translation").glob("*.yaml"))
 TINY = [
@@ -72,9 +73,13 @@ def test_config_trains_and_validates(config, data_root, folder_pair, cache, tmp_
 def test_objective_swap_test_eval_and_translate(data_root, cache, tmp_path):
     config = next(p for p in CONFIGS if p.stem == "reduced_cut_emoji")
     run_dir = run(config, data_root, tmp_path / "runs", cache, ("config.objective.terms.0={name: dhel, temperature: 0.07}",
-                                                          "run.precision=bf16"))
+                                                          "run.precision=bf16", "config.ema=0.9"))
     result = evaluate(run_dir, "last")
     assert {"psnr", "ssim", "fd", "kid", "input_psnr", "input_ssim", "input_fd", "input_kid"} <= set(result["metrics"])
+    saved = checkpoint.load(run_dir / "checkpoints" / "last.pt")["modules"]
+    loaded = load_generator(run_dir, "last").state_dict()
+    assert all(torch.equal(loaded[k], v) for k, v in saved["generator_ema"].items())  # the average, not the generator
+    assert not all(torch.equal(loaded[k], v) for k, v in saved["generator"].items())
     src = tmp_path / "in"
     write_images(src, 2, (30, 22), 5, mode="RGBA")  # odd size, with alpha
     dst = tmp_path / "out"

@@ -4,11 +4,12 @@ import json
 from contextlib import nullcontext
 from pathlib import Path
 
+import pytest
 import torch
 
 from contrasuite.domains.task import TaskContext
 from contrasuite.domains.translation.data import DataConfig, emoji_groups, split_emoji
-from contrasuite.domains.translation.task import TranslationConfig, TranslationTask
+from contrasuite.domains.translation.task import TranslationConfig, TranslationTask, update_average
 
 
 def test_split_emoji_disjoint_and_groups_kept_together():
@@ -50,8 +51,8 @@ class RecordingStep:
         self.optimizers[name].zero_grad(set_to_none=True)
 
 
-def tiny_task(tmp_path: Path, data_root: Path, cache: Path, **nce) -> TranslationTask:
-    cfg = TranslationConfig()
+def tiny_task(tmp_path: Path, data_root: Path, cache: Path, ema: float = 0.0, **nce) -> TranslationTask:
+    cfg = TranslationConfig(ema=ema)
     cfg.data = DataConfig(batch_size=2, crop_size=32, max_train_images=6, test_images=20, val_images=10,
                           cache_dir=str(cache))
     cfg.generator.ngf, cfg.generator.n_blocks = 4, 2
@@ -96,3 +97,27 @@ def test_batches_reproducible_per_seed_and_epoch(tmp_path, data_root, emoji_cach
     b = [torch.cat(b) for b in task.batches(1)]
     c = [torch.cat(b) for b in task.batches(2)]
     assert all(torch.equal(x, y) for x, y in zip(a, b)) and not all(torch.equal(x, y) for x, y in zip(a, c))
+
+
+def test_update_average_is_the_exponential_moving_average():
+    model, average = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+    old = [p.detach().clone() for p in average.parameters()]
+    update_average(average, model, 0.9)
+    for a, o, m in zip(average.parameters(), old, model.parameters()):
+        torch.testing.assert_close(a, 0.9 * o + 0.1 * m)
+
+
+def test_generator_average_follows_training_and_is_what_evaluation_uses(tmp_path, data_root, emoji_cache):
+    task = tiny_task(tmp_path, data_root, emoji_cache, ema=0.5)
+    assert "generator_ema" in task.modules()
+    start = [p.detach().clone() for p in task.generator.parameters()]
+    task.train_step(next(iter(task.batches(0))), RecordingStep(task.optimizers()))
+    for avg, s, g in zip(task.generator_ema.parameters(), start, task.generator.parameters()):
+        torch.testing.assert_close(avg, 0.5 * s + 0.5 * g.detach())  # one step from the same start
+    assert not any(p.requires_grad for p in task.generator_ema.parameters())
+    x = torch.randint(0, 256, (2, 3, 32, 32), dtype=torch.uint8)
+    ema_out = task.translate(x)
+    task.generator_ema.load_state_dict(task.generator.state_dict())
+    assert not torch.equal(ema_out, task.translate(x))  # translate used the average, not the generator
+    with pytest.raises(ValueError, match="config.ema"):
+        tiny_task(tmp_path / "bad", data_root, emoji_cache, ema=1.0)
