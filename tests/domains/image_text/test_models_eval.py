@@ -96,6 +96,24 @@ def test_frozen_trunks_train_every_head_parameter():
     assert sum(p.numel() for p in model.text_head.parameters()) == 384 * 320 + 320 * 256  # MiniLM -> 256 MLP
 
 
+def test_trained_image_stages_move_from_trunk_to_head():
+    """``train_image_stages = K``: the trunk stops K stages early, the head runs them, and the pair
+    computes the same feature map as the whole network; only the trunk stays frozen."""
+    from contrasuite.domains.image_text.models import efficientnet_lite0, split_efficientnet
+
+    net = efficientnet_lite0(None).eval()
+    bottom, top = split_efficientnet(net, 2)
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(top(bottom(x)), net(x))
+    model = build_model(ModelConfig(pretrained_trunks=False, train_image_stages=2, image_size=64))
+    assert model.image_features(torch.zeros(2, 64, 64, 3, dtype=torch.uint8)).shape == (2, 112, 4, 4)
+    assert all(p.requires_grad for p in model.image_head.parameters())
+    assert not any(p.requires_grad for p in model.image_trunk.parameters())
+    with pytest.raises(ValueError, match="train_image_stages"):
+        split_efficientnet(net, 8)
+
+
 def test_segment_means_pool_consecutive_tokens():
     from contrasuite.domains.image_text.models import segment_means
 

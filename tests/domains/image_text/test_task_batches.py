@@ -120,5 +120,29 @@ def test_feature_caches_are_keyed_by_their_own_tower(tmp_path):
     images, texts = files()
     seg_images, seg_texts = files(text_segments=4)
     grid_images, grid_texts = files(grid=4)
+    top_images, top_texts = files(train_image_stages=1)
     assert seg_images == images and seg_texts != texts
     assert grid_images != images and grid_texts == texts
+    assert top_images != images and top_texts == texts
+
+
+def test_trained_image_stages_get_their_own_learning_rate(tmp_path, emoji_root):
+    overrides = [f"run.output_root={tmp_path}", "config.data.limit=20", "config.data.unseen_style=null",
+                 "config.model.pretrained_trunks=false", "config.model.image_size=64", "run.precision=fp32",
+                 f"config.cache_dir={tmp_path / 'cache'}", "config.model.train_image_stages=1",
+                 "config.lr=0.01", "config.trunk_lr_scale=0.5"]
+    task = Trainer(load_config(CONFIGS / "reduced_pairs.yaml", overrides, data_root=str(emoji_root))).task
+    heads, top = task.opt.param_groups
+    top_ids = {id(p) for p in task.model.image_head.top.parameters()}
+    assert top["lr"] == 0.005 and heads["lr"] == 0.01 and {id(p) for p in top["params"]} == top_ids
+    assert not top_ids & {id(p) for p in heads["params"]}
+    assert task.styles[task.train_style].features.shape[1:] == (192, 2, 2)  # cached before the last stage
+    before = [p.detach().clone() for p in task.model.image_head.top.parameters()]
+    step = next(iter(task.batches(0)))
+    with torch.no_grad():
+        images = task._images_in(task.styles[task.train_style], step["image_rows"])
+    loss = task.objective(task._embed_images(images), task._embed_texts(task._texts_in(step["texts"])),
+                          pos_mask=step["pos_mask"])
+    loss.backward()
+    task.opt.step()
+    assert all(not torch.equal(a, b) for a, b in zip(task.model.image_head.top.parameters(), before))
