@@ -175,7 +175,8 @@ class ImageTextTask:
         params = [p for m in (self.model, self.objective) for p in m.parameters() if p.requires_grad]
         groups = [{"params": [p for p in params if id(p) not in pretrained]}]
         if pretrained:
-            groups.append({"params": [p for p in params if id(p) in pretrained], "lr": self.cfg.lr * self.cfg.trunk_lr_scale})
+            top_lr = self.cfg.lr * self.cfg.trunk_lr_scale
+            groups.append({"params": [p for p in params if id(p) in pretrained], "lr": top_lr})
         return groups
 
     # ---------------------------------------------------------------- data
