@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from contrasuite.core.objectives import ObjectiveSum
+from contrasuite.domains.averaging import check_decay, start_average, update_average
 from contrasuite.domains.image_text.captions import normalise
 from contrasuite.domains.image_text.data import PairSet, join_groups, load_captions, load_emoji, split_groups
 from contrasuite.domains.image_text.evaluate import image_side, retrieval, text_side
@@ -110,6 +111,8 @@ class ImageTextConfig:
     batch_size: int = 256
     lr: float = 1e-3
     weight_decay: float = 0.01
+    ema: float = 0.0
+    """Decay of a weight average of the model that evaluation uses (:mod:`~contrasuite.domains.averaging`; 0: off)."""
     trunk_lr_scale: float = 0.1
     """Learning rate of pretrained layers that train (``model.train_image_stages``), relative to ``lr``."""
     gradcache_chunks: int = 0
@@ -162,6 +165,8 @@ class ImageTextTask:
         if cfg.init_from:
             self._init_from(Path(cfg.init_from))
         self.net = ctx.wrap(self.model)
+        check_decay(cfg.ema)
+        self.model_ema = start_average(build_model(cfg.model).to(ctx.device), self.model) if cfg.ema > 0 else None
         self.frozen = cfg.model.freeze_trunks
         texts_all = list(dict.fromkeys([*styles[train_style].captions, *(r["negative"] for r in texts)]))
         self.text_row = {t: i for i, t in enumerate(texts_all)}
@@ -271,15 +276,17 @@ class ImageTextTask:
             return self.text_features[[self.text_row[t] for t in texts]].to(self.ctx.device).float()
         return texts
 
-    def _embed_images(self, x: Tensor) -> Tensor:
+    def _embed_images(self, x: Tensor, model: nn.Module | None = None) -> Tensor:
         if len(x) == 0:
             return self._empty()
-        return self.net.image_head(x) if self.frozen else self.net.encode_image(x)
+        model = self.net if model is None else model
+        return model.image_head(x) if self.frozen else model.encode_image(x)
 
-    def _embed_texts(self, x: Tensor | list[str]) -> Tensor:
+    def _embed_texts(self, x: Tensor | list[str], model: nn.Module | None = None) -> Tensor:
         if len(x) == 0:
             return self._empty()
-        return self.net.text_head(x) if self.frozen else self.net.encode_text(x)
+        model = self.net if model is None else model
+        return model.text_head(x) if self.frozen else model.encode_text(x)
 
     def _empty(self) -> Tensor:
         """No rows, but attached to the graph (GradCache back-propagates every chunk's outputs)."""
@@ -288,7 +295,8 @@ class ImageTextTask:
 
     # ---------------------------------------------------------------- training
     def modules(self) -> Mapping[str, nn.Module]:
-        return {"model": self.model, "objective": self.objective}
+        average = {} if self.model_ema is None else {"model_ema": self.model_ema}
+        return {"model": self.model, "objective": self.objective, **average}
 
     def optimizers(self) -> Mapping[str, torch.optim.Optimizer]:
         return {"model": self.opt}
@@ -389,19 +397,21 @@ class ImageTextTask:
                 reps = embed(inputs)
             loss = loss_fn(*reps)
             step.optimize("model", loss)
+        if self.model_ema is not None:
+            update_average(self.model_ema, self.model, self.cfg.ema)
         return {"loss": float(loss.detach()), "neg_texts": float(batch["neg_texts"]),
                 "neg_images": float(batch["neg_images"])}
 
     # ---------------------------------------------------------------- evaluation
     @torch.no_grad()
     def _embed_all(self, style: StyleData, rows: list[int], texts: list[str]) -> tuple[Tensor, Tensor]:
-        bs = self.cfg.eval_batch_size
+        bs, model = self.cfg.eval_batch_size, self.model_ema  # the weight average when there is one
         imgs, txts = [], []
         with self.ctx.autocast():
             for s in range(0, len(rows), bs):
-                imgs.append(self._embed_images(self._images_in(style, rows[s: s + bs])).float())
+                imgs.append(self._embed_images(self._images_in(style, rows[s: s + bs]), model).float())
             for s in range(0, len(texts), bs):
-                txts.append(self._embed_texts(self._texts_in(texts[s: s + bs])).float())
+                txts.append(self._embed_texts(self._texts_in(texts[s: s + bs]), model).float())
         return F.normalize(torch.cat(imgs), dim=-1).cpu(), F.normalize(torch.cat(txts), dim=-1).cpu()
 
     def evaluate(self, split: str = "val") -> Mapping[str, float]:

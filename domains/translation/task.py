@@ -16,7 +16,8 @@ CUT: ``nce.weight = 1``, identity on. FastCUT: ``nce.weight = 10``, identity off
 GAN alone: ``nce.weight = 0`` (no head). Adam(lr 2e-4, betas 0.5/0.999) for all three, constant for
 ``n_epochs`` then linearly to 0 over ``n_epochs_decay`` (per step here; CUT steps per epoch).
 With ``ema > 0`` an exponential moving average of the generator's weights, ``theta_ema <- ema *
-theta_ema + (1 - ema) * theta`` after every generator step (not in CUT; Karras et al. 2018), is what
+theta_ema + (1 - ema) * theta`` after every generator step (not in CUT; Karras et al. 2018;
+:mod:`~contrasuite.domains.averaging`), is what
 ``evaluate``, ``translate`` and ``contrasuite translate`` use.
 
 ``evaluate``: emoji -- PSNR/SSIM of the translation against the true Noto drawing and FD/KID on
@@ -38,6 +39,7 @@ from torch import Tensor, nn
 
 from contrasuite.core.objectives import ObjectiveSum
 from contrasuite.domains.archives import cache_root, emoji_style_dirs
+from contrasuite.domains.averaging import check_decay, start_average, update_average
 from contrasuite.domains.task import StepContext, TaskContext
 from contrasuite.domains.translation import data as D
 from contrasuite.domains.translation.metrics import (
@@ -163,12 +165,10 @@ class TranslationTask:
         self.layers = list(cfg.nce.layers) if cfg.nce.layers is not None else default_nce_layers(cfg.generator.n_blocks)
         betas = tuple(cfg.betas)
         self._modules: dict[str, nn.Module] = {"generator": self.generator, "discriminator": self.discriminator}
-        if not 0.0 <= cfg.ema < 1.0:
-            raise ValueError(f"config.ema must be in [0, 1), got {cfg.ema}")
+        check_decay(cfg.ema)
         self.generator_ema = None
         if cfg.ema > 0:
-            self.generator_ema = build_generator(cfg).to(self.device).requires_grad_(False)
-            self.generator_ema.load_state_dict(self.generator.state_dict())
+            self.generator_ema = start_average(build_generator(cfg).to(self.device), self.generator)
             self._modules["generator_ema"] = self.generator_ema
         self._optimizers: dict[str, torch.optim.Optimizer] = {
             "discriminator": torch.optim.Adam(self.discriminator.parameters(), lr=cfg.lr, betas=betas),
@@ -403,14 +403,6 @@ class _Single:
 
     def __getitem__(self, i: int) -> Tensor:
         return self.image
-
-
-@torch.no_grad()
-def update_average(average: nn.Module, model: nn.Module, decay: float) -> None:
-    """``average <- decay * average + (1 - decay) * model``, parameter by parameter; buffers copied."""
-    torch._foreach_lerp_(list(average.parameters()), list(model.parameters()), 1.0 - decay)
-    for mine, theirs in zip(average.buffers(), model.buffers()):
-        mine.copy_(theirs)
 
 
 def build_generator(cfg: TranslationConfig) -> ResnetGenerator:

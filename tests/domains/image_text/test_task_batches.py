@@ -1,5 +1,6 @@
 """Training batches: one image/text block whose pos_mask marks every true match, in both directions."""
 
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -146,3 +147,36 @@ def test_trained_image_stages_get_their_own_learning_rate(tmp_path, emoji_root):
     loss.backward()
     task.opt.step()
     assert all(not torch.equal(a, b) for a, b in zip(task.model.image_head.top.parameters(), before))
+
+
+class _Step:
+    """The engine's step, reduced to what ``train_step`` calls."""
+
+    def __init__(self, optimizers):
+        self.optimizers = optimizers
+
+    def autocast(self):
+        return contextlib.nullcontext()
+
+    def optimize(self, name, loss):
+        loss.backward()
+        self.optimizers[name].step()
+        self.optimizers[name].zero_grad(set_to_none=True)
+
+
+def test_weight_average_follows_training_and_is_what_evaluation_uses(tmp_path, emoji_root):
+    overrides = [f"run.output_root={tmp_path}", "config.data.limit=20", "config.data.unseen_style=null",
+                 "config.data.val_fraction=0.3", "config.model.pretrained_trunks=false", "config.model.image_size=64",
+                 "run.precision=fp32", f"config.cache_dir={tmp_path / 'cache'}", "config.ema=0.5"]
+    task = Trainer(load_config(CONFIGS / "reduced_pairs.yaml", overrides, data_root=str(emoji_root))).task
+    assert "model_ema" in task.modules()
+    start = [p.detach().clone() for p in task.model.parameters()]
+    task.train_step(next(iter(task.batches(0))), _Step(task.optimizers()))
+    for avg, s, p in zip(task.model_ema.parameters(), start, task.model.parameters()):
+        torch.testing.assert_close(avg, 0.5 * s + 0.5 * p.detach())
+    style = task.styles[task.train_style]
+    rows = task.splits["val"][:4]
+    captions = [style.pairs.captions[r] for r in rows]
+    averaged = task._embed_all(style, rows, captions)
+    task.model_ema.load_state_dict(task.model.state_dict())
+    assert not torch.allclose(averaged[0], task._embed_all(style, rows, captions)[0])

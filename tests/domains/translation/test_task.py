@@ -9,7 +9,8 @@ import torch
 
 from contrasuite.domains.task import TaskContext
 from contrasuite.domains.translation.data import DataConfig, emoji_groups, split_emoji
-from contrasuite.domains.translation.task import TranslationConfig, TranslationTask, update_average
+from contrasuite.domains.averaging import update_average
+from contrasuite.domains.translation.task import TranslationConfig, TranslationTask
 
 
 def test_split_emoji_disjoint_and_groups_kept_together():

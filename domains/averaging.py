@@ -1,0 +1,30 @@
+"""Exponential moving average of a model's weights (Polyak averaging), for evaluation.
+
+``theta_avg <- decay * theta_avg + (1 - decay) * theta`` after every optimizer step; a decay ``d``
+averages over roughly the last ``1 / (1 - d)`` steps. Shared by the domains whose tasks offer it
+(``config.ema``): the translation generator (as in Karras et al. 2018) and the image-text towers.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def check_decay(decay: float) -> None:
+    if not 0.0 <= decay < 1.0:
+        raise ValueError(f"config.ema must be in [0, 1), got {decay}")
+
+
+def start_average(average: nn.Module, model: nn.Module) -> nn.Module:
+    """``average`` (a fresh module of ``model``'s architecture) set to ``model``'s weights, frozen."""
+    average.load_state_dict(model.state_dict())
+    return average.requires_grad_(False)
+
+
+@torch.no_grad()
+def update_average(average: nn.Module, model: nn.Module, decay: float) -> None:
+    """``average <- decay * average + (1 - decay) * model``, parameter by parameter; buffers copied."""
+    torch._foreach_lerp_(list(average.parameters()), list(model.parameters()), 1.0 - decay)
+    for mine, theirs in zip(average.buffers(), model.buffers()):
+        mine.copy_(theirs)
