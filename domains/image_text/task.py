@@ -112,7 +112,7 @@ class ImageTextConfig:
     lr: float = 1e-3
     weight_decay: float = 0.01
     ema: float = 0.0
-    """Decay of a weight average of the model that evaluation uses (:mod:`~contrasuite.domains.averaging`; 0: off)."""
+    """Decay of a weight average of the model that evaluation uses (0: off; ``contrasuite.domains.averaging``)."""
     trunk_lr_scale: float = 0.1
     """Learning rate of pretrained layers that train (``model.train_image_stages``), relative to ``lr``."""
     gradcache_chunks: int = 0

@@ -17,8 +17,8 @@ GAN alone: ``nce.weight = 0`` (no head). Adam(lr 2e-4, betas 0.5/0.999) for all 
 ``n_epochs`` then linearly to 0 over ``n_epochs_decay`` (per step here; CUT steps per epoch).
 With ``ema > 0`` an exponential moving average of the generator's weights, ``theta_ema <- ema *
 theta_ema + (1 - ema) * theta`` after every generator step (not in CUT; Karras et al. 2018;
-:mod:`~contrasuite.domains.averaging`), is what
-``evaluate``, ``translate`` and ``contrasuite translate`` use.
+:mod:`~contrasuite.domains.averaging`), is what ``evaluate``, ``translate`` and ``contrasuite
+translate`` use.
 
 ``evaluate``: emoji -- PSNR/SSIM of the translation against the true Noto drawing and FD/KID on
 EfficientNet-Lite0 features against the real Noto drawings of the same held-out emoji, plus the same
@@ -317,7 +317,7 @@ class TranslationTask:
     @torch.no_grad()
     def translate(self, images: Tensor, batch_size: int = 32) -> Tensor:
         """``uint8 [N, 3, H, W]`` -> translated ``uint8`` (fp32, the generator as it is now, or its average)."""
-        generator = self.generator_ema or self.generator
+        generator = self.generator if self.generator_ema is None else self.generator_ema
         out = []
         for i in range(0, len(images), batch_size):
             x = D.to_float(images[i : i + batch_size]).to(self.device)
