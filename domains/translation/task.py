@@ -111,6 +111,8 @@ class TranslationConfig:
     nce: NCEConfig = field(default_factory=NCEConfig)
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     lambda_gan: float = 1.0
+    lambda_identity: float = 0.0
+    """Weight of CycleGAN's pixel identity loss ``mean |G(y) - y|`` on target images (not in CUT; 0: off)."""
     ema: float = 0.0
     """Decay of the generator's weight average used for evaluation and translation (0: off, the paper)."""
     lr: float = 2e-4
@@ -263,7 +265,7 @@ class TranslationTask:
         cfg = self.cfg
         real_a, real_b = (D.to_float(t).to(self.device, non_blocking=True) for t in batch)
         use_nce = cfg.nce.weight > 0
-        identity = use_nce and cfg.nce.identity
+        identity = (use_nce and cfg.nce.identity) or cfg.lambda_identity > 0  # G(y) is needed
         flipped = cfg.nce.flip_equivariance and bool(torch.rand(()) < 0.5)
         n = real_a.shape[0]
         with step.autocast():
@@ -284,11 +286,15 @@ class TranslationTask:
                     nce_x = self.nce_loss(real_a, fake_b, flipped)
                     out["nce_x"] = float(nce_x.detach())
                     nce = nce_x
-                    if identity:
+                    if cfg.nce.identity:
                         nce_y = self.nce_loss(real_b, fake[n:], flipped)
                         out["nce_y"] = float(nce_y.detach())
                         nce = 0.5 * (nce_x + nce_y)
                     loss_g = loss_gan + cfg.nce.weight * nce
+                if cfg.lambda_identity > 0:
+                    l1 = (fake[n:].float() - (real_b.flip(-1) if flipped else real_b)).abs().mean()
+                    out["identity_l1"] = float(l1.detach())
+                    loss_g = loss_g + cfg.lambda_identity * l1
         finally:
             set_requires_grad(self.discriminator, True)
         step.optimize("generator", loss_g)

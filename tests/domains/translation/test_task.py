@@ -122,3 +122,18 @@ def test_generator_average_follows_training_and_is_what_evaluation_uses(tmp_path
     assert not torch.equal(ema_out, task.translate(x))  # translate used the average, not the generator
     with pytest.raises(ValueError, match="config.ema"):
         tiny_task(tmp_path / "bad", data_root, emoji_cache, ema=1.0)
+
+
+def test_pixel_identity_loss_is_the_mean_absolute_difference_on_targets(tmp_path, data_root, emoji_cache):
+    task = tiny_task(tmp_path, data_root, emoji_cache, weight=0.0)  # the GAN alone: no G(y) without the option
+    task.cfg.lambda_identity = 2.0
+    a, b = next(iter(task.batches(0)))
+    seen = []
+    task.generator.register_forward_hook(lambda module, inputs, output: seen.append((inputs[0].detach(), output.detach())))
+    out = task.train_step((a, b), RecordingStep(task.optimizers()))
+    inputs, fake = seen[0]
+    n = a.shape[0]
+    assert inputs.shape[0] == 2 * n  # G ran on [x; y]
+    expected = (fake[n:] - inputs[n:]).abs().mean()
+    assert out["identity_l1"] == pytest.approx(float(expected), rel=1e-5)
+    assert out["loss"] == pytest.approx(out["loss_gan"] + 2.0 * out["identity_l1"], rel=1e-5)
