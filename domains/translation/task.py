@@ -2,12 +2,13 @@
 
 One training step, through ``step.optimize`` in a fixed order:
 
-1. ``fake = G(x)`` (with CUT's identity pass, ``G([x; y])``; under FastCUT's flip equivariance the
+1. ``fake = G(x)`` (with an identity term, ``G([x; y])``; under FastCUT's flip equivariance the
    input is flipped with probability 0.5 and the output's query features flipped back).
 2. ``discriminator``: LSGAN, ``0.5 (D(G(x))^2 + (D(y) - 1)^2)`` with ``G(x)`` detached.
 3. ``generator``: ``lambda_GAN (D(G(x)) - 1)^2 + lambda_NCE * PatchNCE`` with D frozen, where
    PatchNCE is ``0.5 (NCE(x, G(x)) + NCE(y, G(y)))`` with identity, else ``NCE(x, G(x))``
-   (:mod:`~contrasuite.domains.translation.patchnce`, any core objective from ``config.objective``).
+   (:mod:`~contrasuite.domains.translation.patchnce`, any core objective from ``config.objective``),
+   plus ``lambda_identity * mean |G(y) - y|`` when that option (CycleGAN's identity loss) is on.
 4. ``head``: the projection head (and any learnable objective parameter) steps on the gradient the
    generator's backward left in it; its ``optimize`` call passes a zero-valued loss tied to its
    parameters, so the engine's checks, clipping and scheduler apply to it like to any optimizer.
