@@ -24,7 +24,10 @@ def start_average(average: nn.Module, model: nn.Module) -> nn.Module:
 
 @torch.no_grad()
 def update_average(average: nn.Module, model: nn.Module, decay: float) -> None:
-    """``average <- decay * average + (1 - decay) * model``, parameter by parameter; buffers copied."""
-    torch._foreach_lerp_(list(average.parameters()), list(model.parameters()), 1.0 - decay)
+    """``average <- decay * average + (1 - decay) * model`` for the parameters that train (a frozen one
+    keeps the value :func:`start_average` copied); buffers copied."""
+    pairs = [(mine, theirs) for mine, theirs in zip(average.parameters(), model.parameters()) if theirs.requires_grad]
+    if pairs:
+        torch._foreach_lerp_([m for m, _ in pairs], [t for _, t in pairs], 1.0 - decay)
     for mine, theirs in zip(average.buffers(), model.buffers()):
         mine.copy_(theirs)

@@ -1,9 +1,9 @@
 """``contrasuite translate RUN_DIR INPUT_DIR OUTPUT_DIR``: apply a trained translation generator to a folder.
 
 The generator is rebuilt from the run's ``config.yaml`` and loaded from ``checkpoints/best.pt``
-(``--checkpoint last`` for the last one; its weight average when the run kept one, ``config.ema``). Every image in ``INPUT_DIR`` (transparency composited on
-white) is translated at its own size (reflection-padded to a multiple of 4 and cropped back) and
-written as ``OUTPUT_DIR/<stem>.png``.
+(``--checkpoint last`` for the last one; its weight average when the run kept one, ``config.ema``).
+Every image in ``INPUT_DIR`` (transparency composited on white) is translated at its own size
+(reflection-padded to a multiple of 4 and cropped back) and written as ``OUTPUT_DIR/<stem>.png``.
 """
 
 from __future__ import annotations

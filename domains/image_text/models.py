@@ -11,10 +11,10 @@ frozen trunks can be run once and cached (the reduced protocol trains heads on c
   average-pooled to a ``grid x grid`` layout and projected by an MLP, so left and right stay
   distinguishable; with ``train_image_stages = K`` its last K stages belong to the head and train),
   and all-MiniLM-L6-v2 through open_clip's Hugging Face text tower (``HFTextEncoder``, mean pooling,
-  MLP projection) from a local folder. With ``text_segments > 1``
-  the caption's token states are mean-pooled in that many consecutive segments instead of one, and an
-  MLP projects their concatenation: the text analogue of the image grid, so the head sees word order
-  ("light skin tone and dark skin tone" against its swap), which one sentence mean barely keeps.
+  MLP projection) from a local folder. With ``text_segments > 1`` the caption's token states are
+  mean-pooled in that many consecutive segments instead of one, and an MLP projects their
+  concatenation: the text analogue of the image grid, so the head sees word order ("light skin tone
+  and dark skin tone" against its swap), which one sentence mean barely keeps.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ import hashlib
 import json
 import os
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional
 
@@ -166,7 +166,10 @@ class ImageTextTask:
             self._init_from(Path(cfg.init_from))
         self.net = ctx.wrap(self.model)
         check_decay(cfg.ema)
-        self.model_ema = start_average(build_model(cfg.model).to(ctx.device), self.model) if cfg.ema > 0 else None
+        self.model_ema = None
+        if cfg.ema > 0:  # same architecture, weights copied from the model (not read from disk again)
+            shell = build_model(replace(cfg.model, pretrained_trunks=False, pretrained=None))
+            self.model_ema = start_average(shell.to(ctx.device), self.model)
         self.frozen = cfg.model.freeze_trunks
         texts_all = list(dict.fromkeys([*styles[train_style].captions, *(r["negative"] for r in texts)]))
         self.text_row = {t: i for i, t in enumerate(texts_all)}
