@@ -4,7 +4,9 @@ One training step, through ``step.optimize`` in a fixed order:
 
 1. ``fake = G(x)`` (with an identity term, ``G([x; y])``; under FastCUT's flip equivariance the
    input is flipped with probability 0.5 and the output's query features flipped back).
-2. ``discriminator``: LSGAN, ``0.5 (D(G(x))^2 + (D(y) - 1)^2)`` with ``G(x)`` detached.
+2. ``discriminator``: LSGAN, ``0.5 (D(G(x))^2 + (D(y) - 1)^2)`` with ``G(x)`` detached. With
+   ``discriminator.augment``, D sees every image (here and in step 3) through DiffAugment's random
+   transforms (:mod:`~contrasuite.domains.translation.augment`; not in CUT).
 3. ``generator``: ``lambda_GAN (D(G(x)) - 1)^2 + lambda_NCE * PatchNCE`` with D frozen, where
    PatchNCE is ``0.5 (NCE(x, G(x)) + NCE(y, G(y)))`` with identity, else ``NCE(x, G(x))``
    (:mod:`~contrasuite.domains.translation.patchnce`, any core objective from ``config.objective``),
@@ -43,6 +45,7 @@ from contrasuite.domains.archives import cache_root, emoji_style_dirs
 from contrasuite.domains.averaging import check_decay, start_average, update_average
 from contrasuite.domains.task import StepContext, TaskContext
 from contrasuite.domains.translation import data as D
+from contrasuite.domains.translation.augment import DiffAugment
 from contrasuite.domains.translation.metrics import (
     distribution_metrics, efficientnet_lite0_features, extract_features, psnr, ssim,
 )
@@ -67,6 +70,9 @@ class GeneratorConfig:
 class DiscriminatorConfig:
     ndf: int = 64
     n_layers: int = 3
+    augment: list[str] = field(default_factory=list)
+    """DiffAugment policies applied to every image the discriminator sees (``colour``, ``hue``,
+    ``translation``, ``cutout``; :mod:`~contrasuite.domains.translation.augment`); empty: off (CUT)."""
 
 
 @dataclass
@@ -165,6 +171,7 @@ class TranslationTask:
         self._load_data(Path(ctx.data_root))
         self.generator = build_generator(cfg).to(self.device)
         self.discriminator = PatchDiscriminator(cfg.discriminator.ndf, cfg.discriminator.n_layers).to(self.device)
+        self.augment = DiffAugment(cfg.discriminator.augment)
         self.layers = list(cfg.nce.layers) if cfg.nce.layers is not None else default_nce_layers(cfg.generator.n_blocks)
         betas = tuple(cfg.betas)
         self._modules: dict[str, nn.Module] = {"generator": self.generator, "discriminator": self.discriminator}
@@ -251,6 +258,10 @@ class TranslationTask:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self._step = int(state["step"])
 
+    def judge(self, images: Tensor) -> Tensor:
+        """The discriminator's patch scores of ``images`` after the DiffAugment policies (if any)."""
+        return self.discriminator(self.augment(images))
+
     def nce_loss(self, src: Tensor, tgt: Tensor, flipped: bool) -> Tensor:
         """PatchNCE between the input ``src`` (keys) and its translation ``tgt`` (queries)."""
         feat_q = self.generator.encode(tgt, self.layers)
@@ -274,13 +285,13 @@ class TranslationTask:
             fake = self.generator(inputs.flip(-1) if flipped else inputs)
         fake_b = fake[:n]
         with step.autocast():
-            loss_d = 0.5 * (lsgan(self.discriminator(fake_b.detach()), 0.0) + lsgan(self.discriminator(real_b), 1.0))
+            loss_d = 0.5 * (lsgan(self.judge(fake_b.detach()), 0.0) + lsgan(self.judge(real_b), 1.0))
         step.optimize("discriminator", loss_d)
 
         set_requires_grad(self.discriminator, False)
         try:
             with step.autocast():
-                loss_gan = cfg.lambda_gan * lsgan(self.discriminator(fake_b), 1.0)
+                loss_gan = cfg.lambda_gan * lsgan(self.judge(fake_b), 1.0)
                 out = {"loss_d": float(loss_d.detach()), "loss_gan": float(loss_gan.detach())}
                 loss_g = loss_gan
                 if use_nce:

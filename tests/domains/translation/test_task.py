@@ -137,3 +137,18 @@ def test_pixel_identity_loss_is_the_mean_absolute_difference_on_targets(tmp_path
     expected = (fake[n:] - inputs[n:]).abs().mean()
     assert out["identity_l1"] == pytest.approx(float(expected), rel=1e-5)
     assert out["loss"] == pytest.approx(out["loss_gan"] + 2.0 * out["identity_l1"], rel=1e-5)
+
+
+def test_discriminator_sees_augmented_images_in_both_steps(tmp_path, data_root, emoji_cache):
+    task = tiny_task(tmp_path, data_root, emoji_cache)
+    task.cfg.discriminator.augment = ["translation", "cutout"]
+    task.setup(task.ctx)  # rebuild with the policies
+    a, b = next(iter(task.batches(0)))
+    seen = []
+    task.discriminator.register_forward_hook(lambda module, inputs, output: seen.append(inputs[0].detach()))
+    task.train_step((a, b), RecordingStep(task.optimizers()))
+    assert len(seen) == 3  # D(G(x)) and D(y) in its step, D(G(x)) in the generator's
+    grey = [float((x.abs() < 1e-6).all(dim=1).float().mean()) for x in seen]
+    assert all(g >= 0.2 for g in grey)  # cutout: a quarter of every image the discriminator saw is grey
+    real = (b.float() / 127.5 - 1.0)
+    assert not torch.allclose(seen[1], real)
