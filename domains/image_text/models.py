@@ -20,7 +20,7 @@ frozen trunks can be run once and cached (the reduced protocol trains heads on c
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -61,6 +61,10 @@ class ModelConfig:
     """pretrained_towers: the last K of EfficientNet-Lite0's 7 stages (with its 1x1 head convolution) train
     with the image head, at ``lr * trunk_lr_scale``; the layers before them are the trunk (frozen and
     cached under ``freeze_trunks``). 0: the whole network is the trunk."""
+    extra_image_stages: list[int] = field(default_factory=list)
+    """pretrained_towers: EfficientNet-Lite0 stages (0-6) whose outputs are also pooled to ``grid x grid``
+    and concatenated with the final map before the image head (earlier stages keep more colour and
+    local shape). Empty: the final map only. Not with ``train_image_stages``."""
     text_segments: int = 1
     """pretrained_towers: mean-pool the caption's tokens in this many consecutive segments (1: MiniLM's
     sentence mean and open_clip's MLP projection; more: an MLP over the concatenated segment means)."""
@@ -153,6 +157,34 @@ class PooledTrunk(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return F.adaptive_avg_pool2d(self.trunk(x), self.grid)
+
+
+def _out_channels(stage: nn.Module) -> int:
+    """Channels a network stage outputs: those of its last batch norm."""
+    return [m for m in stage.modules() if isinstance(m, nn.BatchNorm2d)][-1].num_features
+
+
+class PyramidTrunk(nn.Module):
+    """A timm EfficientNet whose final map and the outputs of ``stages`` are each average-pooled to
+    ``grid x grid`` and concatenated along channels (final map first): ``[N, C + sum C_k, grid, grid]``."""
+
+    def __init__(self, model: nn.Module, grid: int, stages: Sequence[int]) -> None:
+        super().__init__()
+        bad = [k for k in stages if not 0 <= k < len(model.blocks)]
+        if bad or len(set(stages)) != len(stages):
+            raise ValueError(f"model.extra_image_stages must be distinct stages in 0..{len(model.blocks) - 1}, got {list(stages)}")
+        self.model, self.grid, self.stages = model, grid, sorted(stages)
+        self.num_features = model.num_features + sum(_out_channels(model.blocks[k]) for k in self.stages)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = self.model.bn1(self.model.conv_stem(x))
+        pooled = []
+        for k, stage in enumerate(self.model.blocks):
+            x = stage(x)
+            if k in self.stages:
+                pooled.append(F.adaptive_avg_pool2d(x, self.grid))
+        x = self.model.bn2(self.model.conv_head(x))
+        return torch.cat([F.adaptive_avg_pool2d(x, self.grid), *pooled], dim=1)
 
 
 class HFTextTrunk(nn.Module):
@@ -262,11 +294,15 @@ def pretrained_towers(cfg: ModelConfig) -> TwoTowerModel:
                             pretrained=cfg.pretrained_trunks)
     tokenizer = DynamicPadTokenizer(HFTokenizer(text_path, context_length=cfg.context_length).tokenizer,
                                     cfg.context_length)
+    if cfg.extra_image_stages and cfg.train_image_stages > 0:
+        raise ValueError("model.extra_image_stages and model.train_image_stages cannot be combined")
+    if cfg.extra_image_stages:  # pooled inside the trunk, so the pyramid is what gets cached
+        image_trunk = PyramidTrunk(image_trunk, cfg.grid, cfg.extra_image_stages)
     image_head = SpatialHead(image_trunk.num_features, cfg.grid, cfg.head_hidden, cfg.embed_dim)
     if cfg.train_image_stages > 0:  # the last stages move from the trunk to the head (not pooled before them)
         image_trunk, top = split_efficientnet(image_trunk, cfg.train_image_stages)
         image_head = TopAndHead(top, image_head)
-    else:
+    elif not cfg.extra_image_stages:
         image_trunk = PooledTrunk(image_trunk, cfg.grid)
     if cfg.text_segments < 1:
         raise ValueError(f"model.text_segments must be >= 1, got {cfg.text_segments}")

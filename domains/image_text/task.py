@@ -47,7 +47,7 @@ from contrasuite.domains.task import StepContext, TaskContext
 
 
 OTHER_TOWER = {"images": {"text_model", "text_segments", "context_length"},
-               "texts": {"image_weights", "image_size", "grid", "train_image_stages"}}
+               "texts": {"image_weights", "image_size", "grid", "train_image_stages", "extra_image_stages"}}
 """Model settings a trunk's cached features do not depend on: the other tower's."""
 
 

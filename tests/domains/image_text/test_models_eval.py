@@ -114,6 +114,32 @@ def test_trained_image_stages_move_from_trunk_to_head():
         split_efficientnet(net, 8)
 
 
+def test_extra_image_stages_concatenate_pooled_stage_outputs():
+    """``extra_image_stages``: the final map's pooling first, then each listed stage's output pooled to
+    the same grid; the head's input grows by those channels."""
+    import torch.nn.functional as F
+
+    from contrasuite.domains.image_text.models import PooledTrunk, PyramidTrunk
+
+    net = efficientnet_lite0(None).eval()
+    seen = {}
+    net.blocks[2].register_forward_hook(lambda module, inputs, output: seen.setdefault("stage2", output))
+    pyramid = PyramidTrunk(net, 2, [4, 2])
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        out, final = pyramid(x), PooledTrunk(net, 2)(x)
+    assert out.shape == (2, 1280 + 40 + 112, 2, 2) and pyramid.num_features == 1432
+    torch.testing.assert_close(out[:, :1280], final)
+    torch.testing.assert_close(out[:, 1280:1320], F.adaptive_avg_pool2d(seen["stage2"], 2))
+    model = build_model(ModelConfig(pretrained_trunks=False, extra_image_stages=[3], image_size=64))
+    assert model.image_features(torch.zeros(2, 64, 64, 3, dtype=torch.uint8)).shape == (2, 1360, 2, 2)
+    assert model.image_head.mlp[0].in_features == 1360 * 4
+    with pytest.raises(ValueError, match="extra_image_stages"):
+        PyramidTrunk(net, 2, [7])
+    with pytest.raises(ValueError, match="cannot be combined"):
+        build_model(ModelConfig(pretrained_trunks=False, extra_image_stages=[3], train_image_stages=1))
+
+
 def test_segment_means_pool_consecutive_tokens():
     from contrasuite.domains.image_text.models import segment_means
 
