@@ -109,13 +109,13 @@ def write_page(results: dict[str, list[dict]], output: Path, seeds: Sequence[int
     lines = ["# CLIP fine-tuning with generated hard negatives (emoji, reduced CPU protocol)", "",
              "**Reduced protocol.** " + ("QUICK SMOKE SETTINGS, not a result. " if quick else "") +
              "Frozen ImageNet EfficientNet-Lite0 (image) and all-MiniLM-L6-v2 (text) trunks, features cached; "
-             "trainable MLP projection heads (the image over a 2x2 grid of the final feature map, the text over "
+             "trainable MLP projection heads (the image over 2x2 grids of the final feature map and of stages 2 and 4, the text over "
              "the means of the caption's two halves of MiniLM token states) and CLIP logit scale; 128-px inputs; "
              "CPU, bf16 autocast. "
              "Stage 1 aligns on Twemoji image-caption pairs (15 epochs); stage 2 continues 10 epochs from it "
              "in each variant (lr 1e-3; the negatives weigh 4 in the softmax denominators, and in the last row each "
-             "negative image also brings its true caption as a pair (GNM); these and the two text halves chosen "
-             "on validation: "
+             "negative image also brings its true caption as a pair (GNM); these, the two text halves and the extra "
+             "image stages chosen on validation: "
              f"docs/domains/image_text.md). Test: 20 % of the emoji groups (split seed {split_seed}), never seen in training; a group "
              "holds an emoji's skin tones, the emoji differing from it only in a colour, direction, gender or "
              "number word, and the emoji its flips or recolourings copy, so no negative image crosses a split "
@@ -143,7 +143,8 @@ def write_page(results: dict[str, list[dict]], output: Path, seeds: Sequence[int
                   "compositional at >= -1 Recall@1.", "", "| split | compositional | Recall@1 | goal |", "|---|---|---|---|"]
         lines += [f"| {split} | {d_comp:+.1f} | {d_r1:+.1f} | {'met' if d_comp >= 10 and d_r1 >= -1 else 'NOT met'} |"
                   for split, (d_comp, d_r1) in ((s, g) for s, g in checks if g)]
-        lines += ["", "The settings were chosen on the validation split of split seed 0. Other draws of the held-out "
+        lines += ["", "The settings were chosen on the validation split of split seed 0 (the extra image stages on the "
+                  "validation sets of split seeds 0, 1 and 2). Other draws of the held-out "
                   "groups (`--split-seed S`) are summarised in docs/domains/image_text.md (Results): the test "
                   "gain depends on the draw.",
                   "", "Validation (10 % of the emoji groups), headline metrics:", "",
