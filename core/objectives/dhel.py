@@ -68,7 +68,7 @@ def off_diagonal_logsumexp(logits: Tensor, weight: Tensor | None = None) -> Tens
 
 
 class _SameViewEnergy(torch.autograd.Function):
-    """``log sum_{j != i} exp(scale z_i.z_j)`` for each row of each view ``z [V, N, D]``: ``[V, N]``.
+    """``log sum_{j != i} exp(scale z_i.z_j)`` for each row of each view ``z [..., N, D]``: ``[..., N]``.
 
     Forward: one batched Gram matrix, its diagonal at the dtype's lowest value, ``E = exp(G - max)``
     in place and its row sums ``s`` (:func:`~contrasuite.core.numerics.exp_shifted_`). Backward reuses
@@ -93,7 +93,7 @@ class _SameViewEnergy(torch.autograd.Function):
 
 
 def same_view_energy(z: Tensor, scale: float) -> Tensor:
-    """``[V, N]`` ``log sum_{j != i} exp(scale z_i.z_j)`` within each view of ``z [V, N >= 2, D]``."""
+    """``[..., N]`` ``log sum_{j != i} exp(scale z_i.z_j)`` within each view of ``z [..., N >= 2, D]``."""
     return _SameViewEnergy.apply(z, scale)
 
 
@@ -139,13 +139,12 @@ class DHEL(ContrastiveObjective):
 
     def per_anchor(self, anchors: Tensor, candidates: Tensor, pairs: Pairs, neg_weight: Tensor | None) -> Tensor:
         n = check_paired_views(pairs, "DHEL")
-        views = normalize(torch.stack([anchors, candidates[:n]]))
-        a, p = views
+        a, p = normalize(anchors), normalize(candidates[:n])  # one view at a time: no stacked copy to split
         a_t = a / self.temperature  # 1/t on the [N, D] rows, not on the [N, N] products
         logit_ap = (a_t * p).sum(dim=-1)
         if candidates.shape[0] == n and neg_weight is None:
-            energies = same_view_energy(views if self.include_augs else views[:1], 1.0 / self.temperature)
-            return energies.sum(dim=0) - logit_ap
+            loss = same_view_energy(a, 1.0 / self.temperature) - logit_ap
+            return loss + same_view_energy(p, 1.0 / self.temperature) if self.include_augs else loss
         logit_extra = a_t @ normalize(candidates[n:]).T if candidates.shape[0] > n else None
         logit_pp = (p / self.temperature) @ p.T if self.include_augs else None
         return dhel(logit_ap, a_t @ a.T, logit_pp, logit_extra, neg_weight)

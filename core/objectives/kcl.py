@@ -69,7 +69,7 @@ class KCL(ContrastiveObjective):
             raise ValueError(f"KCL takes no extra candidate columns: candidates must be [N={n}, D], got {tuple(candidates.shape)}")
         if neg_weight is not None:
             raise ValueError("KCL has no per-negative weights: neg_weight must be None")
-        views = normalize(torch.stack([anchors, candidates]))
-        k_ap = self._kernel.value_(self.t * paired_squared_distance(views[0], views[1]))
-        energy_a, energy_p = off_diagonal_kernel_sum(views, self._kernel, self.t)
+        a, p = normalize(anchors), normalize(candidates)  # one view at a time: no stacked copy to split
+        k_ap = self._kernel.value_(self.t * paired_squared_distance(a, p))
+        energy_a, energy_p = (off_diagonal_kernel_sum(z, self._kernel, self.t) for z in (a, p))
         return kcl(k_ap, energy_a, energy_p, self.gamma, ENERGY_SCALE[self.kernel])

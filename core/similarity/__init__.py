@@ -59,14 +59,19 @@ def dot(anchors: Tensor, candidates: Tensor, scale: float = 1.0) -> Tensor:
         return (a * scale if scale != 1.0 else a) @ upcast(candidates).T
 
 
-def gram_gradient(e: Tensor, z: Tensor, row_weight: Tensor | None = None) -> Tensor:
+def gram_gradient(e: Tensor, z: Tensor, row_weight: Tensor | None = None, symmetric: bool = False) -> Tensor:
     """``dL/dz [..., N, D]`` of a loss of the Gram matrix ``z z^T`` with ``dL/dG_ij = w_i e_ij`` (``w = 1``
     without ``row_weight``): ``(W + W^T) z`` for ``W = diag(w) e``, as ``G_ij = G_ji = z_i.z_j``. One
     matmul instead of autograd's two (``W z`` and ``W^T z``); ``W^T`` comes from a 2-D transposed copy,
-    which torch blocks for cache (a batched one it does not, so views are taken one at a time)."""
+    which torch blocks for cache (a batched one it does not, so views are taken one at a time).
+    ``symmetric``: ``e`` is symmetric, so ``W + W^T = e * (w_i + w_j)`` and no transposed copy is made."""
     if e.dim() > 2:
         weights = [None] * e.shape[0] if row_weight is None else row_weight
-        return torch.stack([gram_gradient(*view) for view in zip(e, z, weights)])
+        return torch.stack([gram_gradient(*view, symmetric=symmetric) for view in zip(e, z, weights)])
+    if symmetric:
+        if row_weight is None:
+            return (e @ z).mul_(2.0)
+        return torch.add(row_weight[:, None], row_weight[None, :]).mul_(e) @ z
     if row_weight is None:
         return e.mT.contiguous().add_(e) @ z
     return e.mT.contiguous().mul_(row_weight[None, :]).addcmul_(e, row_weight[:, None]) @ z

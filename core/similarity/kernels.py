@@ -58,7 +58,7 @@ class _OffDiagonalKernelSum(torch.autograd.Function):
 
     ``d/dcos = 2 t (-dk/du)`` where ``cos <= 1`` (the clamp passes no gradient above), 0 on the
     diagonal; the forward keeps that slope in its one ``N x N`` buffer, and the backward is one matmul
-    (:func:`~contrasuite.core.similarity.gram_gradient`).
+    (:func:`~contrasuite.core.similarity.gram_gradient`; the slope is symmetric, so no transposed copy).
     """
 
     @staticmethod
@@ -81,7 +81,7 @@ class _OffDiagonalKernelSum(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None]:  # type: ignore[override]
         z, slope = ctx.saved_tensors
-        return gram_gradient(slope, z, grad * (2.0 * ctx.t)), None, None
+        return gram_gradient(slope, z, grad * (2.0 * ctx.t), symmetric=True), None, None
 
 
 def off_diagonal_kernel_sum(z: Tensor, kernel: Kernel, t: float) -> Tensor:

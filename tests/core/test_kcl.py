@@ -128,3 +128,20 @@ def test_bad_input_errors():
         KCL(kernel="imq")
     with pytest.raises(ValueError, match="t must be > 0"):
         KCL(t=0.0)
+
+
+def test_gram_gradient_symmetric_shortcut_equals_the_transposed_sum():
+    """KCL's slope matrix is symmetric, so its backward skips the transposed copy: ``(W + W^T) z`` with
+    ``W = diag(w) e`` must be the same either way, batched or not, with and without row weights."""
+    from contrasuite.core.similarity import gram_gradient
+
+    gen = torch.Generator().manual_seed(0)
+    e = torch.rand(2, 6, 6, generator=gen, dtype=torch.float64)
+    e = e + e.mT
+    z = torch.randn(2, 6, 3, generator=gen, dtype=torch.float64)
+    w = torch.rand(2, 6, generator=gen, dtype=torch.float64)
+    for weight in (None, w):
+        expected = torch.stack([(torch.diag(wv) @ ev + (torch.diag(wv) @ ev).T) @ zv
+                                for ev, zv, wv in zip(e, z, torch.ones_like(w) if weight is None else w)])
+        torch.testing.assert_close(gram_gradient(e, z, weight, symmetric=True), expected)
+        torch.testing.assert_close(gram_gradient(e, z, weight), expected)
