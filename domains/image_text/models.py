@@ -172,7 +172,8 @@ class PyramidTrunk(nn.Module):
         super().__init__()
         bad = [k for k in stages if not 0 <= k < len(model.blocks)]
         if bad or len(set(stages)) != len(stages):
-            raise ValueError(f"model.extra_image_stages must be distinct stages in 0..{len(model.blocks) - 1}, got {list(stages)}")
+            raise ValueError(f"model.extra_image_stages must be distinct stages in 0..{len(model.blocks) - 1}, "
+                             f"got {list(stages)}")
         self.model, self.grid, self.stages = model, grid, sorted(stages)
         self.num_features = model.num_features + sum(_out_channels(model.blocks[k]) for k in self.stages)
 

@@ -46,7 +46,6 @@ class DiffAugment(nn.Module):
         unknown = [p for p in policies if p not in POLICIES]
         if unknown:
             raise ValueError(f"config.discriminator.augment: unknown policies {unknown}; choose from {POLICIES}")
-        self.policies = list(policies)
         self.ops = nn.ModuleList(_policy(p) for p in policies)
 
     def forward(self, x: Tensor) -> Tensor:
