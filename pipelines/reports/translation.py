@@ -7,15 +7,19 @@ both in ``<results-dir>/<variant>_seed<seed>.json`` as soon as the run ends, wit
 grid copied next to the page. Finished runs are never repeated: an interrupted table is completed by
 running the same command again; ``--table-only`` rewrites the page from the stored runs. The
 single-image setting (``single_image_monet_etretat.yaml``) is trained once and shown as pictures.
+``--jobs N`` trains up to ``N`` runs at once, each in its own process with one torch thread (the
+single-image run, the longest, first), so on 2 cores the table takes about as long as that one run.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import shutil
 import statistics
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -61,6 +65,31 @@ def run_one(config: Path, seed: int, output_root: str, data_root: str | None, ex
     result["best_val"] = json.loads((run_dir / "eval_val.json").read_text()).get("best")
     result["wall_seconds"] = round(time.time() - started, 1)
     return result
+
+
+def _train_and_store(unit: tuple, output_root: str, data_root: str | None, assets: Path) -> str:
+    config, seed, overrides, tag, cache = unit
+    write_json(run_one(config, seed, output_root, data_root, overrides, assets, tag), cache)
+    return tag
+
+
+def _one_thread() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def train_all(units: Sequence[tuple], args: argparse.Namespace, assets: Path) -> None:
+    """Train and store each unit ``(config, seed, overrides, tag, cache file)``: in this process with
+    ``--jobs 1``, else ``--jobs`` fresh processes of one torch thread each."""
+    if args.jobs == 1:
+        for unit in units:
+            _train_and_store(unit, args.output_root, args.data_root, assets)
+        return
+    with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_one_thread) as pool:
+        futures = [pool.submit(_train_and_store, u, args.output_root, args.data_root, assets) for u in units]
+        for future in futures:
+            print(f"done: {future.result()}", flush=True)
 
 
 def mean_std(values: Sequence[float], scale: float) -> str:
@@ -175,27 +204,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--bench", type=Path, default=None, help="JSON written by `contrasuite bench translation --json`")
     parser.add_argument("--skip-single", action="store_true", help="do not train the single-image config")
     parser.add_argument("--table-only", action="store_true")
+    parser.add_argument("--jobs", type=int, default=1, help="runs trained at once, one process and torch thread each")
     parser.add_argument("overrides", nargs="*", help="key=value applied to every run")
     args = parser.parse_args(argv)
+    if args.jobs < 1:
+        raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
     assets = args.out.parent / "translation"
-    results: dict[str, list[dict[str, Any]]] = {}
+    single_cached = args.results_dir / "single_image_seed0.json"
+    units = []  # (config, seed, overrides, tag, cache file): the runs still to train, longest first
+    if not (args.table_only or args.skip_single):
+        units.append((args.config_dir / "single_image_monet_etretat.yaml", 0, [], "single_image", single_cached))
+    cached_runs = {}
     for variant in args.variants:
-        results[variant] = []
         for seed in args.seeds:
             tag = f"{args.prefix}{variant}_seed{seed}"
-            cached = args.results_dir / f"{tag}.json"
-            if not cached.is_file() and not args.table_only:
-                config = args.config_dir / f"{args.prefix}{variant}_emoji.yaml"
-                write_json(run_one(config, seed, args.output_root, args.data_root, args.overrides, assets, tag), cached)
-            if cached.is_file():
-                results[variant].append(json.loads(cached.read_text()))
-    single = None
-    cached = args.results_dir / "single_image_seed0.json"
-    if not cached.is_file() and not (args.table_only or args.skip_single):
-        write_json(run_one(args.config_dir / "single_image_monet_etretat.yaml", 0, args.output_root, args.data_root,
-                           [], assets, "single_image"), cached)
-    if cached.is_file():
-        single = json.loads(cached.read_text())
+            cached_runs[variant, seed] = args.results_dir / f"{tag}.json"
+            if not args.table_only:
+                units.append((args.config_dir / f"{args.prefix}{variant}_emoji.yaml", seed, args.overrides, tag,
+                              cached_runs[variant, seed]))
+    train_all([u for u in units if not u[-1].is_file()], args, assets)
+    results = {v: [json.loads(cached_runs[v, s].read_text()) for s in args.seeds if cached_runs[v, s].is_file()]
+               for v in args.variants}
+    single = json.loads(single_cached.read_text()) if single_cached.is_file() else None
     write_page(results, single, args.out, args.prefix, args.seeds, args.bench)
     print(f"wrote {args.out}")
     return 0

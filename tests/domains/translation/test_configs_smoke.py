@@ -15,14 +15,6 @@ from contrasuite.pipelines import checkpoint
 from contrasuite.pipelines.translate import load_generator, main as translate_main
 
 CONFIGS = sorted((Path(__file__).resolve().parents[3] / "configs" / "translation").glob("*.yaml"))
-TINY = [
-    "run.epochs=1", "run.progress=false", "run.log_every_steps=1", "run.health_every_steps=1",
-    "config.data.steps_per_epoch=2", "config.data.batch_size=1", "config.data.crop_size=32", "config.data.max_side=96",
-    "config.data.max_train_images=4", "config.data.test_images=8", "config.data.val_images=6", "config.data.eval_crops=2",
-    "config.generator.ngf=4", "config.generator.n_blocks=2", "config.nce.layers=[0,4,8,12,13]", "config.nce.num_patches=16",
-    "config.discriminator.ndf=4", "config.eval.max_images=4", "config.eval.feature_size=32", "config.eval.kid_subsets=2",
-    "config.n_epochs=1", "config.n_epochs_decay=1",
-]
 
 
 def write_images(folder: Path, n: int, size: tuple[int, int], seed: int, mode: str = "RGB") -> None:
@@ -46,8 +38,8 @@ def cache(emoji_cache) -> Path:
     return emoji_cache
 
 
-def run(config: Path, root: Path, out: Path, cache: Path, extra: tuple[str, ...] = ()) -> Path:
-    loaded = load_config(config, [*TINY, f"run.output_root={out}", f"config.data.cache_dir={cache}", *extra],
+def run(config: Path, root: Path, out: Path, cache: Path, tiny: list[str], extra: tuple[str, ...] = ()) -> Path:
+    loaded = load_config(config, [*tiny, f"run.output_root={out}", f"config.data.cache_dir={cache}", *extra],
                          data_root=str(root))
     torch.manual_seed(0)
     return Trainer(loaded).fit()
@@ -60,9 +52,9 @@ def test_shipped_configs_exist():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.stem)
-def test_config_trains_and_validates(config, data_root, folder_pair, cache, tmp_path):
+def test_config_trains_and_validates(config, data_root, folder_pair, cache, tiny_overrides, tmp_path):
     extra = (f"config.data.path={folder_pair}", "config.data.load_size=40") if "horse2zebra" in config.stem else ()
-    run_dir = run(config, data_root, tmp_path / "runs", cache, extra)
+    run_dir = run(config, data_root, tmp_path / "runs", cache, tiny_overrides, extra)
     val = json.loads((run_dir / "eval_val.json").read_text())["metrics"]
     assert math.isfinite(val["fd"]) and math.isfinite(val["kid"]) and math.isfinite(val["input_kid"])
     if "emoji" in config.stem:
@@ -70,10 +62,10 @@ def test_config_trains_and_validates(config, data_root, folder_pair, cache, tmp_
     assert (run_dir / "checkpoints" / "best.pt").is_file() and list((run_dir / "samples").glob("val_step*.png"))
 
 
-def test_objective_swap_test_eval_and_translate(data_root, cache, tmp_path):
+def test_objective_swap_test_eval_and_translate(data_root, cache, tiny_overrides, tmp_path):
     config = next(p for p in CONFIGS if p.stem == "reduced_cut_emoji")
-    run_dir = run(config, data_root, tmp_path / "runs", cache, ("config.objective.terms.0={name: dhel, temperature: 0.07}",
-                                                          "run.precision=bf16", "config.ema=0.9"))
+    extra = ("config.objective.terms.0={name: dhel, temperature: 0.07}", "run.precision=bf16", "config.ema=0.9")
+    run_dir = run(config, data_root, tmp_path / "runs", cache, tiny_overrides, extra)
     result = evaluate(run_dir, "last")
     assert {"psnr", "ssim", "fd", "kid", "input_psnr", "input_ssim", "input_fd", "input_kid"} <= set(result["metrics"])
     saved = checkpoint.load(run_dir / "checkpoints" / "last.pt")["modules"]

@@ -36,3 +36,19 @@ def test_goal_lines_compare_cut_with_gan_and_input():
     assert rows["KID x 1000 (Lite0)"].endswith("| yes | yes |")
     assert rows["FD (Lite0)"].endswith("| no | yes |")  # equal FD is not "clearly better"
     assert goal_lines({"cut": cut, "gan": []}) == []
+
+
+def test_parallel_jobs_train_each_run_once_and_build_the_page(tmp_path, data_root, emoji_cache, tiny_overrides):
+    """``--jobs 2``: the runs train in two worker processes, each result is stored once, and a second
+    call trains nothing (the stored runs are reused)."""
+    results, out = tmp_path / "results", tmp_path / "page.md"
+    args = ["--jobs", "2", "--skip-single", "--variants", "cut", "gan", "--seeds", "0", "--results-dir", str(results),
+            "--out", str(out), "--output-root", str(tmp_path / "runs"), "--data-root", str(data_root),
+            *tiny_overrides, f"config.data.cache_dir={emoji_cache}"]
+    assert main(args) == 0
+    stored = sorted(p.name for p in results.glob("*.json"))
+    assert stored == ["reduced_cut_seed0.json", "reduced_gan_seed0.json"]
+    first = {p.name: p.stat().st_mtime_ns for p in results.glob("*.json")}
+    assert "CUT (lambda_NCE 1" in out.read_text()
+    assert main(args) == 0
+    assert {p.name: p.stat().st_mtime_ns for p in results.glob("*.json")} == first
