@@ -137,7 +137,7 @@ def goal_lines(results: dict[str, list[dict[str, Any]]], which: str = "best") ->
 
 
 def write_page(results: dict[str, list[dict[str, Any]]], single: dict[str, Any] | None, out: Path, prefix: str,
-               seeds: Sequence[int], bench: Path | None) -> None:
+               seeds: Sequence[int], bench: Path | None, jobs: int = 1) -> None:
     reduced = prefix == "reduced_"
     lines = ["# Results: patchwise translation (CUT, FastCUT, GAN alone), emoji Twemoji -> Noto", ""]
     if reduced:
@@ -145,7 +145,8 @@ def write_page(results: dict[str, list[dict[str, Any]]], single: dict[str, Any] 
                   "FD/KID features at 160 px. Not the paper's schedule; the full-scale configs "
                   "(`configs/translation/{cut,fastcut,gan}_emoji.yaml`) are the same command with `--prefix ''`.", ""]
     lines += ["Reproduce:", "", "```",
-              f"contrasuite compare translation --prefix '{prefix}' --seeds {' '.join(map(str, seeds))}", "```", "",
+              f"contrasuite compare translation --prefix '{prefix}' --seeds {' '.join(map(str, seeds))}"
+              + (f" --jobs {jobs}" if jobs > 1 else ""), "```", "",
               "Data: 64 x 64 emoji (`emoji-datasource` 16.0.0), Twemoji as domain A and Noto as domain B, RGBA on "
               "white; the two training sets share no emoji; 400+ held-out test emoji and 150+ validation emoji exist "
               "in both styles (skin-tone variants stay with their base emoji). PSNR/SSIM compare each translation with "
@@ -226,6 +227,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = {v: [json.loads(cached_runs[v, s].read_text()) for s in args.seeds if cached_runs[v, s].is_file()]
                for v in args.variants}
     single = json.loads(single_cached.read_text()) if single_cached.is_file() else None
-    write_page(results, single, args.out, args.prefix, args.seeds, args.bench)
+    write_page(results, single, args.out, args.prefix, args.seeds, args.bench, args.jobs)
     print(f"wrote {args.out}")
     return 0
