@@ -209,7 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*", help="key=value applied to every run")
     args = parser.parse_args(argv)
     if args.jobs < 1:
-        raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
+        parser.error(f"--jobs must be >= 1, got {args.jobs}")
     assets = args.out.parent / "translation"
     single_cached = args.results_dir / "single_image_seed0.json"
     units = []  # (config, seed, overrides, tag, cache file): the runs still to train, longest first
