@@ -20,8 +20,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import torch
 from torch import Tensor, nn
+
+from contrasuite.core.numerics import full_precision
 
 POLICIES = ("colour", "hue", "translation", "cutout")
 
@@ -51,7 +52,7 @@ class DiffAugment(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         if not self.ops:
             return x
-        with torch.autocast(x.device.type, enabled=False):
+        with full_precision(x):
             y = (x.float() + 1.0) * 0.5
             for op in self.ops:
                 y = op(y)

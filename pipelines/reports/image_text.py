@@ -109,8 +109,9 @@ def write_page(results: dict[str, list[dict]], output: Path, seeds: Sequence[int
     lines = ["# CLIP fine-tuning with generated hard negatives (emoji, reduced CPU protocol)", "",
              "**Reduced protocol.** " + ("QUICK SMOKE SETTINGS, not a result. " if quick else "") +
              "Frozen ImageNet EfficientNet-Lite0 (image) and all-MiniLM-L6-v2 (text) trunks, features cached; "
-             "trainable MLP projection heads (the image over 2x2 grids of the final feature map and of stages 2 and 4, the text over "
-             "the means of the caption's two halves of MiniLM token states) and CLIP logit scale; 128-px inputs; "
+             "trainable MLP projection heads (the image over 2x2 grids of the final feature map and of stages 2 "
+             "and 4, the text over the means of the caption's two halves of MiniLM token states) and CLIP logit "
+             "scale; 128-px inputs; "
              "CPU, bf16 autocast. "
              "Stage 1 aligns on Twemoji image-caption pairs (15 epochs); stage 2 continues 10 epochs from it "
              "in each variant (lr 1e-3; the negatives weigh 4 in the softmax denominators, and in the last row each "
