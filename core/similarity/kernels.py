@@ -34,9 +34,10 @@ class Kernel(NamedTuple):
 
 
 KERNELS: dict[str, Kernel] = {
-    # exp(-u): -dk/du = k.  -log(1 + u): -dk/du = 1 / (1 + u) = exp(k).
+    # exp(-u): -dk/du = k.  -log(1 + u): -dk/du = 1 / (1 + u) = exp(k); log(1 + u) rather than
+    # log1p(u), which torch's CPU kernels do not vectorise (u >= 0, so they differ by an ulp of 1 + u).
     "gaussian": Kernel(value_=lambda u: u.neg_().exp_(), neg_slope_=lambda k: k),
-    "log": Kernel(value_=lambda u: u.log1p_().neg_(), neg_slope_=lambda k: k.exp_()),
+    "log": Kernel(value_=lambda u: u.add_(1.0).log_().neg_(), neg_slope_=lambda k: k.exp_()),
 }
 
 
