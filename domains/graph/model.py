@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch_geometric.nn import GCNConv
 
+from contrasuite.core.numerics import full_precision
 from contrasuite.domains.graph.graphs import apply_chain
 
 LAYER_NORMS = ("matrix", "node")
@@ -90,7 +91,7 @@ class GCNEncoder(nn.Module):
     def forward(self, x: Tensor, adj_t: Tensor) -> Tensor:
         """``x [N, D]`` over the normalised sparse ``adj_t [target, source]``, in fp32 under any autocast
         (sparse CSR products have no bf16/fp16 kernels on every device)."""
-        with torch.autocast(device_type=x.device.type, enabled=False):
+        with full_precision(x):
             first, second = self.convs
             h = self.act(first.propagate(adj_t, x=self.dropout(first.lin(x.float())), edge_weight=None))
             z = second.propagate(adj_t, x=self.dropout(second.lin(h)), edge_weight=None)

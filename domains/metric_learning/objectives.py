@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-import torch
 from torch import Tensor, nn
 
+from contrasuite.core.numerics import full_precision
 from contrasuite.core.objectives import ObjectiveSum
 from contrasuite.core.objectives.hyperbolic import HyperbolicPairwiseCE
 
@@ -44,7 +44,7 @@ class PMLTerm(nn.Module):
     ) -> Tensor:
         if labels is None or pos_mask is not None or neg_weight is not None:
             raise ValueError(f"{type(self).__name__} takes labels only (no pos_mask, no neg_weight)")
-        with torch.autocast(device_type=anchors.device.type, enabled=False):
+        with full_precision(anchors):
             z = anchors.float()
             ref = None if candidates is None else candidates.float()
             mined = None if self.miner is None else self.miner(z, labels, ref, candidate_labels)
@@ -85,5 +85,5 @@ class MetricObjective(ObjectiveSum):
         return next((t for t in self.terms if isinstance(t, HyperbolicPairwiseCE) and t.c > 0), None)
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
-        with torch.autocast(device_type=embeddings.device.type, enabled=False):
+        with full_precision(embeddings):
             return super().forward(embeddings.float(), labels=labels)
