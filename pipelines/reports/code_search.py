@@ -22,18 +22,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from contrasuite.pipelines.reports.cli_runs import ROOT, run_cli, run_folder, thread_env
 from contrasuite.pipelines.run_dir import write_json
 
-ROOT = Path(__file__).resolve().parents[2]
 CONFIG_DIR = ROOT / "configs" / "code_search"
 METHODS = {
     "zero_shot": ("zero-shot all-MiniLM-L6-v2", None),
@@ -62,10 +60,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="tiny smoke settings; nothing written to docs/")
     p.add_argument("overrides", nargs="*", help="extra key=value overrides for every run")
     return p
-
-
-def _cli(args: Sequence[str]) -> list[str]:
-    return [sys.executable, "-m", "contrasuite.pipelines.cli", *args]
 
 
 def _from_root(path: Path) -> str:
@@ -113,20 +107,16 @@ def zero_shot(args: argparse.Namespace) -> dict[str, Any]:
 def train_run(method: str, seed: int, args: argparse.Namespace, extra: Sequence[str] = ()) -> dict[str, Any]:
     config = CONFIG_DIR / f"{METHODS[method][1]}.yaml"
     overrides = [f"run.seed={seed}", *_common(args), *extra]
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
-    train_cmd = ["train", str(config.relative_to(ROOT)), *overrides] + (["--data-root", args.data_root] if args.data_root else [])
+    train_args = ["train", str(config.relative_to(ROOT)), *overrides] + (["--data-root", args.data_root] if args.data_root else [])
+    env, log = thread_env(args.threads), args.cache / "logs" / f"{method}_seed{seed}.log"
+    log.unlink(missing_ok=True)
     started = time.time()
-    proc = subprocess.run(_cli(train_cmd), env=env, capture_output=True, text=True, cwd=ROOT)
-    if proc.returncode:
-        raise RuntimeError(f"{method} seed {seed} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
-    run_dir = Path(proc.stdout.strip().splitlines()[-1].split("run folder:", 1)[1].strip())
-    ev = subprocess.run(_cli(["eval", str(run_dir)]), env=env, capture_output=True, text=True, cwd=ROOT)
-    if ev.returncode:
-        raise RuntimeError(f"eval of {run_dir} failed:\n{ev.stderr[-4000:]}")
+    run_dir = run_folder(run_cli(train_args, log, env).stdout)
+    run_cli(["eval", str(run_dir)], log, env)
     test = json.loads((run_dir / "eval_test.json").read_text())["metrics"]
     val = json.loads((run_dir / "eval_val.json").read_text())
     return {"val": val, "test": test, "seconds": time.time() - started, "run_dir": str(run_dir),
-            "command": "contrasuite " + shlex.join(train_cmd)}
+            "command": "contrasuite " + shlex.join(train_args)}
 
 
 def _cached(path: Path, compute) -> dict[str, Any]:

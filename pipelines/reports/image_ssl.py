@@ -20,7 +20,6 @@ import json
 import os
 import shlex
 import statistics
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -29,9 +28,9 @@ from typing import Any, Sequence
 
 import torch
 
+from contrasuite.pipelines.reports.cli_runs import ROOT, run_cli, run_folder, thread_env
 from contrasuite.pipelines.run_dir import write_json
 
-ROOT = Path(__file__).resolve().parents[2]
 CONFIG_DIR = ROOT / "configs" / "image_ssl"
 CONFIGS = (
     "infonce", "dcl", "dhel", "kcl", "weince", "weince_repro", "siglip", "infonce_ft", "infonce_mochi", "infonce_queue",
@@ -78,48 +77,24 @@ def run_one(name: str, seed: int, args: argparse.Namespace, cache: Path) -> dict
     if args.quick:
         overrides += [*QUICK_OVERRIDES, *PER_CONFIG_QUICK.get(name, ())]
     data = ["--data-root", args.data_root] if args.data_root else []
-    cli = [sys.executable, "-m", "contrasuite.pipelines.cli"]
-    train_cmd = [*cli, "train", str(config), *overrides, *data]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    log_path = cache / "logs" / f"{name}_seed{seed}.log"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
+    train_args = ["train", str(config), *overrides, *data]
+    env, log = thread_env(1), cache / "logs" / f"{name}_seed{seed}.log"
+    log.unlink(missing_ok=True)
     started = time.time()
-    with open(log_path, "w") as log:
-        cpu_train = _run(train_cmd, env, log, name, seed)
-        run_dir = _run_dir_from(log_path)
-        eval_cmd = [*cli, "eval", str(run_dir), "--checkpoint", "last"]
-        cpu_eval = _run(eval_cmd, env, log, name, seed)
-    evaluation = json.loads((run_dir / "eval_test.json").read_text())
-    metrics = evaluation["metrics"]
+    train = run_cli(train_args, log, env)
+    run_dir = run_folder(train.stdout)
+    evaluation = run_cli(["eval", str(run_dir), "--checkpoint", "last"], log, env)
+    metrics = json.loads((run_dir / "eval_test.json").read_text())["metrics"]
     result = {
         "config": name, "seed": seed, "quick": args.quick,
         "knn_acc": metrics["knn_acc"], "linear_acc": metrics.get("linear_acc"),
-        "wall_s": round(time.time() - started, 1), "cpu_s": round(cpu_train + cpu_eval, 1),
-        "run_dir": str(run_dir), "command": shlex.join(["contrasuite", *train_cmd[3:]]),
+        "wall_s": round(time.time() - started, 1), "cpu_s": round(train.cpu_seconds + evaluation.cpu_seconds, 1),
+        "run_dir": str(run_dir), "command": shlex.join(["contrasuite", *train_args]),
     }
     write_json(result, result_path)
     print(f"{name} seed {seed}: kNN {result['knn_acc']:.2f}  linear {result['linear_acc'] or float('nan'):.2f}  "
           f"({result['wall_s']:.0f} s wall, {result['cpu_s']:.0f} s CPU)", flush=True)
     return result
-
-
-def _run(cmd: list[str], env: dict[str, str], log: Any, name: str, seed: int) -> float:
-    """Run ``cmd`` with output to ``log``; return its CPU seconds (user + system, all threads)."""
-    log.write("$ " + shlex.join(cmd) + "\n")
-    log.flush()
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{name} seed {seed}: {cmd[3]} failed with exit code {proc.returncode}; see {log.name}")
-    return usage.ru_utime + usage.ru_stime
-
-
-def _run_dir_from(log_path: Path) -> Path:
-    for line in reversed(log_path.read_text().splitlines()):
-        if line.startswith("run folder: "):
-            return Path(line.removeprefix("run folder: ").strip())
-    raise RuntimeError(f"no 'run folder:' line in {log_path}")
 
 
 def random_init_reference(seed: int, args: argparse.Namespace, cache: Path) -> dict[str, Any]:

@@ -21,18 +21,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Sequence
 
+from contrasuite.pipelines.reports.cli_runs import ROOT, run_cli, run_folder, thread_env
 from contrasuite.pipelines.run_dir import write_json
 
-ROOT = Path(__file__).resolve().parents[2]
 CONFIG_DIR = ROOT / "configs" / "image_text"
 VARIANTS = (("pairs", "pairs only"), ("text_negatives", "+ text negatives"),
             ("text_image_negatives", "+ text and image negatives"))
@@ -42,23 +40,11 @@ OUTPUT = ROOT / "docs" / "results" / "clip_hard_negatives.md"
 HEADLINE = ("i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10", "comp_text/mean", "comp_image/mean")
 
 
-def _run(cmd: list[str], log: Path, env: dict[str, str]) -> str:
-    with log.open("a") as f:
-        f.write("$ " + shlex.join(cmd) + "\n")
-        f.flush()
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=f, text=True, env=env, cwd=ROOT)
-        f.write(proc.stdout)
-    if proc.returncode:
-        raise RuntimeError(f"command failed ({proc.returncode}), see {log}: {shlex.join(cmd)}")
-    return proc.stdout
-
-
 def _train(config: str, overrides: Sequence[str], out: Path, log: Path, env: dict[str, str]) -> tuple[Path, float, str]:
-    cmd = ["contrasuite", "train", str(CONFIG_DIR / f"{config}.yaml"), *overrides, f"run.output_root={out}"]
+    args = ["train", str(CONFIG_DIR / f"{config}.yaml"), *overrides, f"run.output_root={out}"]
     start = time.time()
-    stdout = _run([sys.executable, "-m", "contrasuite.pipelines.cli", *cmd[1:]], log, env)
-    run_dir = Path(stdout.strip().splitlines()[-1].split("run folder: ", 1)[1])
-    return run_dir, time.time() - start, shlex.join(cmd)
+    run_dir = run_folder(run_cli(args, log, env).stdout)
+    return run_dir, time.time() - start, shlex.join(["contrasuite", *args])
 
 
 def run_one(name: str, seed: int, args: argparse.Namespace, env: dict[str, str], align_dir: Path | None) -> dict:
@@ -72,8 +58,7 @@ def run_one(name: str, seed: int, args: argparse.Namespace, env: dict[str, str],
         overrides.append(f"config.init_from={align_dir}")
     config = "reduced_align" if name == "align" else f"reduced_{name}"
     run_dir, seconds, command = _train(config, overrides, args.results_dir / "runs", args.results_dir / "log.txt", env)
-    _run([sys.executable, "-m", "contrasuite.pipelines.cli", "eval", str(run_dir), "--checkpoint", "last"],
-         args.results_dir / "log.txt", env)
+    run_cli(["eval", str(run_dir), "--checkpoint", "last"], args.results_dir / "log.txt", env)
     metrics, val = (json.loads((run_dir / f"eval_{split}.json").read_text()) for split in ("test", "val"))
     result = {"name": name, "seed": seed, "run_dir": str(run_dir), "seconds": seconds, "command": command,
               "metrics": metrics.get("metrics", metrics), "val_metrics": val.get("metrics", val)}
@@ -182,9 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.quick:
         args.results_dir = args.results_dir / "quick"
     args.results_dir.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads), HF_HUB_OFFLINE="1")
-    if args.data_root:
-        env["CONTRASUITE_DATA"] = args.data_root
+    env = thread_env(args.threads, {"HF_HUB_OFFLINE": "1", **({"CONTRASUITE_DATA": args.data_root} if args.data_root else {})})
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     results: dict[str, list[dict]] = {}
     for seed in seeds:

@@ -23,7 +23,6 @@ import json
 import os
 import shlex
 import statistics
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -32,9 +31,9 @@ from typing import Any, Sequence
 
 import torch
 
+from contrasuite.pipelines.reports.cli_runs import ROOT, run_cli, run_folder, thread_env
 from contrasuite.pipelines.run_dir import write_json
 
-ROOT = Path(__file__).resolve().parents[2]
 METHODS = {"l1": "EDSR-baseline, L1", "pcl": "EDSR-baseline, L1 + contrastive (PCL-SR)"}
 SEEDS = (0, 1)
 SETS = ("Set5", "Set14", "B100")
@@ -73,21 +72,6 @@ def _data_root(args: argparse.Namespace) -> str:
     return args.data_root or os.environ.get("CONTRASUITE_DATA", "data")
 
 
-def _one_thread_env() -> dict[str, str]:
-    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-
-
-def _check(cmd: list[str], log: Path) -> str:
-    with log.open("a") as handle:
-        handle.write(f"$ {shlex.join(cmd)}\n")
-        handle.flush()
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=handle, text=True, env=_one_thread_env(), cwd=ROOT)
-        handle.write(proc.stdout)
-    if proc.returncode:
-        raise RuntimeError(f"command failed ({proc.returncode}), see {log}: {shlex.join(cmd)}")
-    return proc.stdout
-
-
 def run_one(method: str, seed: int, args: argparse.Namespace, cache: Path) -> dict[str, Any]:
     """Train, select by validation PSNR, test; returns (and caches) the result."""
     result_path = cache / f"{method}_seed{seed}.json"
@@ -100,16 +84,13 @@ def run_one(method: str, seed: int, args: argparse.Namespace, cache: Path) -> di
     if args.quick:
         overrides += QUICK_OVERRIDES
     data = ["--data-root", args.data_root] if args.data_root else []
-    cli = [sys.executable, "-m", "contrasuite.pipelines.cli"]
-    log = cache / f"{method}_seed{seed}.log"
+    env, log = thread_env(1), cache / f"{method}_seed{seed}.log"
     log.unlink(missing_ok=True)
-    train_cmd = [*cli, "train", str(config), *overrides, *data]
     started = time.time()
-    out = _check(train_cmd, log)
-    run_dir = Path(out.strip().splitlines()[-1].split("run folder:", 1)[1].strip())
+    run_dir = run_folder(run_cli(["train", str(config), *overrides, *data], log, env).stdout)
     train_s = time.time() - started
     started = time.time()
-    test = json.loads(_check([*cli, "eval", str(run_dir), "--checkpoint", "best"], log))
+    test = json.loads(run_cli(["eval", str(run_dir), "--checkpoint", "best"], log, env).stdout)
     val = json.loads((run_dir / "eval_val.json").read_text())
     result = {
         "method": method, "seed": seed, "run_dir": str(run_dir), "metrics": test["metrics"],
@@ -150,9 +131,9 @@ def bench(args: argparse.Namespace, cache: Path, scale: int) -> dict[str, Any] |
         if args.report_only:
             return None
         size = ["--patch", "16", "--batch", "2", "--steps", "1"] if args.quick else ["--steps", str(args.bench_steps)]
-        cmd = [sys.executable, "-m", "contrasuite.pipelines.cli", "bench", "super_resolution", "--threads", "1",
-               "--device", "cpu", "--scale", str(scale), *size, "--output", str(path)]
-        _check([*cmd, *(["--data-root", args.data_root] if args.data_root else [])], cache / "bench.log")
+        data = ["--data-root", args.data_root] if args.data_root else []
+        run_cli(["bench", "super_resolution", "--threads", "1", "--device", "cpu", "--scale", str(scale), *size,
+                 "--output", str(path), *data], cache / "bench.log", thread_env(1))
     return json.loads(path.read_text())
 
 

@@ -7,7 +7,8 @@ both in ``<results-dir>/<variant>_seed<seed>.json`` as soon as the run ends, wit
 grid copied next to the page. Finished runs are never repeated: an interrupted table is completed by
 running the same command again; ``--table-only`` rewrites the page from the stored runs. The
 single-image setting (``single_image_monet_etretat.yaml``) is trained once and shown as pictures.
-``--jobs N`` trains up to ``N`` runs at once, each in its own process with one torch thread (the
+Every run is a ``contrasuite train`` and two ``contrasuite eval`` child processes (output in
+``<results-dir>/logs/``); ``--jobs N`` runs up to ``N`` of them at once with one torch thread each (the
 single-image run, the longest, first), so on 2 cores the table takes about as long as that one run.
 """
 
@@ -15,16 +16,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
+import os
 import shutil
 import statistics
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Sequence
 
-from contrasuite.pipelines import trainer
-from contrasuite.pipelines.config import load_config
+from contrasuite.pipelines.reports.cli_runs import run_cli, run_folder, thread_env
 from contrasuite.pipelines.run_dir import write_json
 
 VARIANTS = ("cut", "fastcut", "gan")
@@ -45,18 +45,20 @@ def newest(folder: Path, pattern: str) -> Path | None:
     return max(files, key=lambda p: p.stat().st_mtime_ns) if files else None
 
 
-def run_one(config: Path, seed: int, output_root: str, data_root: str | None, extra: Sequence[str], assets: Path,
-            tag: str) -> dict[str, Any]:
-    """Train, test the best and the last checkpoint, keep the test grid of the best."""
-    loaded = load_config(config, [f"run.seed={seed}", f"run.output_root={output_root}", "run.resume=never", *extra],
-                         data_root=data_root)
+def run_one(config: Path, seed: int, args: argparse.Namespace, extra: Sequence[str], assets: Path, tag: str,
+            env: dict[str, str]) -> dict[str, Any]:
+    """Train through ``contrasuite train``, test the best and the last checkpoint through ``contrasuite eval``,
+    keep the test grid of the best (log: ``<results-dir>/logs/<tag>.log``)."""
+    log = args.results_dir / "logs" / f"{tag}.log"
+    log.unlink(missing_ok=True)
+    data = ["--data-root", str(Path(args.data_root).resolve())] if args.data_root else []
+    overrides = [f"run.seed={seed}", f"run.output_root={Path(args.output_root).resolve()}", "run.resume=never", *extra]
     started = time.time()
-    run_dir = trainer.train(loaded)
-    train_seconds = time.time() - started
+    run_dir = run_folder(run_cli(["train", str(config.resolve()), *overrides, *data], log, env).stdout)
     result: dict[str, Any] = {"config": str(config), "seed": seed, "overrides": list(extra), "run_dir": str(run_dir),
-                              "train_seconds": round(train_seconds, 1)}
+                              "train_seconds": round(time.time() - started, 1)}
     for which in ("last", "best"):  # best last, so the newest test grid is the best checkpoint's
-        result[f"test_{which}"] = trainer.evaluate(run_dir, which)["metrics"]
+        result[f"test_{which}"] = json.loads(run_cli(["eval", str(run_dir), "--checkpoint", which], log, env).stdout)["metrics"]
     grid = newest(run_dir / "samples", "test_step*.png")
     if grid is not None:
         assets.mkdir(parents=True, exist_ok=True)
@@ -67,29 +69,19 @@ def run_one(config: Path, seed: int, output_root: str, data_root: str | None, ex
     return result
 
 
-def _train_and_store(unit: tuple, output_root: str, data_root: str | None, assets: Path) -> str:
-    config, seed, overrides, tag, cache = unit
-    write_json(run_one(config, seed, output_root, data_root, overrides, assets, tag), cache)
-    return tag
-
-
-def _one_thread() -> None:
-    import torch
-
-    torch.set_num_threads(1)
-
-
 def train_all(units: Sequence[tuple], args: argparse.Namespace, assets: Path) -> None:
-    """Train and store each unit ``(config, seed, overrides, tag, cache file)``: in this process with
-    ``--jobs 1``, else ``--jobs`` fresh processes of one torch thread each."""
-    if args.jobs == 1:
-        for unit in units:
-            _train_and_store(unit, args.output_root, args.data_root, assets)
-        return
-    with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_one_thread) as pool:
-        futures = [pool.submit(_train_and_store, u, args.output_root, args.data_root, assets) for u in units]
-        for future in futures:
-            print(f"done: {future.result()}", flush=True)
+    """Train, test and store each unit ``(config, seed, overrides, tag, cache file)`` as soon as it ends:
+    one run at a time with ``--jobs 1``, else ``--jobs`` runs at once of one torch thread each."""
+    env = thread_env(1) if args.jobs > 1 else dict(os.environ)
+
+    def train_and_store(unit: tuple) -> str:
+        config, seed, overrides, tag, cache = unit
+        write_json(run_one(config, seed, args, overrides, assets, tag, env), cache)
+        return tag
+
+    with ThreadPoolExecutor(args.jobs) as pool:
+        for tag in pool.map(train_and_store, units):
+            print(f"done: {tag}", flush=True)
 
 
 def mean_std(values: Sequence[float], scale: float) -> str:
@@ -205,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--bench", type=Path, default=None, help="JSON written by `contrasuite bench translation --json`")
     parser.add_argument("--skip-single", action="store_true", help="do not train the single-image config")
     parser.add_argument("--table-only", action="store_true")
-    parser.add_argument("--jobs", type=int, default=1, help="runs trained at once, one process and torch thread each")
+    parser.add_argument("--jobs", type=int, default=1, help="runs trained at once, one torch thread each")
     parser.add_argument("overrides", nargs="*", help="key=value applied to every run")
     args = parser.parse_args(argv)
     if args.jobs < 1:

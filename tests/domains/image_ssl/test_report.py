@@ -40,6 +40,6 @@ def test_report_only_builds_a_partial_table_from_cache(tmp_path, monkeypatch):
 def test_cached_run_is_not_repeated(tmp_path, monkeypatch):
     cached = {"config": "dcl", "seed": 1, "knn_acc": 1.0}
     (tmp_path / "dcl_seed1.json").write_text(json.dumps(cached))
-    monkeypatch.setattr(report, "_run", lambda *a, **k: (_ for _ in ()).throw(AssertionError("ran again")))
+    monkeypatch.setattr(report, "run_cli", lambda *a, **k: (_ for _ in ()).throw(AssertionError("ran again")))
     args = SimpleNamespace(rerun=False, quick=False, data_root=None)
     assert report.run_one("dcl", 1, args, tmp_path) == cached

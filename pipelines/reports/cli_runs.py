@@ -1,0 +1,62 @@
+"""How the compare reports run the project's own commands: ``contrasuite train`` and ``eval`` in a child
+process with a fixed number of torch threads, the command line, stdout and stderr appended to a log,
+and the run folder read from ``train``'s ``run folder:`` line. A failed command raises an error that
+names the command and the log."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+ROOT = Path(__file__).resolve().parents[2]
+"""The repository root: the children run there, so config paths relative to it work."""
+
+
+def thread_env(threads: int, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This process's environment with ``threads`` OpenMP/MKL threads (and ``extra`` variables)."""
+    return {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), **(extra or {})}
+
+
+@dataclass(frozen=True)
+class Finished:
+    """A command that exited with status 0."""
+
+    stdout: str
+    cpu_seconds: float
+    """User plus system CPU time of the child, all its threads."""
+
+
+def run_cli(args: Sequence[str], log: Path, env: Mapping[str, str]) -> Finished:
+    """Run ``contrasuite ARGS`` (this interpreter's ``contrasuite.pipelines.cli``) in ``ROOT`` with ``env``.
+
+    Its command line, stderr and then stdout are appended to ``log``. Raises ``RuntimeError`` naming the
+    command, its exit status and ``log`` when it fails.
+    """
+    log.parent.mkdir(parents=True, exist_ok=True)
+    command = "contrasuite " + shlex.join(args)
+    with log.open("a") as handle:
+        handle.write(f"$ {command}\n")
+        handle.flush()
+        proc = subprocess.Popen([sys.executable, "-m", "contrasuite.pipelines.cli", *args], stdout=subprocess.PIPE,
+                                stderr=handle, text=True, env=dict(env), cwd=ROOT)
+        with proc.stdout:  # read to the end before waiting, so a full pipe cannot block the child
+            stdout = proc.stdout.read()
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        handle.write(stdout)
+    if proc.returncode:
+        raise RuntimeError(f"{command} failed with exit status {proc.returncode}; see {log}")
+    return Finished(stdout, usage.ru_utime + usage.ru_stime)
+
+
+def run_folder(stdout: str) -> Path:
+    """The run folder that ``contrasuite train`` printed last (``run folder: PATH``)."""
+    for line in reversed(stdout.splitlines()):
+        if line.startswith("run folder:"):
+            return Path(line.removeprefix("run folder:").strip())
+    raise RuntimeError("no 'run folder:' line in the output of contrasuite train")

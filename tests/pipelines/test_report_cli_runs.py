@@ -1,0 +1,41 @@
+"""The compare reports' command runner: a real ``contrasuite train`` / ``eval`` of the toy task in a child process."""
+
+import json
+
+import pytest
+
+from contrasuite.pipelines.reports.cli_runs import run_cli, run_folder, thread_env
+
+
+def test_train_then_eval_through_the_runner(toy_yaml, cli_env, tmp_path):
+    config = toy_yaml(run={"max_steps": 2})
+    env = thread_env(1, {"PYTHONPATH": cli_env["PYTHONPATH"]})
+    log = tmp_path / "logs" / "toy.log"
+    train = run_cli(["train", str(config)], log, env)
+    run_dir = run_folder(train.stdout)
+    assert run_dir.is_dir() and (run_dir / "checkpoints").is_dir()
+    assert train.cpu_seconds > 0
+    evaluation = run_cli(["eval", str(run_dir)], log, env)
+    assert json.loads(evaluation.stdout)["split"] == "test"
+    text = log.read_text()
+    assert f"$ contrasuite train {config}" in text and f"$ contrasuite eval {run_dir}" in text
+    assert f"run folder: {run_dir}" in text
+
+
+def test_a_failed_command_names_the_command_and_the_log(tmp_path):
+    log = tmp_path / "fail.log"
+    missing = tmp_path / "missing.yaml"
+    with pytest.raises(RuntimeError, match=rf"contrasuite train {missing} failed with exit status 2; see {log}"):
+        run_cli(["train", str(missing)], log, thread_env(1))
+    assert "missing.yaml" in log.read_text()  # the child's error message is kept
+
+
+def test_thread_env_sets_threads_and_extras():
+    env = thread_env(3, {"HF_HUB_OFFLINE": "1"})
+    assert (env["OMP_NUM_THREADS"], env["MKL_NUM_THREADS"], env["HF_HUB_OFFLINE"]) == ("3", "3", "1")
+
+
+def test_run_folder_takes_the_last_line_and_rejects_output_without_one(tmp_path):
+    assert run_folder("epoch 1\nrun folder: /a\nrun folder: /b\n").as_posix() == "/b"
+    with pytest.raises(RuntimeError, match="no 'run folder:' line"):
+        run_folder("epoch 1\n")
