@@ -10,7 +10,10 @@ One training step, through ``step.optimize`` in a fixed order:
 3. ``generator``: ``lambda_GAN (D(G(x)) - 1)^2 + lambda_NCE * PatchNCE`` with D frozen, where
    PatchNCE is ``0.5 (NCE(x, G(x)) + NCE(y, G(y)))`` with identity, else ``NCE(x, G(x))``
    (:mod:`~contrasuite.domains.translation.patchnce`, any core objective from ``config.objective``),
-   plus ``lambda_identity * mean |G(y) - y|`` when that option (CycleGAN's identity loss) is on.
+   plus ``lambda_identity * mean |G(y) - y|`` when that option (CycleGAN's identity loss) is on, and
+   ``lambda_paired * mean |G(x) - y_x|`` against the true target drawing ``y_x`` of each training emoji
+   when that diagnostic is on (paired supervision as in pix2pix: an upper bound for what unpaired
+   training could reach with these networks and this budget, not CUT; emoji data only).
 4. ``head``: the projection head (and any learnable objective parameter) steps on the gradient the
    generator's backward left in it; its ``optimize`` call passes a zero-valued loss tied to its
    parameters, so the engine's checks, clipping and scheduler apply to it like to any optimizer.
@@ -120,6 +123,9 @@ class TranslationConfig:
     lambda_gan: float = 1.0
     lambda_identity: float = 0.0
     """Weight of CycleGAN's pixel identity loss ``mean |G(y) - y|`` on target images (not in CUT; 0: off)."""
+    lambda_paired: float = 0.0
+    """Weight of ``mean |G(x) - y_x|``, ``y_x`` the true target drawing of training emoji ``x`` (a paired-supervision
+    diagnostic, emoji data only; not CUT; 0: off)."""
     ema: float = 0.0
     """Decay of the generator's weight average used for evaluation and translation (0: off, the paper)."""
     lr: float = 2e-4
@@ -216,9 +222,14 @@ class TranslationTask:
             cap = dc.max_train_images
             self.train_a = D.ImageSet(stack=D.load_stack(dirs[D.EMOJI_SOURCE], self.splits.train_a[:cap]))
             self.train_b = D.ImageSet(stack=D.load_stack(dirs[D.EMOJI_TARGET], self.splits.train_b[:cap]))
+            if self.cfg.lambda_paired > 0:  # the true target drawings of the source emoji, same order
+                self.train_a_target = D.ImageSet(stack=D.load_stack(dirs[D.EMOJI_TARGET], self.splits.train_a[:cap]))
             self._eval_names = {"val": self.splits.val, "test": self.splits.test}
             self._emoji_dirs = dirs
         else:
+            if self.cfg.lambda_paired > 0:
+                raise ValueError("config.lambda_paired needs paired drawings: only config.data.kind=emoji has them")
+
             def folder(name: str) -> D.ImageSet:
                 files = D.list_images(root / name)
                 return D.ImageSet(paths=files[: dc.max_train_images] if name.startswith("train") else files,
@@ -230,16 +241,19 @@ class TranslationTask:
         bs = dc.batch_size
         self.steps_per_epoch = dc.steps_per_epoch or max(1, -(-max(len(self.train_a), len(self.train_b)) // bs))
 
-    def batches(self, epoch: int) -> Iterator[tuple[Tensor, Tensor]]:
+    def batches(self, epoch: int) -> Iterator[tuple[Tensor, ...]]:
+        """``(x, y)`` uint8 crops; with ``lambda_paired``, ``(x, y, y_x)``: ``y_x`` cropped and flipped like ``x``."""
         dc = self.cfg.data
         gen = torch.Generator().manual_seed(self.ctx.seed * 1_000_003 + epoch)
         order = torch.randperm(len(self.train_a), generator=gen)
+        paired = self.cfg.lambda_paired > 0
         for i in range(self.steps_per_epoch):
             ia = [int(order[(i * dc.batch_size + j) % len(order)]) for j in range(dc.batch_size)]
             ib = torch.randint(0, len(self.train_b), (dc.batch_size,), generator=gen).tolist()
-            a = torch.stack([D.random_crop(self.train_a[k], dc.crop_size, dc.flip, gen) for k in ia])
+            sources = [torch.cat([self.train_a[k], self.train_a_target[k]]) if paired else self.train_a[k] for k in ia]
+            a = torch.stack([D.random_crop(x, dc.crop_size, dc.flip, gen) for x in sources])
             b = torch.stack([D.random_crop(self.train_b[k], dc.crop_size, dc.flip, gen) for k in ib])
-            yield a, b
+            yield (a[:, :3], b, a[:, 3:]) if paired else (a, b)
 
     # -- training -------------------------------------------------------------------------------
 
@@ -273,9 +287,9 @@ class TranslationTask:
         q = self.head([gather_patches(f, i) for f, i in zip(feat_q, idx)])
         return patch_nce(self.objective, q, k, self.cfg.nce.negatives)
 
-    def train_step(self, batch: tuple[Tensor, Tensor], step: StepContext) -> Mapping[str, float]:
+    def train_step(self, batch: tuple[Tensor, ...], step: StepContext) -> Mapping[str, float]:
         cfg = self.cfg
-        real_a, real_b = (D.to_float(t).to(self.device, non_blocking=True) for t in batch)
+        real_a, real_b, *paired = (D.to_float(t).to(self.device, non_blocking=True) for t in batch)
         use_nce = cfg.nce.weight > 0
         identity = (use_nce and cfg.nce.identity) or cfg.lambda_identity > 0  # G(y) is needed
         flipped = cfg.nce.flip_equivariance and bool(torch.rand(()) < 0.5)
@@ -307,6 +321,10 @@ class TranslationTask:
                     l1 = (fake[n:].float() - (real_b.flip(-1) if flipped else real_b)).abs().mean()
                     out["identity_l1"] = float(l1.detach())
                     loss_g = loss_g + cfg.lambda_identity * l1
+                if paired:
+                    l1 = (fake_b.float() - (paired[0].flip(-1) if flipped else paired[0])).abs().mean()
+                    out["paired_l1"] = float(l1.detach())
+                    loss_g = loss_g + cfg.lambda_paired * l1
         finally:
             set_requires_grad(self.discriminator, True)
         step.optimize("generator", loss_g)

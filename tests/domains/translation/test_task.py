@@ -152,3 +152,41 @@ def test_discriminator_sees_augmented_images_in_both_steps(tmp_path, data_root, 
     assert all(g >= 0.2 for g in grey)  # cutout: a quarter of every image the discriminator saw is grey
     real = (b.float() / 127.5 - 1.0)
     assert not torch.allclose(seen[1], real)
+
+
+def test_paired_diagnostic_compares_the_translation_with_the_true_target_drawing(tmp_path, data_root, emoji_cache):
+    task = tiny_task(tmp_path, data_root, emoji_cache, weight=0.0)
+    task.cfg.lambda_paired = 3.0
+    task.setup(task.ctx)  # reload the data with the source emoji's target drawings
+    a, b, target = next(iter(task.batches(0)))
+    size = a.shape[-1]
+
+    def crops(image):  # every crop of the batch's size, flipped or not
+        h, w = image.shape[-2:]
+        for y in range(h - size + 1):
+            for x in range(w - size + 1):
+                crop = image[:, y : y + size, x : x + size]
+                yield (y, x, False), crop
+                yield (y, x, True), crop.flip(-1)
+
+    for x_crop, y_crop in zip(a, target):  # y_x: the same crop and flip of the same emoji's target drawing
+        found = [(k, where) for k in range(len(task.train_a)) for where, c in crops(task.train_a[k]) if torch.equal(c, x_crop)]
+        assert any(torch.equal(dict(crops(task.train_a_target[k]))[where], y_crop) for k, where in found)
+        assert not torch.equal(x_crop, y_crop)
+    seen = []
+    task.generator.register_forward_hook(lambda module, inputs, output: seen.append(output.detach()))
+    out = task.train_step((a, b, target), RecordingStep(task.optimizers()))
+    expected = (seen[0] - (target.float() / 127.5 - 1.0)).abs().mean()
+    assert out["paired_l1"] == pytest.approx(float(expected), rel=1e-5)
+    assert out["loss"] == pytest.approx(out["loss_gan"] + 3.0 * out["paired_l1"], rel=1e-5)
+
+
+def test_paired_diagnostic_needs_emoji_data(tmp_path, data_root):
+    folders = tmp_path / "pairs"
+    for name in ("trainA", "trainB"):
+        (folders / name).mkdir(parents=True)
+    cfg = TranslationConfig(lambda_paired=1.0)
+    cfg.data = DataConfig(kind="folders", path=str(folders))
+    with pytest.raises(ValueError, match="config.lambda_paired"):
+        TranslationTask().setup(TaskContext(config=cfg, device=torch.device("cpu"), precision="fp32", run_dir=tmp_path,
+                                            data_root=data_root, seed=0))
