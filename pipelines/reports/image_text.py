@@ -75,15 +75,16 @@ def _stat(values: list[float]) -> str:
 
 def goal(results: dict[str, list[dict]], field: str) -> tuple[float, float] | None:
     """Text and image negatives minus pairs only, mean over seeds: (compositional accuracy, the mean of the
-    text- and image-side means; Recall@1, the mean of both directions), from ``field`` (metrics or val_metrics)."""
+    text- and image-side means; Recall@1, the mean of both directions), from ``field`` (metrics or val_metrics).
+    ``None`` when a run lacks one of them (a split too small to hold, say, an image-side comparison)."""
     base, both = results.get("pairs", []), results.get("text_image_negatives", [])
-    if not base or not both or any(field not in r for r in base + both):
+    comp, r1 = ("comp_text/mean", "comp_image/mean"), ("i2t_r1", "t2i_r1")
+    if not base or not both or any(k not in r.get(field, {}) for r in base + both for k in comp + r1):
         return None
 
     def mean(runs: list[dict], keys: Sequence[str]) -> float:
         return statistics.mean(r[field][k] for r in runs for k in keys)
 
-    comp, r1 = ("comp_text/mean", "comp_image/mean"), ("i2t_r1", "t2i_r1")
     return mean(both, comp) - mean(base, comp), mean(both, r1) - mean(base, r1)
 
 

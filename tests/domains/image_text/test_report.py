@@ -32,3 +32,15 @@ def test_page_names_another_split(tmp_path):
     write_page(results, page, (0,), quick=False, split_seed=2)
     text = page.read_text()
     assert "(split seed 2)" in text and "contrasuite compare image_text --split-seed 2 --results-dir RESULTS_DIR" in text
+
+
+def test_a_split_without_image_side_comparisons_has_no_goal_row(tmp_path):
+    """``--quick``'s tiny validation split holds no negative image: its goal row is left out, the test row stays."""
+    results = {name: [run(name, 0, 60, 30, 60, 30)] for name in ("align", "pairs", "text_negatives", "text_image_negatives")}
+    for runs in results.values():
+        del runs[0]["val_metrics"]["comp_image/mean"]
+    assert goal(results, "val_metrics") is None and goal(results, "metrics") == (0.0, 0.0)
+    page = tmp_path / "page.md"
+    write_page(results, page, (0,), quick=True)
+    text = page.read_text()
+    assert "| test | +0.0 | +0.0 | NOT met |" in text and "| validation |" not in text
