@@ -17,6 +17,11 @@ ROOT = Path(__file__).resolve().parents[2]
 """The repository root: the children run there, so config paths relative to it work."""
 
 
+def data_root_args(data_root: str | None) -> list[str]:
+    """``--data-root`` for a child command, made absolute (the children run in :data:`ROOT`), or nothing."""
+    return ["--data-root", str(Path(data_root).resolve())] if data_root else []
+
+
 def thread_env(threads: int, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """This process's environment with ``threads`` OpenMP/MKL threads (and ``extra`` variables)."""
     return {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), **(extra or {})}

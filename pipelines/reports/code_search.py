@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from contrasuite.pipelines.reports.cli_runs import ROOT, run_cli, run_folder, thread_env
+from contrasuite.pipelines.reports.cli_runs import ROOT, data_root_args, run_cli, run_folder, thread_env
 from contrasuite.pipelines.run_dir import write_json
 
 CONFIG_DIR = ROOT / "configs" / "code_search"
@@ -107,7 +107,7 @@ def zero_shot(args: argparse.Namespace) -> dict[str, Any]:
 def train_run(method: str, seed: int, args: argparse.Namespace, extra: Sequence[str] = ()) -> dict[str, Any]:
     config = CONFIG_DIR / f"{METHODS[method][1]}.yaml"
     overrides = [f"run.seed={seed}", *_common(args), *extra]
-    train_args = ["train", str(config.relative_to(ROOT)), *overrides] + (["--data-root", args.data_root] if args.data_root else [])
+    train_args = ["train", str(config.relative_to(ROOT)), *overrides, *data_root_args(args.data_root)]
     env, log = thread_env(args.threads), args.cache / "logs" / f"{method}_seed{seed}.log"
     log.unlink(missing_ok=True)
     started = time.time()

@@ -28,7 +28,7 @@ from typing import Any, Sequence
 
 import torch
 
-from contrasuite.pipelines.reports.cli_runs import ROOT, run_cli, run_folder, thread_env
+from contrasuite.pipelines.reports.cli_runs import ROOT, data_root_args, run_cli, run_folder, thread_env
 from contrasuite.pipelines.run_dir import write_json
 
 CONFIG_DIR = ROOT / "configs" / "image_ssl"
@@ -76,8 +76,7 @@ def run_one(name: str, seed: int, args: argparse.Namespace, cache: Path) -> dict
     overrides = [f"run.seed={seed}", f"run.output_root={cache / 'runs'}"]
     if args.quick:
         overrides += [*QUICK_OVERRIDES, *PER_CONFIG_QUICK.get(name, ())]
-    data = ["--data-root", args.data_root] if args.data_root else []
-    train_args = ["train", str(config), *overrides, *data]
+    train_args = ["train", str(config), *overrides, *data_root_args(args.data_root)]
     env, log = thread_env(1), cache / "logs" / f"{name}_seed{seed}.log"
     log.unlink(missing_ok=True)
     started = time.time()

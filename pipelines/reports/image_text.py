@@ -168,7 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.quick:
         args.results_dir = args.results_dir / "quick"
     args.results_dir.mkdir(parents=True, exist_ok=True)
-    env = thread_env(args.threads, {"HF_HUB_OFFLINE": "1", **({"CONTRASUITE_DATA": args.data_root} if args.data_root else {})})
+    env = thread_env(args.threads, {"HF_HUB_OFFLINE": "1", **({"CONTRASUITE_DATA": str(Path(args.data_root).resolve())} if args.data_root else {})})
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     results: dict[str, list[dict]] = {}
     for seed in seeds:

@@ -31,7 +31,7 @@ from typing import Any, Sequence
 
 import torch
 
-from contrasuite.pipelines.reports.cli_runs import ROOT, run_cli, run_folder, thread_env
+from contrasuite.pipelines.reports.cli_runs import ROOT, data_root_args, run_cli, run_folder, thread_env
 from contrasuite.pipelines.run_dir import write_json
 
 METHODS = {"l1": "EDSR-baseline, L1", "pcl": "EDSR-baseline, L1 + contrastive (PCL-SR)"}
@@ -83,11 +83,10 @@ def run_one(method: str, seed: int, args: argparse.Namespace, cache: Path) -> di
     overrides = [f"run.seed={seed}", f"run.output_root={cache / 'runs'}", "run.progress=false"]
     if args.quick:
         overrides += QUICK_OVERRIDES
-    data = ["--data-root", args.data_root] if args.data_root else []
     env, log = thread_env(1), cache / f"{method}_seed{seed}.log"
     log.unlink(missing_ok=True)
     started = time.time()
-    run_dir = run_folder(run_cli(["train", str(config), *overrides, *data], log, env).stdout)
+    run_dir = run_folder(run_cli(["train", str(config), *overrides, *data_root_args(args.data_root)], log, env).stdout)
     train_s = time.time() - started
     started = time.time()
     test = json.loads(run_cli(["eval", str(run_dir), "--checkpoint", "best"], log, env).stdout)
@@ -131,9 +130,8 @@ def bench(args: argparse.Namespace, cache: Path, scale: int) -> dict[str, Any] |
         if args.report_only:
             return None
         size = ["--patch", "16", "--batch", "2", "--steps", "1"] if args.quick else ["--steps", str(args.bench_steps)]
-        data = ["--data-root", args.data_root] if args.data_root else []
         run_cli(["bench", "super_resolution", "--threads", "1", "--device", "cpu", "--scale", str(scale), *size,
-                 "--output", str(path), *data], cache / "bench.log", thread_env(1))
+                 "--output", str(path), *data_root_args(args.data_root)], cache / "bench.log", thread_env(1))
     return json.loads(path.read_text())
 
 

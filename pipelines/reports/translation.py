@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Sequence
 
-from contrasuite.pipelines.reports.cli_runs import run_cli, run_folder, thread_env
+from contrasuite.pipelines.reports.cli_runs import data_root_args, run_cli, run_folder, thread_env
 from contrasuite.pipelines.run_dir import write_json
 
 VARIANTS = ("cut", "fastcut", "gan")
@@ -51,10 +51,9 @@ def run_one(config: Path, seed: int, args: argparse.Namespace, extra: Sequence[s
     keep the test grid of the best (log: ``<results-dir>/logs/<tag>.log``)."""
     log = args.results_dir / "logs" / f"{tag}.log"
     log.unlink(missing_ok=True)
-    data = ["--data-root", str(Path(args.data_root).resolve())] if args.data_root else []
     overrides = [f"run.seed={seed}", f"run.output_root={Path(args.output_root).resolve()}", "run.resume=never", *extra]
     started = time.time()
-    run_dir = run_folder(run_cli(["train", str(config.resolve()), *overrides, *data], log, env).stdout)
+    run_dir = run_folder(run_cli(["train", str(config.resolve()), *overrides, *data_root_args(args.data_root)], log, env).stdout)
     result: dict[str, Any] = {"config": str(config), "seed": seed, "overrides": list(extra), "run_dir": str(run_dir),
                               "train_seconds": round(time.time() - started, 1)}
     for which in ("last", "best"):  # best last, so the newest test grid is the best checkpoint's

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from contrasuite.pipelines.reports.cli_runs import run_cli, run_folder, thread_env
+from contrasuite.pipelines.reports.cli_runs import data_root_args, run_cli, run_folder, thread_env
 
 
 def test_train_then_eval_through_the_runner(toy_yaml, cli_env, tmp_path):
@@ -39,3 +39,9 @@ def test_run_folder_takes_the_last_line_and_rejects_output_without_one(tmp_path)
     assert run_folder("epoch 1\nrun folder: /a\nrun folder: /b\n").as_posix() == "/b"
     with pytest.raises(RuntimeError, match="no 'run folder:' line"):
         run_folder("epoch 1\n")
+
+
+def test_data_root_args_are_absolute_for_children_that_run_in_the_repository_root(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert data_root_args("data") == ["--data-root", str(tmp_path / "data")]
+    assert data_root_args(None) == []
