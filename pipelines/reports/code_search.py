@@ -104,11 +104,13 @@ def zero_shot(args: argparse.Namespace) -> dict[str, Any]:
     return {"val": val, "test": test, "seconds": time.time() - started, "command": "contrasuite compare code_search --methods zero_shot"}
 
 
-def train_run(method: str, seed: int, args: argparse.Namespace, extra: Sequence[str] = ()) -> dict[str, Any]:
+def train_run(method: str, seed: int, args: argparse.Namespace, folder: Path, extra: Sequence[str] = ()) -> dict[str, Any]:
+    """Train and evaluate one run; its log goes to ``folder/logs`` (``folder``: the protocol's cache, so a
+    quick and a reduced run of the same method and seed keep separate logs)."""
     config = CONFIG_DIR / f"{METHODS[method][1]}.yaml"
     overrides = [f"run.seed={seed}", *_common(args), *extra]
     train_args = ["train", str(config.relative_to(ROOT)), *overrides, *data_root_args(args.data_root)]
-    env, log = thread_env(args.threads), args.cache / "logs" / f"{method}_seed{seed}.log"
+    env, log = thread_env(args.threads), folder / "logs" / f"{method}_seed{seed}.log"
     log.unlink(missing_ok=True)
     started = time.time()
     run_dir = run_folder(run_cli(train_args, log, env).stdout)
@@ -211,10 +213,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     seeds = [int(s) for s in args.seeds.split(",") if s]
     ensure_mined(args)
-    tag = "quick" if args.quick else "reduced"
+    folder = args.cache / ("quick" if args.quick else "reduced")
     results: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
     if "zero_shot" in methods:
-        results["zero_shot"].append(_cached(args.cache / tag / "zero_shot.json", lambda: zero_shot(args)))
+        results["zero_shot"].append(_cached(folder / "zero_shot.json", lambda: zero_shot(args)))
     for seed in seeds:
         infonce: dict[str, Any] | None = None
         for method in methods:
@@ -222,9 +224,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 continue
             extra: list[str] = list(QUICK_SIMCSE) if args.quick and method == "soft_simcse" else []
             if method == "soft_model":
-                infonce = infonce or _cached(args.cache / tag / f"infonce_seed{seed}.json", lambda: train_run("infonce", seed, args))
+                infonce = infonce or _cached(folder / f"infonce_seed{seed}.json", lambda: train_run("infonce", seed, args, folder))
                 extra = [f"config.prior.checkpoint={infonce['run_dir']}"]
-            result = _cached(args.cache / tag / f"{method}_seed{seed}.json", lambda: train_run(method, seed, args, extra))
+            result = _cached(folder / f"{method}_seed{seed}.json", lambda: train_run(method, seed, args, folder, extra))
             if method == "infonce":
                 infonce = result
             results[method].append(result)

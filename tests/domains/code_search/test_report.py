@@ -22,3 +22,21 @@ def test_bench_section_lists_rows_and_failures(tmp_path):
     assert "| gradcache | 1024 | 32 | 6.4 | 1315 | cpu, 1 thread(s), fp32, code 64 / query 32 tokens |" in text
     assert "| plain | 32 | - | 9.2 | 1255 |" in text  # a plain step has no chunk
     assert bench_section([]) == ""
+
+
+def test_train_run_logs_under_its_protocol_folder(tmp_path, monkeypatch):
+    """A quick and a reduced run of the same method and seed write separate logs (the protocol's folder)."""
+    from contrasuite.pipelines.reports import code_search
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "eval_test.json").write_text(json.dumps({"metrics": {"mrr": 12.5}}))
+    (run_dir / "eval_val.json").write_text(json.dumps({"mrr": 11.0}))
+    logs = []
+    monkeypatch.setattr(code_search, "run_cli", lambda argv, log, env: logs.append(log) or type("R", (), {"stdout": ""}))
+    monkeypatch.setattr(code_search, "run_folder", lambda stdout: run_dir)
+    args = code_search._parser().parse_args(["--cache", str(tmp_path / "cache"), "--mined", str(tmp_path / "mined")])
+    result = code_search.train_run("infonce", 1, args, tmp_path / "cache" / "quick")
+    assert logs == [tmp_path / "cache" / "quick" / "logs" / "infonce_seed1.log"] * 2  # train, then eval
+    assert result["test"] == {"mrr": 12.5} and result["val"] == {"mrr": 11.0}
+    assert "run.seed=1" in result["command"]
