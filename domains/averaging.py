@@ -17,8 +17,11 @@ def check_decay(decay: float) -> None:
 
 
 def start_average(average: nn.Module, model: nn.Module) -> nn.Module:
-    """``average`` (a fresh module of ``model``'s architecture) set to ``model``'s weights, frozen."""
-    average.load_state_dict(model.state_dict())
+    """``average`` (a fresh module of ``model``'s architecture) set to ``model``'s weights and buffers
+    (copied tensor by tensor, whatever either's ``state_dict`` leaves out), frozen."""
+    with torch.no_grad():
+        for mine, theirs in zip([*average.parameters(), *average.buffers()], [*model.parameters(), *model.buffers()]):
+            mine.copy_(theirs)
     return average.requires_grad_(False)
 
 

@@ -72,8 +72,20 @@ class ModelConfig:
     context_length: int = 32
 
 
+FINGERPRINT_KEY = "frozen_trunks_fingerprint"
+"""State-dict entry that stands for the omitted frozen trunk tensors (:class:`TwoTowerModel`)."""
+
+
 class TwoTowerModel(nn.Module):
-    """``image_trunk``/``image_head`` and ``text_trunk``/``text_head``; texts are tokenised inside."""
+    """``image_trunk``/``image_head`` and ``text_trunk``/``text_head``; texts are tokenised inside.
+
+    With ``omit_frozen_trunks`` (set by :func:`build_model` for frozen trunks loaded from pretrained
+    files) ``state_dict()`` leaves out the trunks' frozen tensors (:func:`frozen_trunk_state`: 104 of the
+    147 MB of a reduced-protocol checkpoint) and records their :func:`fingerprint` instead;
+    ``load_state_dict`` of such a state keeps this model's own trunks after checking that they match it,
+    so a run resumes exactly only on the same pretrained weights, and says so otherwise. A state
+    with the trunks (no fingerprint) loads as usual.
+    """
 
     def __init__(self, image_trunk: nn.Module, image_head: nn.Module, text_trunk: nn.Module, text_head: nn.Module,
                  tokenizer, mean: Sequence[float], std: Sequence[float], image_size: int) -> None:
@@ -85,6 +97,9 @@ class TwoTowerModel(nn.Module):
         self.register_buffer("std", torch.tensor(std).view(1, 3, 1, 1), persistent=False)
         self.image_size = image_size
         self.embed_dim: int | None = None
+        self.omit_frozen_trunks = False
+        self.register_state_dict_post_hook(_omit_frozen_trunks)
+        self.register_load_state_dict_pre_hook(_keep_frozen_trunks)
 
     def preprocess(self, images: Tensor) -> Tensor:
         """``[N, H, W, 3]`` uint8 -> normalised ``[N, 3, S, S]`` float on the model's device."""
@@ -105,6 +120,49 @@ class TwoTowerModel(nn.Module):
 
     def encode_text(self, texts: Sequence[str]) -> Tensor:
         return self.text_head(self.text_features(texts))
+
+
+def frozen_trunk_state(model: TwoTowerModel) -> dict[str, Tensor]:
+    """The trunks' state entries that do not train: all but trainable parameters (a head may live inside a
+    trunk, as open_clip's text ``proj`` does), keyed as in ``model.state_dict()``."""
+    out = {}
+    for name in ("image_trunk", "text_trunk"):
+        for key, value in getattr(model, name).state_dict(keep_vars=True).items():
+            if not (isinstance(value, nn.Parameter) and value.requires_grad):
+                out[f"{name}.{key}"] = value.detach()
+    return out
+
+
+def fingerprint(tensors: dict[str, Tensor]) -> Tensor:
+    """``[K, 2]`` float64: the sum and the sum of squares of each tensor, in order."""
+    return torch.stack([torch.stack([t.double().sum(), t.double().square().sum()]).cpu() for t in tensors.values()]) \
+        if tensors else torch.zeros(0, 2, dtype=torch.float64)
+
+
+def _omit_frozen_trunks(model: TwoTowerModel, state: dict, prefix: str, _metadata: dict) -> None:
+    if not model.omit_frozen_trunks:
+        return
+    frozen = frozen_trunk_state(model)
+    for key in frozen:
+        state.pop(prefix + key, None)
+    state[prefix + FINGERPRINT_KEY] = fingerprint(frozen)
+
+
+def _keep_frozen_trunks(model: TwoTowerModel, state: dict, prefix: str, *_args) -> None:
+    saved = state.pop(prefix + FINGERPRINT_KEY, None)
+    if saved is None:
+        return
+    frozen = frozen_trunk_state(model)
+    mine = fingerprint(frozen)
+    if saved.shape != mine.shape:
+        raise ValueError(f"the state omits {saved.shape[0]} frozen trunk tensors; this model's trunks have {mine.shape[0]}")
+    differ = ~torch.isclose(saved, mine, rtol=1e-6, atol=1e-6).all(dim=1)
+    if differ.any():
+        key = list(frozen)[int(differ.nonzero()[0])]
+        raise ValueError(f"the state was saved without its frozen trunks, and this model's differ from them (first at "
+                         f"{key!r}): build it from the same pretrained weights (model.image_weights, model.text_model)")
+    for key, value in frozen.items():
+        state.setdefault(prefix + key, value)
 
 
 def mlp(features: int, hidden: int, dim: int) -> nn.Sequential:
@@ -354,4 +412,6 @@ def build_model(cfg: ModelConfig) -> TwoTowerModel:
         # heads may live inside a trunk module (open_clip's HFTextEncoder holds its ``proj``): train them
         for head in (model.image_head, model.text_head):
             head.requires_grad_(True)
+        # the pretrained files rebuild them: checkpoints need only their fingerprint (TwoTowerModel)
+        model.omit_frozen_trunks = cfg.name == "pretrained_towers" and cfg.pretrained_trunks
     return model

@@ -6,7 +6,13 @@ import torch
 from PIL import Image
 
 from contrasuite.domains.image_text.evaluate import compositional, evaluate_sugarcrepe, image_side, retrieval, text_side
-from contrasuite.domains.image_text.models import ModelConfig, build_model, efficientnet_lite0
+from contrasuite.domains.image_text.models import (
+    FINGERPRINT_KEY,
+    ModelConfig,
+    build_model,
+    efficientnet_lite0,
+    frozen_trunk_state,
+)
 
 
 def test_open_clip_local_checkpoint_round_trip(tmp_path, tiny_open_clip):
@@ -164,3 +170,37 @@ def test_text_segments_keep_word_order():
         head = sum(p.numel() for p in model.text_head.parameters())
         assert head == (384 * 320 + 320 * 256 if segments == 1 else 4 * 384 * 512 + 512 + 512 * 256 + 256)
     assert cosines[1] > 0.99 and 1 - cosines[4] > 5 * (1 - cosines[1])  # measured 0.998 and 0.983
+
+
+def test_state_omits_frozen_trunks_and_reloads_only_onto_the_same_ones():
+    """With ``omit_frozen_trunks`` the state keeps the heads (also the text ``proj`` inside the trunk) and a
+    fingerprint instead of the frozen trunk tensors; it loads onto a model with the same trunks and
+    refuses, naming the tensor, one with other trunks; a state with the trunks loads as before."""
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(pretrained_trunks=False))
+    assert not model.omit_frozen_trunks  # random trunks are not rebuilt from a file: they stay in the state
+    full = model.state_dict()
+    model.omit_frozen_trunks = True
+    state = model.state_dict()
+    kept = {k for k in state if k.startswith(("image_trunk.", "text_trunk."))}
+    assert kept == {k for k in full if k.startswith("text_trunk.encoder.proj.")}
+    assert FINGERPRINT_KEY in state and set(full) - set(state) == set(frozen_trunk_state(model)) - kept
+    assert sum(v.numel() for v in state.values()) < 0.15 * sum(v.numel() for v in full.values())
+
+    torch.manual_seed(0)
+    same = build_model(ModelConfig(pretrained_trunks=False))
+    for p in (*same.image_head.parameters(), *same.text_head.parameters()):
+        p.data.add_(1.0)  # heads differ until loaded
+    same.load_state_dict(state)
+    texts, images = ["left arrow", "blue heart"], torch.randint(0, 256, (2, 40, 40, 3), dtype=torch.uint8)
+    with torch.no_grad():
+        assert torch.equal(same.encode_text(texts), model.encode_text(texts))
+        assert torch.equal(same.encode_image(images), model.encode_image(images))
+
+    torch.manual_seed(1)
+    other = build_model(ModelConfig(pretrained_trunks=False))
+    with pytest.raises(ValueError, match="image_trunk.trunk.conv_stem.weight.*same pretrained weights"):
+        other.load_state_dict(state)
+    other.load_state_dict(full)  # no fingerprint: the trunks come from the state
+    with torch.no_grad():
+        assert torch.equal(other.encode_image(images), model.encode_image(images))
