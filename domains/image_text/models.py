@@ -123,12 +123,14 @@ class TwoTowerModel(nn.Module):
 
 
 def frozen_trunk_state(model: TwoTowerModel) -> dict[str, Tensor]:
-    """The trunks' state entries that do not train: all but trainable parameters (a head may live inside a
-    trunk, as open_clip's text ``proj`` does), keyed as in ``model.state_dict()``."""
+    """The trunks' state entries that do not train, keyed as in ``model.state_dict()``: all but trainable
+    parameters and the heads' tensors (a head may live inside a trunk, as open_clip's text ``proj``
+    does; in a weight average nothing requires gradients, but its heads still change)."""
+    heads = {id(v) for head in (model.image_head, model.text_head) for v in head.state_dict(keep_vars=True).values()}
     out = {}
     for name in ("image_trunk", "text_trunk"):
         for key, value in getattr(model, name).state_dict(keep_vars=True).items():
-            if not (isinstance(value, nn.Parameter) and value.requires_grad):
+            if id(value) not in heads and not (isinstance(value, nn.Parameter) and value.requires_grad):
                 out[f"{name}.{key}"] = value.detach()
     return out
 

@@ -170,6 +170,7 @@ class ImageTextTask:
         if cfg.ema > 0:  # same architecture, weights copied from the model (not read from disk again)
             shell = build_model(replace(cfg.model, pretrained_trunks=False, pretrained=None))
             self.model_ema = start_average(shell.to(ctx.device), self.model)
+            self.model_ema.omit_frozen_trunks = self.model.omit_frozen_trunks  # its trunks are the model's
         self.frozen = cfg.model.freeze_trunks
         texts_all = list(dict.fromkeys([*styles[train_style].captions, *(r["negative"] for r in texts)]))
         self.text_row = {t: i for i, t in enumerate(texts_all)}

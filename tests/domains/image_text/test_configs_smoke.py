@@ -45,9 +45,10 @@ def test_stage_two_starts_from_stage_one(tmp_path, emoji_root):
 
 
 @pytest.mark.slow
-def test_checkpoints_without_frozen_trunks_resume_exactly(tmp_path, emoji_root):
-    """Pretrained frozen trunks are left out of checkpoints (only their fingerprint is kept), and a run
-    stopped after 2 steps resumes to the same weights as the uninterrupted run."""
+@pytest.mark.parametrize("ema", [0.0, 0.5])
+def test_checkpoints_without_frozen_trunks_resume_exactly(tmp_path, emoji_root, ema):
+    """Pretrained frozen trunks are left out of checkpoints (only their fingerprint is kept; also from the
+    weight average's), and a run stopped after 2 steps resumes to the same weights as the uninterrupted run."""
     import torch
 
     from contrasuite.domains.image_text.models import FINGERPRINT_KEY
@@ -56,19 +57,23 @@ def test_checkpoints_without_frozen_trunks_resume_exactly(tmp_path, emoji_root):
 
     common = ["run.epochs=1", "run.precision=fp32", "run.deterministic=true", "run.health_every_steps=0",
               f"run.output_root={tmp_path}", "config.data.limit=40", "config.batch_size=8",
-              f"config.cache_dir={tmp_path / 'cache'}", "config.model.image_size=64"]
+              f"config.cache_dir={tmp_path / 'cache'}", "config.model.image_size=64", f"config.ema={ema}"]
     path = Path(__file__).resolve().parents[3] / "configs" / "image_text" / "reduced_align.yaml"
     full = train(load_config(path, common))
     stopped = train(load_config(path, [*common, "run.max_steps=2"]))
     state = checkpoint.load(stopped / "checkpoints" / "last.pt")
     assert state["position"]["global_step"] == 2
-    model = state["modules"]["model"]
-    assert FINGERPRINT_KEY in model and not any(k.startswith(("image_trunk.", "text_trunk.")) for k in model)
+    modules = ["model", "model_ema"] if ema else ["model"]
+    assert sorted(state["modules"]) == sorted(["objective", *modules])
+    for name in modules:
+        model = state["modules"][name]
+        assert FINGERPRINT_KEY in model and not any(k.startswith(("image_trunk.", "text_trunk.")) for k in model)
     (stopped / "config.yaml").write_text((stopped / "config.yaml").read_text().replace("max_steps: 2", "max_steps: null"))
     status = json.loads((stopped / "status.json").read_text())
     (stopped / "status.json").write_text(json.dumps({**status, "state": "running"}))
     resume(stopped)
     done, expected = (checkpoint.load(run / "checkpoints" / "last.pt") for run in (stopped, full))
     assert done["position"] == expected["position"] and done["position"]["global_step"] > 2
-    for key, value in expected["modules"]["model"].items():
-        assert torch.equal(done["modules"]["model"][key], value), key
+    for name in modules:
+        for key, value in expected["modules"][name].items():
+            assert torch.equal(done["modules"][name][key], value), (name, key)

@@ -186,6 +186,11 @@ def test_state_omits_frozen_trunks_and_reloads_only_onto_the_same_ones():
     assert kept == {k for k in full if k.startswith("text_trunk.encoder.proj.")}
     assert FINGERPRINT_KEY in state and set(full) - set(state) == set(frozen_trunk_state(model)) - kept
     assert sum(v.numel() for v in state.values()) < 0.15 * sum(v.numel() for v in full.values())
+    flags = [p.requires_grad for p in model.parameters()]
+    model.requires_grad_(False)  # as in a weight average: the heads are still kept, by identity
+    assert set(model.state_dict()) == set(state)
+    for p, flag in zip(model.parameters(), flags):
+        p.requires_grad_(flag)
 
     torch.manual_seed(0)
     same = build_model(ModelConfig(pretrained_trunks=False))
