@@ -43,11 +43,13 @@ def retrieval(image_emb: Tensor, captions: Sequence[str], text_emb: Mapping[str,
 
 
 def compositional(pairs: Sequence[tuple[str, float, float]], prefix: str) -> dict[str, float]:
-    """``(operation, true score, negative score)`` -> accuracy in % per operation, their mean and count."""
+    """``(operation, true score, negative score)`` -> accuracy in % per operation (and its count,
+    ``<op>/n``: one comparison moves an operation by ``100 / n`` points), their mean and the total count."""
     by_op: dict[str, list[bool]] = defaultdict(list)
     for op, true, neg in pairs:
         by_op[op].append(true > neg)
     out = {f"{prefix}/{op}": 100 * float(np.mean(v)) for op, v in sorted(by_op.items())}
+    out.update({f"{prefix}/{op}/n": float(len(v)) for op, v in by_op.items()})
     if by_op:
         out[f"{prefix}/mean"] = float(np.mean([out[f"{prefix}/{op}"] for op in by_op]))
         out[f"{prefix}/n"] = float(sum(len(v) for v in by_op.values()))

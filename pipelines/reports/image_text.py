@@ -110,7 +110,8 @@ def write_page(results: dict[str, list[dict]], output: Path, seeds: Sequence[int
              "style is never trained on. Numbers: test split, last checkpoint, mean ± std over "
              f"seeds {', '.join(map(str, seeds))}; all in %.", "",
              "Compositional accuracy: text side = P[s(I, caption) > s(I, negative caption)], image side = "
-             "P[s(I, caption) > s(negative image, caption)], per operation, `mean` = mean over operations.", ""]
+             "P[s(I, caption) > s(negative image, caption)], per operation, `mean` = mean over operations; `n`: "
+             "test comparisons of an operation (one of them moves it by 100 / n points).", ""]
     names = [("align", "stage 1 (aligned)")] + list(VARIANTS)
     for prefix, title in (("", "Twemoji (training style, held-out emoji)"), ("google/", "Noto (unseen style)")):
         lines += [f"## {title}", "", "| variant | " + " | ".join(HEADLINE) + " |", "|---" * (len(HEADLINE) + 1) + "|"]
@@ -119,9 +120,11 @@ def write_page(results: dict[str, list[dict]], output: Path, seeds: Sequence[int
         ops = sorted({k[len(prefix):] for rs in results.values() for r in rs for k in r["metrics"]
                       if k.startswith(prefix + "comp_") and not k.endswith(("/mean", "/n"))
                       and (prefix or not k.startswith("google/"))})
-        lines += ["", "| operation | " + " | ".join(label for _, label in names) + " |", "|---" * (len(names) + 1) + "|"]
+        lines += ["", "| operation | n | " + " | ".join(label for _, label in names) + " |", "|---" * (len(names) + 2) + "|"]
         for op in ops:
-            lines.append(f"| {op} | " + " | ".join(_stat(col(name, prefix + op)) for name, _ in names) + " |")
+            counts = {c for name, _ in names for c in col(name, f"{prefix}{op}/n")}  # the same in every run
+            n = str(int(counts.pop())) if len(counts) == 1 else "-"
+            lines.append(f"| {op} | {n} | " + " | ".join(_stat(col(name, prefix + op)) for name, _ in names) + " |")
         lines.append("")
     checks = [(split, goal(results, field)) for split, field in (("validation", "val_metrics"), ("test", "metrics"))]
     if any(g for _, g in checks):

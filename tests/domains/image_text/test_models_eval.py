@@ -53,7 +53,8 @@ def test_retrieval_and_compositional():
     flipped = {c: emb[(i + 1) % 4] for i, c in enumerate("abcd")}
     assert retrieval(emb, list("abcd"), flipped, ks=(1,))["i2t_r1"] == 0.0
     acc = compositional([("colour", 1.0, 0.0), ("colour", 0.0, 1.0), ("flip", 1.0, 0.5)], "comp_text")
-    assert acc == {"comp_text/colour": 50.0, "comp_text/flip": 100.0, "comp_text/mean": 75.0, "comp_text/n": 3.0}
+    assert acc == {"comp_text/colour": 50.0, "comp_text/flip": 100.0, "comp_text/mean": 75.0, "comp_text/n": 3.0,
+                   "comp_text/colour/n": 2.0, "comp_text/flip/n": 1.0}
 
 
 def test_compositional_sides_score_the_truth_first():

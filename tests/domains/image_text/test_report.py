@@ -6,7 +6,7 @@ from contrasuite.pipelines.reports.image_text import goal, write_page
 def run(name, seed, comp, r1, val_comp, val_r1):
     def metrics(c, r):
         return {"i2t_r1": r, "t2i_r1": r, "comp_text/mean": c, "comp_image/mean": c, "comp_text/change_number": c,
-                "google/i2t_r1": r / 2}
+                "comp_text/change_number/n": 128.0, "comp_text/swap_attributes": c, "google/i2t_r1": r / 2}
     return {"name": name, "seed": seed, "seconds": 60.0, "command": f"contrasuite train reduced_{name}.yaml",
             "metrics": metrics(comp, r1), "val_metrics": metrics(val_comp, val_r1)}
 
@@ -22,7 +22,8 @@ def test_goal_on_validation_and_test(tmp_path):
     text = page.read_text()
     assert "| validation | +8.0 | -2.0 | NOT met |" in text and "| test | +11.0 | -0.5 | met |" in text
     assert "| + text and image negatives | 29.5 ± 0.0 | " in text  # test headline, mean ± std over seeds
-    assert "| comp_text/change_number | 61.0 ± 1.0 | 61.0 ± 1.0 | 66.0 ± 1.0 | 72.0 ± 1.0 |" in text
+    assert "| comp_text/change_number | 128 | 61.0 ± 1.0 | 61.0 ± 1.0 | 66.0 ± 1.0 | 72.0 ± 1.0 |" in text
+    assert "| comp_text/swap_attributes | - | 61.0 ± 1.0 |" in text  # runs that did not record the count
     assert "Total training wall time of the cached runs: 12.0 min (" in text
 
 
