@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from contrasuite.pipelines.reports.cli_runs import ROOT, run_cli, run_folder, thread_env
+from contrasuite.pipelines.reports.cli_runs import ROOT, data_root_args, run_cli, run_folder, thread_env
 from contrasuite.pipelines.run_dir import write_json
 
 CONFIG_DIR = ROOT / "configs" / "image_text"
@@ -40,8 +40,8 @@ OUTPUT = ROOT / "docs" / "results" / "clip_hard_negatives.md"
 HEADLINE = ("i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10", "comp_text/mean", "comp_image/mean")
 
 
-def _train(config: str, overrides: Sequence[str], out: Path, log: Path, env: dict[str, str]) -> tuple[Path, float, str]:
-    args = ["train", str(CONFIG_DIR / f"{config}.yaml"), *overrides, f"run.output_root={out}"]
+def _train(config: str, overrides: Sequence[str], log: Path, env: dict[str, str]) -> tuple[Path, float, str]:
+    args = ["train", str(CONFIG_DIR / f"{config}.yaml"), *overrides]
     start = time.time()
     run_dir = run_folder(run_cli(args, log, env).stdout)
     return run_dir, time.time() - start, shlex.join(["contrasuite", *args])
@@ -56,8 +56,9 @@ def run_one(name: str, seed: int, args: argparse.Namespace, env: dict[str, str],
         overrides.append(f"config.data.split_seed={args.split_seed}")
     if align_dir is not None:
         overrides.append(f"config.init_from={align_dir}")
+    overrides += [f"run.output_root={args.results_dir / 'runs'}", *data_root_args(args.data_root)]
     config = "reduced_align" if name == "align" else f"reduced_{name}"
-    run_dir, seconds, command = _train(config, overrides, args.results_dir / "runs", args.results_dir / "log.txt", env)
+    run_dir, seconds, command = _train(config, overrides, args.results_dir / "log.txt", env)
     run_cli(["eval", str(run_dir), "--checkpoint", "last"], args.results_dir / "log.txt", env)
     metrics, val = (json.loads((run_dir / f"eval_{split}.json").read_text()) for split in ("test", "val"))
     result = {"name": name, "seed": seed, "run_dir": str(run_dir), "seconds": seconds, "command": command,
@@ -171,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.quick:
         args.results_dir = args.results_dir / "quick"
     args.results_dir.mkdir(parents=True, exist_ok=True)
-    env = thread_env(args.threads, {"HF_HUB_OFFLINE": "1", **({"CONTRASUITE_DATA": str(Path(args.data_root).resolve())} if args.data_root else {})})
+    env = thread_env(args.threads, {"HF_HUB_OFFLINE": "1"})
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     results: dict[str, list[dict]] = {}
     for seed in seeds:
