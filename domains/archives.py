@@ -1,17 +1,32 @@
 """Extracting the shipped data archives once into a cache, shared by the domains that read emoji PNGs.
 
 The emoji sets come as ``<data_root>/emoji/emoji-<style>-64.tar.gz``; a domain that needs the PNG files
-extracts each archive once into ``<cache>/emoji/<style>-64`` and reads from there afterwards.
+extracts each archive once into ``<cache>/emoji/<style>-64-<hash>`` and reads from there afterwards.
+The folder name carries the first 16 hex digits of the archive's SHA-256, so a changed, truncated or
+missing archive is never served from an old extraction.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tarfile
 import tempfile
+import zlib
 from pathlib import Path
 from typing import Iterable
+
+from contrasuite.domains.errors import DataError
+
+
+def sha256_of(path: Path) -> str:
+    """The SHA-256 of a file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def cache_root(configured: str = "") -> Path:
@@ -22,19 +37,24 @@ def cache_root(configured: str = "") -> Path:
 
 
 def extract_once(archive: Path, target: Path) -> Path:
-    """Extract ``archive`` into ``target`` once; atomic (temp dir + rename), so readers never see half.
+    """Extract ``archive`` once into ``<target>-<hash>`` (returned); atomic (temp dir + rename).
 
-    An archive holding a single top folder is unwrapped (its contents become ``target``)."""
-    if target.is_dir():
-        return target
+    An archive holding a single top folder is unwrapped (its contents become the returned folder).
+    A missing archive is a ``FileNotFoundError``, a corrupt one a :class:`DataError`, both naming it."""
     if not archive.is_file():
         raise FileNotFoundError(f"archive not found: {archive} (set the data root: config.data.root / "
                                 f"--data-root / $CONTRASUITE_DATA; see ../shared/data/README.md)")
+    target = target.with_name(f"{target.name}-{sha256_of(archive)[:16]}")
+    if target.is_dir():
+        return target
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
-        with tarfile.open(archive) as tar:
-            tar.extractall(tmp, filter="data")
+        try:
+            with tarfile.open(archive) as tar:
+                tar.extractall(tmp, filter="data")
+        except (tarfile.TarError, EOFError, zlib.error, OSError) as err:
+            raise DataError(f"{archive}: corrupt or truncated archive ({type(err).__name__}: {err})") from None
         inner = list(tmp.iterdir())
         source = inner[0] if len(inner) == 1 and inner[0].is_dir() else tmp
         try:
@@ -48,5 +68,5 @@ def extract_once(archive: Path, target: Path) -> Path:
 
 
 def emoji_style_dirs(emoji_root: Path, cache: Path, styles: Iterable[str]) -> dict[str, Path]:
-    """The extracted 64-px PNG folder of each style: ``<cache>/emoji/<style>-64``."""
+    """The extracted 64-px PNG folder of each style: ``<cache>/emoji/<style>-64-<hash>``."""
     return {s: extract_once(emoji_root / f"emoji-{s}-64.tar.gz", cache / "emoji" / f"{s}-64") for s in styles}

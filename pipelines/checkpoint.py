@@ -4,21 +4,74 @@ A checkpoint holds the task's modules, optimizers, schedulers, the GradScaler, a
 state (``Task.state_dict``), every RNG state (python, numpy, torch CPU, CUDA), the data position
 (epoch, step within it, global step), the best validation value so far and the resolved config.
 RNG states are stored as tensors and plain types so ``torch.load(weights_only=True)`` reads them.
+
+Beside each ``NAME.pt`` a manifest ``NAME.pt.json`` records the size and SHA-256 of the complete
+file; :func:`load` refuses a file that matches neither (truncated, partly copied, altered). While a
+new file replaces an old one the manifest lists both, so a kill at any moment leaves a loadable pair.
+A checkpoint without a manifest (written before manifests existed) is loaded unchecked.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import random
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import torch
 
+from contrasuite.domains.archives import sha256_of
+
+
+REQUIRED_KEYS = ("modules", "optimizers", "schedulers", "position", "config")
+"""What every engine checkpoint holds; a torch file without them is not a contrasuite checkpoint."""
+
 
 class CheckpointError(RuntimeError):
     """A missing, unreadable or mismatched checkpoint; the message names the file."""
+
+
+class _HashingWriter:
+    """A write-only file wrapper that counts and hashes what passes through it."""
+
+    def __init__(self, handle: BinaryIO) -> None:
+        self.handle, self.sha, self.size = handle, hashlib.sha256(), 0
+
+    def write(self, data: bytes) -> int:
+        self.sha.update(data)
+        self.size += len(data)
+        return self.handle.write(data)
+
+    def flush(self) -> None:
+        self.handle.flush()
+
+
+def manifest_path(path: Path) -> Path:
+    return path.with_name(path.name + ".json")
+
+
+def file_digest(path: Path) -> dict[str, Any]:
+    """``{"bytes": size, "sha256": hex}`` of a file."""
+    return {"bytes": path.stat().st_size, "sha256": sha256_of(path)}
+
+
+def _accepted(path: Path) -> list[dict[str, Any]] | None:
+    try:
+        return json.loads(manifest_path(path).read_text())["accepted"]
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise CheckpointError(f"checkpoint manifest {manifest_path(path)} is unreadable ({err})") from None
+
+
+def _write_manifest(path: Path, accepted: list[dict[str, Any]]) -> None:
+    target = manifest_path(path)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"accepted": accepted}, indent=1) + "\n")
+    os.replace(tmp, target)
 
 
 def rng_state() -> dict[str, Any]:
@@ -46,15 +99,22 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def atomic_save(obj: Any, path: Path) -> None:
-    """``torch.save`` to a temporary file in the same folder, fsync, then rename over ``path``."""
+    """``torch.save`` to a temporary file in the same folder, fsync, then rename over ``path``.
+
+    The manifest first lists the new file beside the old one, then (after the rename) the new one only.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as handle:
-            torch.save(obj, handle)
+            writer = _HashingWriter(handle)
+            torch.save(obj, writer)
             handle.flush()
             os.fsync(handle.fileno())
+        new = {"bytes": writer.size, "sha256": writer.sha.hexdigest()}
+        _write_manifest(path, [new, *(_accepted(path) or [])[:1]])
         os.replace(tmp, path)
+        _write_manifest(path, [new])
     finally:
         tmp.unlink(missing_ok=True)
     fd = os.open(path.parent, os.O_RDONLY)
@@ -65,13 +125,30 @@ def atomic_save(obj: Any, path: Path) -> None:
 
 
 def load(path: Path) -> dict[str, Any]:
-    """Read a checkpoint with ``weights_only=True`` onto the CPU; errors name the file."""
+    """Read a checkpoint with ``weights_only=True`` onto the CPU after checking it against its manifest.
+
+    Errors name the file: missing, incomplete or altered, unreadable, or a torch file that is not an
+    engine checkpoint.
+    """
     if not path.is_file():
         raise CheckpointError(f"checkpoint not found: {path}")
+    accepted = _accepted(path)
+    if accepted is not None:
+        digest = file_digest(path)
+        if digest not in accepted:
+            expected = accepted[0].get("bytes") if accepted else "?"
+            raise CheckpointError(f"checkpoint {path} is incomplete or altered: {digest['bytes']} bytes, SHA-256 "
+                                  f"{digest['sha256'][:12]}..., its manifest {manifest_path(path).name} records "
+                                  f"{expected} bytes and another hash")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 - any unpickling failure means an unusable file
-        raise CheckpointError(f"checkpoint {path} is unreadable or not a contrasuite checkpoint: {err}") from None
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise CheckpointError(f"checkpoint {path} is unreadable or not a contrasuite checkpoint: {first}") from None
+    missing = [k for k in REQUIRED_KEYS if not isinstance(state, dict) or k not in state]
+    if missing:
+        raise CheckpointError(f"{path} is a torch file but not a contrasuite checkpoint (no {missing[0]!r} entry)")
+    return state
 
 
 def _load_named(kind: str, targets: dict[str, Any], states: dict[str, Any], path: Path) -> None:

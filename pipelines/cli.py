@@ -2,7 +2,7 @@
 
     contrasuite train CONFIG [key=value ...] [--data-root DIR]
     contrasuite eval RUN_DIR [--checkpoint best|last]
-    contrasuite resume RUN_DIR
+    contrasuite resume RUN_DIR [key=value ...]
     contrasuite validate-configs [--root configs]
     contrasuite upscale RUN_DIR INPUT OUTPUT [--tile N]  -> contrasuite.pipelines.upscale.main(argv)
     contrasuite retrieve RUN_DIR QUERY_IMAGE GALLERY_DIR [--top K]  -> contrasuite.pipelines.retrieve.main(argv)
@@ -13,6 +13,8 @@
     contrasuite compare NAME [args ...]    -> contrasuite.pipelines.reports.<NAME>.main(argv)
 
 Run several processes with ``torchrun --nproc_per_node N -m contrasuite.pipelines.cli train ...``.
+Options and ``key=value`` overrides may come in any order. Bad input (a config key, a data file, a
+checkpoint, a locked run folder) exits with status 2 and one line naming it.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--checkpoint", choices=("best", "last"), default=None, help="default: run.eval_checkpoint")
     res = sub.add_parser("resume", help="continue an interrupted run from checkpoints/last.pt")
     res.add_argument("run_dir", type=Path)
+    res.add_argument("overrides", nargs="*", help="deliberate config changes, e.g. run.epochs=20")
     val = sub.add_parser("validate-configs", help="load and validate every YAML under a folder")
     val.add_argument("--root", type=Path, default=Path("configs"))
     up = sub.add_parser("upscale", help="super-resolve an image or folder with a super_resolution run (see --help)")
@@ -94,10 +97,29 @@ def _dispatch(package: str, name: str, argv: list[str]) -> int:
     return int(module.main(argv) or 0)
 
 
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """Parse with options allowed after the overrides (``train CONFIG --data-root D run.seed=1``)."""
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    overrides = [a for a in extra if "=" in a and not a.startswith("-")]
+    if len(overrides) < len(extra) or (overrides and not hasattr(args, "overrides")):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if overrides:
+        args.overrides = [*args.overrides, *overrides]
+    return args
+
+
+def one_line(err: BaseException) -> str:
+    """An error's message folded onto one line."""
+    return " ".join(str(err).split()) or type(err).__name__
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = _parse(argv)
+    from contrasuite.domains.errors import DataError
     from contrasuite.pipelines import distributed, trainer  # heavy imports only for commands that need them
     from contrasuite.pipelines.checkpoint import CheckpointError
+    from contrasuite.pipelines.run_lock import RunLockedError
     from contrasuite.pipelines.step import NonFiniteStepError
 
     try:
@@ -105,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             run_dir = trainer.train(load_config(args.config, args.overrides, data_root=args.data_root))
             print(f"run folder: {run_dir}")
         elif args.command == "resume":
-            print(f"run folder: {trainer.resume(args.run_dir)}")
+            print(f"run folder: {trainer.resume(args.run_dir, args.overrides)}")
         elif args.command == "eval":
             print(json.dumps(trainer.evaluate(args.run_dir, args.checkpoint), indent=2))
         elif args.command == "upscale":
@@ -133,11 +155,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             package = "bench" if args.command == "bench" else "reports"
             return _dispatch(package, args.name, args.args)
-    except (ConfigError, CheckpointError, FileNotFoundError) as err:
-        print(f"contrasuite {args.command}: {err}", file=sys.stderr)
+    except (ConfigError, CheckpointError, FileNotFoundError, DataError, RunLockedError) as err:
+        print(f"contrasuite {args.command}: {one_line(err)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except NonFiniteStepError as err:
-        print(f"contrasuite {args.command}: {err}", file=sys.stderr)
+        print(f"contrasuite {args.command}: {one_line(err)}", file=sys.stderr)
         return 1
     finally:
         distributed.shutdown()

@@ -26,6 +26,7 @@ import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from contrasuite.domains.config_fields import bounded, check_fields, one_of
 from contrasuite.pipelines.registry import resolve_task
 
 TOP_LEVEL_KEYS = ("task", "extends", "run", "config")
@@ -41,29 +42,31 @@ class ConfigError(ValueError):
 class RunSettings:
     """Engine settings (the ``run:`` section). Every default lives here, nowhere else."""
 
-    seed: int = 0
-    precision: str = "bf16"
+    seed: int = bounded(0, ge=0)
+    precision: str = one_of("bf16", PRECISIONS)
     """``bf16`` (autocast, default on CUDA and CPU), ``fp16`` (autocast + GradScaler) or ``fp32``."""
-    device: str = "auto"
+    device: str = one_of("auto", DEVICES)
     """``auto`` (CUDA when present), ``cpu`` or ``cuda``."""
-    epochs: int = 1
-    max_steps: Optional[int] = None
+    epochs: int = bounded(1, ge=1)
+    max_steps: Optional[int] = bounded(None, ge=1)
     """Stop after this many optimisation steps in total (None: run all epochs)."""
-    eval_every_epochs: int = 1
+    eval_every_epochs: int = bounded(1, ge=0)
     """Validate every N epochs (0: only at the end)."""
-    log_every_steps: int = 10
-    checkpoint_every_steps: int = 0
+    log_every_steps: int = bounded(10, ge=0)
+    checkpoint_every_steps: int = bounded(0, ge=0)
     """Also write ``last.pt`` every N steps inside an epoch (0: only at epoch ends and the end)."""
     best_metric: Optional[str] = None
     """Validation metric that selects ``best.pt`` (None: the first key ``evaluate("val")`` returns)."""
-    best_mode: str = "max"
+    best_mode: str = one_of("max", ("max", "min"))
     deterministic: bool = False
     """``torch.use_deterministic_algorithms(True)`` and cuDNN benchmark off."""
-    grad_clip: Optional[float] = None
+    grad_clip: Optional[float] = bounded(None, gt=0)
     """Clip the global gradient norm of each optimizer's parameters to this value."""
-    non_finite: str = "stop"
+    non_finite: str = one_of("stop", ("stop", "skip"))
     """What a non-finite loss or gradient does: ``stop`` (raise) or ``skip`` (drop the step)."""
-    health_every_steps: int = 50
+    max_consecutive_skips: int = bounded(10, ge=0)
+    """Under ``skip``: fail once more than this many steps in a row were skipped."""
+    health_every_steps: int = bounded(50, ge=0)
     """Representation health (alignment, uniformity, gap, effective rank) every N steps (0: off)."""
     tensorboard: bool = False
     progress: bool = True
@@ -72,7 +75,7 @@ class RunSettings:
     """Data root; ``--data-root`` beats this, which beats ``$CONTRASUITE_DATA``, which beats ``data``."""
     resume: str = "never"
     """``never``, ``auto`` (continue the newest unfinished run of this config) or a run folder."""
-    eval_checkpoint: str = "best"
+    eval_checkpoint: str = one_of("best", ("best", "last"))
     """Checkpoint ``contrasuite eval`` loads: ``best`` or ``last``."""
 
 
@@ -216,20 +219,13 @@ def load_config(path: str | os.PathLike, overrides: Sequence[str] = (), data_roo
         config = OmegaConf.to_object(root.config)
     except OmegaConfBaseException as err:
         raise ConfigError(f"{path}: {_key_of(err)}: {_first_line(err)}") from None
-    _check_run(run, path)
+    try:
+        check_fields(run, "run")
+        check_fields(config, "config")
+    except ValueError as err:
+        raise ConfigError(f"{path}: {err}") from None
     _check_objective_terms(resolved["config"], path, getattr(task_class, "extra_objectives", None))
     return LoadedConfig(path, str(task_name), task_class, run, config, resolved)
-
-
-def _check_run(run: RunSettings, path: Path) -> None:
-    choices = {"precision": PRECISIONS, "device": DEVICES, "non_finite": ("stop", "skip"),
-               "best_mode": ("max", "min"), "eval_checkpoint": ("best", "last")}
-    for key, allowed in choices.items():
-        if getattr(run, key) not in allowed:
-            raise ConfigError(f"{path}: run.{key}: {getattr(run, key)!r} is not one of {allowed}")
-    for key in ("epochs", "log_every_steps", "checkpoint_every_steps", "health_every_steps", "eval_every_epochs"):
-        if getattr(run, key) < 0:
-            raise ConfigError(f"{path}: run.{key}: must be >= 0, got {getattr(run, key)}")
 
 
 def _check_objective_terms(section: Any, path: Path, extra: Any = None, where: str = "config") -> None:

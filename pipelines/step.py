@@ -2,6 +2,8 @@
 
 ``optimize(name, loss)`` for each optimizer in the task's order; ``optimize_cached(...)`` does the
 same with GradCache (:mod:`contrasuite.core.gradcache`) for batches too large to backpropagate at once.
+After every update the weights are checked: an update that made them non-finite cannot be skipped
+(the old weights are gone), so it always raises, under ``run.non_finite=skip`` too.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ class Step:
         non_finite: str,
         no_sync: Callable[[], AbstractContextManager],
         chunk_size: int | None = None,
+        param_names: Mapping[int, str] | None = None,
     ) -> None:
         self.epoch, self.step = epoch, step
         self._optimizers, self._schedulers = optimizers, schedulers
@@ -52,9 +55,12 @@ class Step:
         self._grad_clip, self._non_finite = grad_clip, non_finite
         self._no_sync = no_sync
         self.chunk_size = chunk_size
+        self._param_names = param_names or {}
         self._scaler_stepped = False
         self.stats: dict[str, float] = {}
         """What the engine logs for this step: ``grad_norm/<name>``, ``skipped/<name>``."""
+        self.skip_reasons: list[str] = []
+        """Why each skipped optimizer was skipped (the message ``run.non_finite=stop`` would raise)."""
 
     def autocast(self) -> AbstractContextManager:
         return self._autocast()
@@ -67,11 +73,11 @@ class Step:
     def _fail(self, name: str, what: str, optimizer: torch.optim.Optimizer) -> bool:
         """Stop (raise) or skip (zero the grads, return True) on a non-finite statistic."""
         message = f"step {self.step} (epoch {self.epoch}), optimizer {name!r}: non-finite {what}"
-        if self._non_finite == "stop":
-            optimizer.zero_grad(set_to_none=True)
-            raise NonFiniteStepError(message + " (run.non_finite=skip drops such steps instead)")
         optimizer.zero_grad(set_to_none=True)
+        if self._non_finite == "stop":
+            raise NonFiniteStepError(message + " (run.non_finite=skip drops such steps instead)")
         self.stats[f"skipped/{name}"] = 1.0
+        self.skip_reasons.append(message)
         return True
 
     def optimize(self, name: str, loss: Tensor, terms: Mapping[str, Tensor] | None = None) -> None:
@@ -81,9 +87,7 @@ class Step:
         """
         optimizer = self._optimizer(name)
         if not _finite_everywhere(loss):
-            bad = [k for k, v in (terms or {}).items() if not torch.isfinite(v.detach()).all()]
-            what = f"loss {loss.detach().float().flatten()[:4].tolist()}" + (f" from terms {bad}" if bad else "")
-            self._fail(name, what, optimizer)
+            self._fail(name, _loss_message(loss, terms), optimizer)
             return
         (self._scaler.scale(loss) if self._scaler else loss).backward()
         self._finish(name, optimizer)
@@ -117,7 +121,7 @@ class Step:
                 no_sync=self._no_sync,
             )
         except _NonFiniteCachedLoss as err:
-            self._fail(name, f"loss {err.value.float().flatten()[:4].tolist()}", optimizer)
+            self._fail(name, _loss_message(err.value), optimizer)
             return err.value
         self._finish(name, optimizer)
         return loss
@@ -137,14 +141,32 @@ class Step:
             self._scaler_stepped = True
         else:
             optimizer.step()
+        self._check_weights(name, params)
         if name in self._schedulers:
             self._schedulers[name].step()
         optimizer.zero_grad(set_to_none=True)
+
+    def _check_weights(self, name: str, params: Sequence[Tensor]) -> None:
+        """Raise when the update just made a weight non-finite (one fused norm; named on failure)."""
+        if not params or _finite_everywhere(torch.stack(torch._foreach_norm([p.detach() for p in params])).float()):
+            return
+        bad = next(p for p in params if not torch.isfinite(p.detach()).all())
+        where = self._param_names.get(id(bad), f"a tensor of shape {list(bad.shape)}")
+        raise NonFiniteStepError(
+            f"step {self.step} (epoch {self.epoch}), optimizer {name!r}: the update made the weights non-finite "
+            f"({where}, gradient norm {self.stats.get(f'grad_norm/{name}', float('nan')):.3g}); not skippable, "
+            "the previous weights are gone: lower the learning rate or set run.grad_clip")
 
     def finish(self) -> None:
         """End of the step: update the loss scale once, after every optimizer stepped."""
         if self._scaler is not None and self._scaler_stepped:
             self._scaler.update()
+
+
+def _loss_message(loss: Tensor, terms: Mapping[str, Tensor] | None = None) -> str:
+    """``loss [values]`` and, when given, which of the loss's terms are non-finite."""
+    bad = [k for k, v in (terms or {}).items() if not torch.isfinite(v.detach()).all()]
+    return f"loss {loss.detach().float().flatten()[:4].tolist()}" + (f" from terms {bad}" if bad else "")
 
 
 class _NonFiniteCachedLoss(Exception):

@@ -7,6 +7,11 @@ every ``run.log_every_steps``, health every ``run.health_every_steps``, ``last.p
 (``best.pt`` by ``run.best_metric``) and once at the end. Evaluation and health run under a forked
 RNG so they never change the training stream; that, the stored RNG states and the data position
 make a resumed run equal an uninterrupted one.
+
+Trust: one process per run folder (:mod:`run_lock`); a resume refuses a ``last.pt`` written under a
+config that differs from the run's in anything that changes the result, unless the command names the
+change (``contrasuite resume RUN key=value``); ``run.max_consecutive_skips`` bounds how long
+``run.non_finite=skip`` may drop steps; every failure is written into ``status.json``.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from collections.abc import Sized
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -27,14 +32,19 @@ from torch import nn
 from contrasuite.core.metrics.health import health, similarity_samples
 from contrasuite.domains.task import TaskContext
 from contrasuite.pipelines import checkpoint, distributed
-from contrasuite.pipelines.config import LoadedConfig, load_config, save_resolved
+from contrasuite.pipelines.config import LoadedConfig, load_config, parse_override, save_resolved
 from contrasuite.pipelines.metrics_log import MetricsLog
 from contrasuite.pipelines.plots import similarity_histogram
 from contrasuite.pipelines.precision import make_scaler, pick_device, set_deterministic
 from contrasuite.pipelines.run_dir import environment, latest_unfinished, new_run_dir, read_json, write_json
-from contrasuite.pipelines.step import Step
+from contrasuite.pipelines.run_lock import RunLock
+from contrasuite.pipelines.step import NonFiniteStepError, Step
 
 TEMPERATURE_NAMES = ("logit_scale", "temperature", "log_temperature", "logit_bias")
+RESULT_NEUTRAL_KEYS = ("run.progress", "run.tensorboard", "run.log_every_steps", "run.health_every_steps",
+                       "run.checkpoint_every_steps", "run.output_root", "run.data_root", "run.resume",
+                       "run.eval_checkpoint", "run.max_consecutive_skips")
+"""Settings a resume may change silently: they affect logging, paths and bookkeeping, never the weights."""
 
 
 def seed_all(seed: int) -> None:
@@ -53,10 +63,38 @@ class Position:
     global_step: int = 0
 
 
-class Trainer:
-    """Runs one task from one validated config in one run folder."""
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": [1, 2]}}`` -> ``{"a.b.0": 1, "a.b.1": 2}`` (empty containers kept as leaves)."""
+    if isinstance(tree, dict):
+        items = list(tree.items())
+    elif isinstance(tree, list):
+        items = list(enumerate(tree))
+    else:
+        items = []
+    if not items:
+        return {prefix: tree}
+    out: dict[str, Any] = {}
+    for key, value in items:
+        out.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
 
-    def __init__(self, loaded: LoadedConfig, run_dir: Path | None = None) -> None:
+
+def config_changes(saved: dict, current: dict, allowed: Sequence[str] = ()) -> list[str]:
+    """Dotted keys whose values differ between two resolved configs, minus result-neutral and ``allowed`` ones.
+
+    A key is allowed when it, or a dotted prefix of it, is listed."""
+    old, new = flatten(saved), flatten(current)
+    free = (*RESULT_NEUTRAL_KEYS, *allowed)
+    return [k for k in sorted(set(old) | set(new))
+            if old.get(k, "<absent>") != new.get(k, "<absent>")
+            and not any(k == f or k.startswith(f + ".") for f in free)]
+
+
+class Trainer:
+    """Runs one task from one validated config in one run folder (locked for the trainer's lifetime)."""
+
+    def __init__(self, loaded: LoadedConfig, run_dir: Path | None = None, lock: bool | RunLock = True) -> None:
+        """``lock``: take the run folder's lock (True), use one the caller already holds, or none (False)."""
         self.loaded, self.run = loaded, loaded.run
         self.dist = distributed.env_info()
         self.device = pick_device(self.run.device, self.dist.local_rank)
@@ -66,6 +104,9 @@ class Trainer:
             made = new_run_dir(self.run.output_root, loaded.domain, loaded.stem) if self.dist.is_main else None
             run_dir = Path(distributed.broadcast_object(str(made) if made else None))
         self.run_dir = Path(run_dir)
+        self._lock = lock if isinstance(lock, RunLock) else RunLock(self.run_dir) if lock and self.dist.is_main else None
+        if lock is True and self._lock is not None:
+            self._lock.acquire()
         if self.dist.is_main and not (self.run_dir / "config.yaml").exists():
             save_resolved(loaded.resolved, self.run_dir / "config.yaml")
             write_json(environment(self.device, self.dist.world_size), self.run_dir / "environment.json")
@@ -81,6 +122,7 @@ class Trainer:
             ))
         except BaseException as err:
             self._status("failed", error=f"task setup: {type(err).__name__}: {err}")
+            self.close()
             raise
         if self.dist.enabled:
             seed_all(self.run.seed + self.dist.rank)
@@ -91,6 +133,12 @@ class Trainer:
         self._resume_rng: dict[str, Any] | None = None
         self._last_eval_step = -1
         self._last_batch: Any = None
+        self._consecutive_skips = 0
+
+    def close(self) -> None:
+        """Give the run folder back (the lock); called when ``fit`` ends or a resume is refused."""
+        if self._lock is not None:
+            self._lock.release()
 
     # -- task plumbing ------------------------------------------------------------------------
 
@@ -135,6 +183,7 @@ class Trainer:
             "position": asdict(self.position),
             "best": self.best,
             "last_eval_step": self._last_eval_step,
+            "consecutive_skips": self._consecutive_skips,
             "config": self.loaded.resolved,
         }
 
@@ -144,15 +193,23 @@ class Trainer:
             self._status("running")
         distributed.barrier()
 
-    def restore(self, path: Path) -> None:
-        """Load ``path`` into the task; the RNG is restored when the data stream reaches the position."""
-        state = checkpoint.load(path)
-        checkpoint.restore(state, path, modules=self._modules(), optimizers=dict(self.task.optimizers()),
-                           schedulers=dict(self.task.schedulers()), scaler=self.scaler, task=self.task)
+    def restore(self, path: Path, state: dict[str, Any] | None = None) -> None:
+        """Load ``path`` (or its already-read ``state``) into the task; the RNG follows when the data reaches the position.
+
+        A failure marks the run ``failed`` with the reason and gives the folder back."""
+        try:
+            state = checkpoint.load(path) if state is None else state
+            checkpoint.restore(state, path, modules=self._modules(), optimizers=dict(self.task.optimizers()),
+                               schedulers=dict(self.task.schedulers()), scaler=self.scaler, task=self.task)
+        except BaseException as err:
+            self._status("failed", error=f"resume: {type(err).__name__}: {err}")
+            self.close()
+            raise
         self.position = Position(**state["position"])
         self.best = state["best"]
         self._epoch_rng, self._resume_rng = state["epoch_rng"], state["rng"]
         self._last_eval_step = state["last_eval_step"]
+        self._consecutive_skips = state.get("consecutive_skips", 0)
         self.log.truncate_after(self.position.global_step)
 
     def _status(self, state: str, **extra: Any) -> None:
@@ -203,6 +260,7 @@ class Trainer:
         from tqdm import tqdm
 
         self._status("running")
+        self._names = {id(p): f"{mod}.{name}" for mod, m in self._modules().items() for name, p in m.named_parameters()}
         bar = tqdm(total=self._total_steps(), initial=self.position.global_step, disable=not (self.dist.is_main and self.run.progress),
                    desc=f"{self.loaded.task_name}/{self.loaded.stem}", dynamic_ncols=True, file=sys.stderr)
         try:
@@ -218,6 +276,7 @@ class Trainer:
         finally:
             bar.close()
             self.log.close()
+            self.close()
         return self.run_dir
 
     def _run_epoch(self, bar: Any) -> None:
@@ -228,9 +287,10 @@ class Trainer:
             step = Step(epoch=pos.epoch, step=pos.global_step, optimizers=self.task.optimizers(),
                         schedulers=self.task.schedulers(), autocast=self.autocast, scaler=self.scaler,
                         grad_clip=run.grad_clip, non_finite=run.non_finite,
-                        no_sync=lambda: distributed.no_sync(self._wrapped))
+                        no_sync=lambda: distributed.no_sync(self._wrapped), param_names=self._names)
             out = self.task.train_step(batch, step)
             step.finish()
+            self._count_skips(step)
             pos.step_in_epoch += 1
             pos.global_step += 1
             self._last_batch = batch
@@ -253,6 +313,14 @@ class Trainer:
         if run.eval_every_epochs and pos.epoch % run.eval_every_epochs == 0:
             self.validate()
         self.save("last")
+
+    def _count_skips(self, step: Step) -> None:
+        """Fail once more than ``run.max_consecutive_skips`` steps in a row were skipped."""
+        self._consecutive_skips = self._consecutive_skips + 1 if step.skip_reasons else 0
+        if self._consecutive_skips > self.run.max_consecutive_skips:
+            raise NonFiniteStepError(
+                f"{self._consecutive_skips} consecutive steps skipped (run.max_consecutive_skips="
+                f"{self.run.max_consecutive_skips}); the last: {step.skip_reasons[-1]}")
 
     def _lrs_and_temperatures(self) -> dict[str, float]:
         values = {f"lr/{k}": float(o.param_groups[0]["lr"]) for k, o in self.task.optimizers().items()}
@@ -340,21 +408,51 @@ def train(loaded: LoadedConfig) -> Path:
     return Trainer(loaded).fit()
 
 
-def resume(run_dir: Path) -> Path:
-    """Continue the run in ``run_dir`` from ``checkpoints/last.pt`` with its saved config."""
+def resume(run_dir: Path, overrides: Sequence[str] = ()) -> Path:
+    """Continue the run in ``run_dir`` from ``checkpoints/last.pt`` with its saved config.
+
+    ``overrides`` (``key=value``) are deliberate changes, e.g. ``run.epochs=20``: they are applied to the
+    saved config and written back to ``config.yaml``. Any other difference between the checkpoint's
+    config and ``config.yaml`` that can change the result is refused, naming the keys.
+    """
     run_dir = Path(run_dir)
-    if read_json(run_dir / "status.json").get("state") == "finished":
+    if read_json(run_dir / "status.json").get("state") == "finished" and not overrides:
         print(f"{run_dir} already finished", file=sys.stderr)
         return run_dir
-    loaded = load_config(run_dir / "config.yaml")
-    trainer = Trainer(loaded, run_dir=run_dir)
-    trainer.restore(run_dir / "checkpoints" / "last.pt")
+    loaded = load_config(run_dir / "config.yaml", overrides)
+    path = run_dir / "checkpoints" / "last.pt"
+    lock = RunLock(run_dir) if distributed.env_info().is_main else None
+    if lock is not None:
+        lock.acquire()  # before anything is read or written: the folder may belong to a live process
+    try:
+        state = checkpoint.load(path)
+        changed = config_changes(state["config"], loaded.resolved, [parse_override(o)[0] for o in overrides])
+    except BaseException as err:
+        if lock is not None:
+            write_json({**read_json(run_dir / "status.json"), "state": "failed", "error": f"resume: {err}"},
+                       run_dir / "status.json")
+            lock.release()
+        raise
+    if changed:
+        if lock is not None:
+            lock.release()
+        old, new = flatten(state["config"]), flatten(loaded.resolved)
+        shown = ", ".join(f"{k} ({old.get(k, '<absent>')!r} -> {new.get(k, '<absent>')!r})" for k in changed[:3])
+        raise checkpoint.CheckpointError(
+            f"{path} was written under another config: {shown}{' ...' if len(changed) > 3 else ''}; "
+            f"to change it deliberately, pass it to resume (contrasuite resume {run_dir} {changed[0]}=VALUE)")
+    trainer = Trainer(loaded, run_dir=run_dir, lock=lock or False)
+    if overrides and trainer.dist.is_main:
+        save_resolved(loaded.resolved, run_dir / "config.yaml")
+    trainer.restore(path, state)
     return trainer.fit()
 
 
 def evaluate(run_dir: Path, which: str | None = None) -> dict[str, Any]:
-    """Test-split evaluation of a finished (or interrupted) run; writes ``eval_test.json``."""
+    """Test-split evaluation of a finished (or interrupted) run; writes ``eval_test.json``.
+
+    It takes no lock: it only reads atomically written checkpoints, so a live run may be evaluated."""
     run_dir = Path(run_dir)
     loaded = load_config(run_dir / "config.yaml")
-    trainer = Trainer(loaded, run_dir=run_dir)
+    trainer = Trainer(loaded, run_dir=run_dir, lock=False)
     return trainer.test(which or loaded.run.eval_checkpoint)

@@ -16,7 +16,6 @@ network or a matching checksum the error names the file and the path where it wa
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import tempfile
 import urllib.error
@@ -31,6 +30,8 @@ import torch
 from torch import Tensor
 from torch_geometric.data import HeteroData
 from torch_geometric.transforms import AddMetaPaths
+
+from contrasuite.domains.archives import sha256_of
 
 EdgeType = tuple[str, str, str]
 
@@ -90,14 +91,6 @@ def dataset_dir(spec: DatasetSpec, data_root: str | Path) -> Path:
     return Path(spec.root) if spec.root else Path(data_root) / "graph" / spec.name
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def ensure_file(folder: Path, name: str, spec: DatasetSpec) -> Path:
     """``folder/name``, downloaded from ``spec.url`` with its SHA-256 checked when it is missing."""
     path = folder / name
@@ -117,7 +110,7 @@ def ensure_file(folder: Path, name: str, spec: DatasetSpec) -> Path:
                 shutil.copyfileobj(response, out)
         except (urllib.error.URLError, OSError) as err:
             raise FileNotFoundError(f"{where}; downloading {url} failed ({err}); place the file there by hand") from None
-        got = _sha256(tmp)
+        got = sha256_of(tmp)
         if got != expected:
             raise FileNotFoundError(f"{where}; the download from {url} has SHA-256 {got}, expected {expected}")
         folder.mkdir(parents=True, exist_ok=True)

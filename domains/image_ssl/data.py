@@ -31,6 +31,9 @@ from typing import Iterable, Iterator
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
+from contrasuite.domains.archives import sha256_of
+from contrasuite.domains.errors import DataError
+
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 """CIFAR-10 class names in the official label order (``batches.meta``)."""
 
@@ -41,10 +44,6 @@ OFFICIAL_DIR = "cifar-10-batches-py"
 JPEG_DIR = "cifar10-jpg"
 SPLITS = ("train", "test")
 _OFFICIAL_BATCHES = {"train": [f"data_batch_{i}" for i in range(1, 6)], "test": ["test_batch"]}
-
-
-class DataError(RuntimeError):
-    """A missing, corrupt or undecodable data file; the message names the file."""
 
 
 @dataclass(frozen=True)
@@ -154,14 +153,6 @@ def _folder_key(folder: Path) -> str:
 
 def _file_key(path: Path) -> str:
     return sha256_of(path)[:16]
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def default_cache_dir() -> Path:

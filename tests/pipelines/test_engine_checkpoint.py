@@ -10,24 +10,29 @@ from torch import nn
 from contrasuite.pipelines import checkpoint
 
 
+def _state(**extra):
+    """The smallest dict that passes for an engine checkpoint, plus ``extra``."""
+    return {key: {} for key in checkpoint.REQUIRED_KEYS} | extra
+
+
 def test_rng_states_round_trip_through_weights_only(tmp_path):
     random.seed(1), np.random.seed(2), torch.manual_seed(3)
     np.random.randn()  # leaves a cached gaussian in numpy's state
-    checkpoint.atomic_save({"rng": checkpoint.rng_state()}, tmp_path / "c.pt")
+    checkpoint.atomic_save(_state(rng=checkpoint.rng_state()), tmp_path / "c.pt")
     expected = (random.random(), np.random.randn(3).tolist(), torch.rand(3))
     checkpoint.set_rng_state(checkpoint.load(tmp_path / "c.pt")["rng"])  # load() uses weights_only=True
     got = (random.random(), np.random.randn(3).tolist(), torch.rand(3))
     assert got[0] == expected[0] and got[1] == expected[1] and torch.equal(got[2], expected[2])
-    assert [p.name for p in tmp_path.iterdir()] == ["c.pt"]  # no temporary file left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.pt", "c.pt.json"]  # no temporary file left
 
 
 def test_atomic_save_keeps_the_old_file_when_writing_fails(tmp_path):
     path = tmp_path / "last.pt"
-    checkpoint.atomic_save({"v": torch.ones(2)}, path)
+    checkpoint.atomic_save(_state(v=torch.ones(2)), path)
     with pytest.raises(Exception):
-        checkpoint.atomic_save({"bad": lambda: 0}, path)  # not picklable
+        checkpoint.atomic_save(_state(bad=lambda: 0), path)  # not picklable
     assert torch.equal(checkpoint.load(path)["v"], torch.ones(2))
-    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt", "last.pt.json"]
 
 
 def test_mismatched_checkpoint_names_the_part(tmp_path):
@@ -45,3 +50,32 @@ def test_mismatched_checkpoint_names_the_part(tmp_path):
 def test_missing_checkpoint_is_named(tmp_path):
     with pytest.raises(checkpoint.CheckpointError, match="checkpoint not found: .*none.pt"):
         checkpoint.load(tmp_path / "none.pt")
+
+
+def test_truncated_or_altered_checkpoint_is_refused_by_its_manifest(tmp_path):
+    path = tmp_path / "last.pt"
+    checkpoint.atomic_save(_state(v=torch.randn(1000)), path)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(checkpoint.CheckpointError, match=r"last.pt is incomplete or altered: \d+ bytes.*records \d+ bytes"):
+        checkpoint.load(path)
+    path.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))  # same size, one bit flipped
+    with pytest.raises(checkpoint.CheckpointError, match="incomplete or altered"):
+        checkpoint.load(path)
+
+
+def test_a_kill_between_rename_and_manifest_leaves_a_loadable_pair(tmp_path):
+    path = tmp_path / "last.pt"
+    checkpoint.atomic_save(_state(v=torch.zeros(3)), path)
+    old = checkpoint.file_digest(path)
+    checkpoint.atomic_save(_state(v=torch.ones(3)), path)
+    new = checkpoint.file_digest(path)
+    # the manifest as it stands between the two writes of atomic_save: both files accepted
+    checkpoint._write_manifest(path, [new, old])
+    assert torch.equal(checkpoint.load(path)["v"], torch.ones(3))
+
+
+def test_a_torch_file_that_is_not_an_engine_checkpoint_is_named(tmp_path):
+    torch.save({"weights": torch.ones(2)}, tmp_path / "other.pt")
+    with pytest.raises(checkpoint.CheckpointError, match=r"other.pt is a torch file but not a contrasuite checkpoint \(no 'modules'"):
+        checkpoint.load(tmp_path / "other.pt")

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from contrasuite.domains.archives import extract_once
+from contrasuite.domains.archives import extract_once, sha256_of
+from contrasuite.domains.errors import DataError
 from contrasuite.domains.metric_learning.data import load_splits
 from contrasuite.domains.metric_learning.images import read_rgb
 
@@ -61,10 +62,28 @@ def test_extract_once_is_atomic_and_idempotent(tmp_path):
     with tarfile.open(archive, "w:gz") as tar:
         tar.add(src, arcname="pack")
     target = extract_once(archive, tmp_path / "cache" / "pack")
-    assert (target / "a.png").is_file()
-    assert [p.name for p in (tmp_path / "cache").iterdir()] == ["pack"]  # no temp leftovers
+    assert (target / "a.png").is_file() and target.name == f"pack-{sha256_of(archive)[:16]}"
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [target.name]  # no temp leftovers
     (target / "a.png").unlink()
-    assert extract_once(archive, target) == target and not (target / "a.png").exists()  # not re-extracted
+    assert extract_once(archive, tmp_path / "cache" / "pack") == target and not (target / "a.png").exists()  # not re-extracted
+
+
+def test_extraction_is_keyed_on_the_archive_not_the_folder(tmp_path):
+    import tarfile
+
+    src = tmp_path / "src" / "pack"
+    write_image(src / "a.png", 1)
+    archive = tmp_path / "pack.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(src, arcname="pack")
+    extract_once(archive, tmp_path / "cache" / "pack")
+    data = archive.read_bytes()
+    archive.write_bytes(data[: len(data) // 2])  # truncated: the old extraction must not serve it
+    with pytest.raises(DataError, match=r"pack.tar.gz: corrupt or truncated archive"):
+        extract_once(archive, tmp_path / "cache" / "pack")
+    archive.unlink()  # missing: likewise
+    with pytest.raises(FileNotFoundError, match="archive not found: .*pack.tar.gz"):
+        extract_once(archive, tmp_path / "cache" / "pack")
 
 
 def test_cub_layout(tiny_cub):

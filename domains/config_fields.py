@@ -1,0 +1,51 @@
+"""Ranges and choices declared on config dataclass fields, checked when a config is loaded.
+
+``batch_size: int = bounded(256, gt=0)`` or ``name: str = one_of("sgd", OPTIMIZERS)`` keep the
+default and record the rule in the field's metadata; :func:`check_fields` walks a built config (nested
+dataclasses, lists of numbers) and raises ``ValueError`` naming the dotted key, so ``validate-configs``
+and ``train`` refuse ``config.batch_size=0`` before any data is read. ``None`` passes (an unset optional).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Iterable
+
+_OPS = {"ge": (">=", lambda v, b: v >= b), "gt": (">", lambda v, b: v > b),
+        "le": ("<=", lambda v, b: v <= b), "lt": ("<", lambda v, b: v < b)}
+
+
+def bounded(default: Any, **limits: float) -> Any:
+    """A field with numeric limits (``ge``, ``gt``, ``le``, ``lt``); applies to each item of a list."""
+    unknown = set(limits) - set(_OPS)
+    if unknown:
+        raise TypeError(f"bounded(): unknown limit {sorted(unknown)}; use {sorted(_OPS)}")
+    return dataclasses.field(default=default, metadata={"limits": limits})
+
+
+def one_of(default: Any, choices: Iterable[Any]) -> Any:
+    """A field whose value must be one of ``choices`` (e.g. a registry's keys)."""
+    return dataclasses.field(default=default, metadata={"choices": tuple(choices)})
+
+
+def _check_value(key: str, value: Any, meta: Any) -> None:
+    if value is None:
+        return
+    if "choices" in meta and value not in meta["choices"]:
+        raise ValueError(f"{key}: {value!r} is not one of {list(meta['choices'])}")
+    for op, bound in meta.get("limits", {}).items():
+        for item in value if isinstance(value, (list, tuple)) else [value]:
+            symbol, ok = _OPS[op]
+            if not ok(item, bound):
+                raise ValueError(f"{key}: must be {symbol} {bound}, got {item!r}")
+
+
+def check_fields(obj: Any, prefix: str) -> None:
+    """Check every declared range and choice in ``obj`` and its nested dataclasses; errors name the key."""
+    if not dataclasses.is_dataclass(obj):
+        return
+    for f in dataclasses.fields(obj):
+        value, key = getattr(obj, f.name), f"{prefix}.{f.name}"
+        _check_value(key, value, f.metadata)
+        if dataclasses.is_dataclass(value):
+            check_fields(value, key)
