@@ -14,9 +14,11 @@ the ranks of a process group and applies the objective's declared
   runs on the global batch, so its statistics are exactly the single-process ones.
 
 The two efficient paths call ``objective.per_anchor_fp32`` when the objective keeps the base class's
-``forward``. The ring also accepts an overriding ``forward`` that returns (sum of pair terms) /
-max(anchors with a positive, 1), as SigLIP's does. Any other overriding ``forward`` (CLIP's symmetric
-loss) runs the global-batch path, which is exact for any objective at W times the compute.
+``forward``. The ring also accepts an overriding ``forward`` when the objective's ``loss_of_pairs``
+returns (sum of pair terms) / max(anchors with a positive, 1), as SigLIP's does. Neither builds an
+``N x M`` mask (labels and diagonals stay labels), so a tiled objective (:mod:`contrasuite.core.tiling`)
+stays tiled: local rows against gathered columns, or each ring block. Any other overriding ``forward``
+(CLIP's symmetric loss) runs the global-batch path, which is exact for any objective at W times the compute.
 
 Gradient convention (same as open_clip and DDP): the loss returned on every rank is scaled so that
 **the mean over ranks equals the single-process loss**, and the gather's backward hands each rank the
@@ -170,15 +172,20 @@ def _local_positives(
     labels: Tensor | None,
     cand_labels: Tensor | None,
     pos_mask: Tensor | None,
+    self_compare: bool,
     device: torch.device,
-) -> Tensor:
-    """Positives of the local anchors against the candidate columns ``[col_offset, col_offset + col_rows)``."""
+) -> Pairs:
+    """The local anchors' pairs with the candidate columns ``[col_offset, col_offset + col_rows)``, whose
+    first row is global row ``rank_offset``; with ``self_compare`` the self-pairs are not valid. No
+    ``N x M`` mask unless ``pos_mask`` is one: labels, and the global diagonal as labels ``arange``."""
+    self_offset = rank_offset - col_offset if self_compare else None
     if pos_mask is not None:
-        return pos_mask[:, col_offset : col_offset + col_rows].to(device=device, dtype=torch.bool)
-    if labels is not None:
-        return labels[:, None] == cand_labels[None, :]
-    full = offset_diagonal_mask(n, max(rank_offset + n, col_offset + col_rows), rank_offset, device)
-    return full[:, col_offset : col_offset + col_rows]
+        pos = pos_mask[:, col_offset : col_offset + col_rows].to(device=device, dtype=torch.bool)
+        return Pairs.of_function(lambda rows, cols: pos[rows, cols], (n, col_rows), device, self_offset)
+    if labels is None:
+        labels = torch.arange(n, device=device) + rank_offset
+        cand_labels = torch.arange(col_rows, device=device) + col_offset
+    return Pairs.of_labels(labels, cand_labels, self_offset)
 
 
 def _uses_base_forward(objective: ContrastiveObjective) -> bool:
@@ -267,11 +274,7 @@ def _gathered_per_anchor(
     all_cands = all_gather_with_grad(local_cands, group, col_sizes)
     all_cand_labels = None if cand_labels is None else gather_labels(cand_labels, group, col_sizes)
     offset = sum(col_sizes[:rank])
-    pos = _local_positives(n, 0, all_cands.shape[0], offset, labels, all_cand_labels, pos_mask, device)
-    valid = torch.ones_like(pos)
-    if self_compare:
-        valid &= ~offset_diagonal_mask(n, all_cands.shape[0], offset, device)
-    pairs = Pairs(pos=pos & valid, valid=valid)
+    pairs = _local_positives(n, 0, all_cands.shape[0], offset, labels, all_cand_labels, pos_mask, self_compare, device)
     per = objective.per_anchor_fp32(anchors, all_cands, pairs, neg_weight)
     return per, pairs.has_pos
 
@@ -295,8 +298,8 @@ def _ring_sum(
 
     At step ``k`` rank ``r`` holds the block of rank ``r - k``. With the base ``forward``,
     ``objective.per_anchor`` must be a sum over candidate columns. An objective that overrides
-    ``forward`` (SigLIP) must return ``(sum of pair terms) / max(number of anchors with a positive,
-    1)``, from which the block's sum is recovered. Returns ``(sum of the local anchors' losses,
+    ``forward`` (SigLIP) must have a ``loss_of_pairs`` returning ``(sum of pair terms) / max(number of
+    anchors with a positive, 1)``, from which the block's sum is recovered. Returns ``(sum of the local anchors' losses,
     local anchors with a positive in any block)``.
     """
     n, device = anchors.shape[0], anchors.device
@@ -312,16 +315,13 @@ def _ring_sum(
             if block_labels is not None:
                 block_labels = _ring_shift(block_labels, incoming, rank, size, group, grad=False)
         cols = slice(offsets[origin], offsets[origin] + col_sizes[origin])
-        pos = _local_positives(n, cols.start, col_sizes[origin], offsets[rank], labels, block_labels, pos_mask, device)
-        valid = torch.ones_like(pos)
-        if self_compare and origin == rank:
-            valid.fill_diagonal_(False)
-        pairs = Pairs(pos=pos & valid, valid=valid)
+        own = self_compare and origin == rank
+        pairs = _local_positives(n, cols.start, col_sizes[origin], offsets[rank], labels, block_labels, pos_mask, own, device)
         weight = None if neg_weight is None else neg_weight[:, cols]
         if base_forward:
             part = objective.per_anchor_fp32(anchors, block, pairs, weight)
         else:
-            part = objective(anchors, block, pos_mask=pairs.pos, neg_weight=weight) * pairs.has_pos.sum().clamp_min(1)
+            part = objective.loss_of_pairs(anchors, block, pairs, weight) * pairs.has_pos.sum().clamp_min(1)
         total = part if total is None else total + part
         pos_any |= pairs.has_pos
     if base_forward:

@@ -4,6 +4,8 @@
 neg_weight=None)`` returns a scalar: the mean of the per-anchor losses over anchors that have at
 least one positive. Subclasses implement :meth:`ContrastiveObjective.per_anchor`, which receives
 fp32 (or fp64) embeddings and the resolved :class:`~contrasuite.core.pairs.Pairs`, with autocast off.
+Objectives with a ``tile_size`` (:mod:`contrasuite.core.tiling`) also take ``pos_mask`` and
+``neg_weight`` as functions of a block ``(rows: slice, cols: slice)``.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import torch
 from torch import Tensor, nn
 
 from contrasuite.core.numerics import full_precision, upcast
-from contrasuite.core.pairs import Pairs, resolve_pairs
+from contrasuite.core.pairs import Blocks, Pairs, resolve_pairs
 
 
 class Distributed(str, enum.Enum):
@@ -40,8 +42,10 @@ class ContrastiveObjective(nn.Module):
 
     def per_anchor_fp32(self, anchors: Tensor, candidates: Tensor, pairs: Pairs, neg_weight: Tensor | None) -> Tensor:
         """:meth:`per_anchor` on fp32 (or fp64) copies of the inputs with autocast off (the numerics policy)."""
+        if callable(neg_weight) and getattr(self, "tile_size", None) is None:
+            raise ValueError(f"{type(self).__name__}: a neg_weight given as a function of the block needs tile_size")
         with full_precision(anchors):
-            weight = None if neg_weight is None else upcast(neg_weight)
+            weight = neg_weight if neg_weight is None or callable(neg_weight) else upcast(neg_weight)
             return self.per_anchor(upcast(anchors), upcast(candidates), pairs, weight)
 
     def forward(
@@ -51,8 +55,8 @@ class ContrastiveObjective(nn.Module):
         *,
         labels: Tensor | None = None,
         candidate_labels: Tensor | None = None,
-        pos_mask: Tensor | None = None,
-        neg_weight: Tensor | None = None,
+        pos_mask: Tensor | Blocks | None = None,
+        neg_weight: Tensor | Blocks | None = None,
     ) -> Tensor:
         candidates, pairs = resolve_pairs(
             anchors, candidates, labels=labels, candidate_labels=candidate_labels, pos_mask=pos_mask,

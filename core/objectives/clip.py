@@ -30,9 +30,10 @@ from torch import Tensor
 
 from contrasuite.core.numerics import full_precision, upcast
 from contrasuite.core.objectives.base import ContrastiveObjective, Distributed, reduce_mean, register_scalar
-from contrasuite.core.objectives.infonce import weighted_infonce
+from contrasuite.core.objectives.infonce import tiled_weighted_infonce, weighted_infonce
+from contrasuite.core.tiling import check_tile_size
 from contrasuite.core.objectives.siglip import MAX_LOGIT_SCALE, normalised
-from contrasuite.core.pairs import Pairs, check_shapes, resolve_pairs
+from contrasuite.core.pairs import Blocks, Pairs, check_shapes, resolve_pairs
 
 
 def with_extra_columns(logits: Tensor, pairs: Pairs, weight: Tensor | None, extra: Tensor | None) -> tuple[Tensor, Pairs, Tensor | None]:
@@ -75,13 +76,15 @@ class CLIPLoss(ContrastiveObjective):
     Args:
         init_logit_scale: initial ``t'`` (logit scale ``exp(t')``). Default ``log(1/0.07)``.
         learnable: trainable ``nn.Parameter`` (True) or a fixed buffer.
+        tile_size: compute both directions in tiles (:func:`tiled_clip_loss`); ``None`` (default): dense.
     """
 
     distributed = Distributed.GATHER_CANDIDATES
 
-    def __init__(self, init_logit_scale: float = math.log(1 / 0.07), learnable: bool = True) -> None:
+    def __init__(self, init_logit_scale: float = math.log(1 / 0.07), learnable: bool = True, tile_size: int | None = None) -> None:
         super().__init__()
         register_scalar(self, "logit_scale", init_logit_scale, learnable)
+        self.tile_size = check_tile_size(tile_size)
 
     def forward(
         self,
@@ -90,15 +93,16 @@ class CLIPLoss(ContrastiveObjective):
         *,
         labels: Tensor | None = None,
         candidate_labels: Tensor | None = None,
-        pos_mask: Tensor | None = None,
-        neg_weight: Tensor | None = None,
+        pos_mask: Tensor | Blocks | None = None,
+        neg_weight: Tensor | Blocks | None = None,
         extra_texts: Tensor | None = None,
         extra_images: Tensor | None = None,
     ) -> Tensor:
         if candidates is None:
             raise ValueError("CLIPLoss compares images (anchors) with texts: pass candidates")
+        plain = labels is None and pos_mask is None and neg_weight is None and len(anchors) == len(candidates)
         # Plain pairs (square, diagonal positives, unweighted): open_clip's index-target cross-entropy.
-        if labels is None and pos_mask is None and neg_weight is None and len(anchors) == len(candidates):
+        if plain and self.tile_size is None:
             check_shapes(anchors, candidates)
             pairs = None
         else:
@@ -109,6 +113,9 @@ class CLIPLoss(ContrastiveObjective):
         with full_precision(anchors):
             images, texts = normalised(anchors), normalised(candidates)
             scale = upcast(self.logit_scale).clamp(0.0, MAX_LOGIT_SCALE).exp().to(images.dtype)
+            if self.tile_size is not None:
+                extra = [None if e is None else normalised(e) for e in (extra_texts, extra_images)]
+                return tiled_clip_loss(images, texts, scale, pairs, neg_weight, self.tile_size, *extra)
             scaled_images, scaled_texts = scale * images, scale * texts
             extra_t = None if extra_texts is None else scaled_images @ normalised(extra_texts).T
             extra_i = None if extra_images is None else scaled_texts @ normalised(extra_images).T
@@ -119,6 +126,37 @@ class CLIPLoss(ContrastiveObjective):
             weight = None if neg_weight is None else upcast(neg_weight)
             per_image, per_text = clip_loss(logits, pairs, weight, extra_t, extra_i, text_logits)
         return (reduce_mean(per_image, pairs.has_pos) + reduce_mean(per_text, pairs.pos.any(dim=0))) / 2
+
+
+def tiled_clip_loss(
+    images: Tensor,
+    texts: Tensor,
+    scale: Tensor,
+    pairs: Pairs,
+    neg_weight: Tensor | Blocks | None,
+    tile_size: int,
+    extra_texts: Tensor | None = None,
+    extra_images: Tensor | None = None,
+) -> Tensor:
+    """The symmetric loss of normalised ``images [N, D]`` and ``texts [M, D]`` (``l = scale x . y``), each
+    direction :func:`~contrasuite.core.objectives.infonce.tiled_weighted_infonce` over its candidates and
+    negative-only extras; ``neg_weight`` weighs the image-text block in both directions."""
+    text_pairs = pairs.transposed()
+    if neg_weight is None or callable(neg_weight):
+        weight_t = None if neg_weight is None else (lambda rows, cols: neg_weight(cols, rows).T)
+    else:
+        weight_t = upcast(neg_weight).T
+        neg_weight = upcast(neg_weight)
+    means = []
+    for x, y, extra, direction, weight in (
+        (images, texts, extra_texts, pairs, neg_weight),
+        (texts, images, extra_images, text_pairs, weight_t),
+    ):
+        if extra is not None:
+            y, direction = torch.cat([y, extra]), direction.with_negative_columns(extra.shape[0])
+        losses = tiled_weighted_infonce(scale * x, y, direction, weight, tile_size)
+        means.append(reduce_mean(losses, direction.has_pos))
+    return (means[0] + means[1]) / 2
 
 
 def diagonal_cross_entropy(logits: Tensor, extra: Tensor | None) -> Tensor:

@@ -30,9 +30,10 @@ import torch
 from torch import Tensor
 
 from contrasuite.core.objectives.base import ContrastiveObjective, Distributed
-from contrasuite.core.objectives.infonce import weighted_infonce
+from contrasuite.core.objectives.infonce import positive_logits, tiled_weighted_infonce, weighted_infonce
 from contrasuite.core.pairs import Pairs
-from contrasuite.core.similarity import cosine
+from contrasuite.core.similarity import cosine, cosine_factors
+from contrasuite.core.tiling import check_tile_size
 
 StatisticsGather = Callable[[Tensor], Tensor]
 
@@ -61,6 +62,13 @@ def vmf_weights(pos_sim: Tensor, sigma: float = 0.5, gather: StatisticsGather | 
 
     ``gather`` (optional) concatenates a ``[1, 2]`` tensor over ranks so the mean is over the global batch.
     """
+    return vmf_weight_map(pos_sim, sigma, gather)(pos_sim)
+
+
+@torch.no_grad()
+def vmf_weight_map(pos_sim: Tensor, sigma: float = 0.5, gather: StatisticsGather | None = None) -> Callable[[Tensor], Tensor]:
+    """:func:`vmf_weights` as a map from any positives' similarities to their weights, the mean taken
+    over ``pos_sim [P]`` (the batch's positives): what a tiled DCLW applies block by block."""
     scaled = pos_sim.detach() / sigma
     lse = torch.logsumexp(scaled, dim=0) if scaled.numel() else scaled.new_tensor(math.log(torch.finfo(scaled.dtype).tiny))
     if gather is None:
@@ -68,7 +76,7 @@ def vmf_weights(pos_sim: Tensor, sigma: float = 0.5, gather: StatisticsGather | 
     else:
         stats = gather(torch.stack([lse, scaled.new_tensor(float(scaled.numel()))]).unsqueeze(0))
         log_mean = torch.logsumexp(stats[:, 0], dim=0) - torch.log(stats[:, 1].sum().clamp_min(1.0))
-    return torch.rsub(scaled.sub_(log_mean).exp_(), 2.0)
+    return lambda sim: torch.rsub((sim.detach() / sigma).sub_(log_mean).exp_(), 2.0)
 
 
 class DCL(ContrastiveObjective):
@@ -76,24 +84,38 @@ class DCL(ContrastiveObjective):
 
     Args:
         temperature: ``t`` in ``s / t``. Default 0.1 (lightly's ``DCLLoss`` default).
+        tile_size: compute the loss in tiles (:func:`~contrasuite.core.objectives.infonce.tiled_weighted_infonce`);
+            ``None`` (default): dense.
     """
 
     distributed: ClassVar[Distributed] = Distributed.GATHER_CANDIDATES
 
-    def __init__(self, temperature: float = 0.1) -> None:
+    def __init__(self, temperature: float = 0.1, tile_size: int | None = None) -> None:
         super().__init__()
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
         self.temperature = temperature
+        self.tile_size = check_tile_size(tile_size)
 
-    def positive_weight(self, logits: Tensor, pairs: Pairs) -> Tensor | None:
-        """Weight ``[P]`` of each positive's logit (row-major order) from the logits ``s / t``; ``None``
-        (all ones) for plain DCL."""
+    def positive_weight(self, pos_logits: Tensor) -> Callable[[Tensor], Tensor] | None:
+        """The map from positive logits ``s / t`` to the weights of those logits, its batch statistics
+        taken from all positive logits ``pos_logits [P]``; ``None`` (all ones) for plain DCL."""
         return None
 
     def per_anchor(self, anchors: Tensor, candidates: Tensor, pairs: Pairs, neg_weight: Tensor | None) -> Tensor:
-        logits = cosine(anchors, candidates, scale=1.0 / self.temperature)
-        return decoupled_infonce(logits, pairs, neg_weight, self.positive_weight(logits, pairs))
+        scale = 1.0 / self.temperature
+        rows, cols = pairs.positive_indices()
+        if self.tile_size is not None:
+            x, y = cosine_factors(anchors, candidates, scale)
+            with torch.no_grad():
+                weight = self.positive_weight(positive_logits(x, y, rows, cols))
+            return tiled_weighted_infonce(
+                x, y, pairs, neg_weight, self.tile_size, positive_in_denominator=False, positive_weight=weight
+            )
+        logits = cosine(anchors, candidates, scale=scale)
+        pos_logits = logits[rows, cols]
+        weight = self.positive_weight(pos_logits)
+        return decoupled_infonce(logits, pairs, neg_weight, None if weight is None else weight(pos_logits))
 
 
 class DCLW(DCL):
@@ -102,17 +124,18 @@ class DCLW(DCL):
     Args:
         temperature: ``t``. Default 0.1.
         sigma: vMF concentration scale. Default 0.5 (paper and lightly).
+        tile_size: as :class:`DCL` (the weights need only the positives' similarities).
     """
 
     distributed: ClassVar[Distributed] = Distributed.GLOBAL_STATISTICS
 
-    def __init__(self, temperature: float = 0.1, sigma: float = 0.5) -> None:
-        super().__init__(temperature)
+    def __init__(self, temperature: float = 0.1, sigma: float = 0.5, tile_size: int | None = None) -> None:
+        super().__init__(temperature, tile_size)
         if sigma <= 0 or not math.isfinite(sigma):
             raise ValueError(f"sigma must be > 0, got {sigma}")
         self.sigma = sigma
         self.gather_statistics: StatisticsGather | None = None
 
-    def positive_weight(self, logits: Tensor, pairs: Pairs) -> Tensor:
-        rows, cols = pairs.positive_indices()
-        return vmf_weights(logits[rows, cols] * self.temperature, self.sigma, self.gather_statistics)
+    def positive_weight(self, pos_logits: Tensor) -> Callable[[Tensor], Tensor]:
+        weights = vmf_weight_map(pos_logits * self.temperature, self.sigma, self.gather_statistics)
+        return lambda logits: weights(logits * self.temperature)

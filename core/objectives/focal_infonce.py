@@ -23,9 +23,10 @@ import torch
 from torch import Tensor
 
 from contrasuite.core.objectives.base import ContrastiveObjective, Distributed
-from contrasuite.core.objectives.infonce import weighted_infonce
+from contrasuite.core.objectives.infonce import tiled_weighted_infonce, weighted_infonce
 from contrasuite.core.pairs import Pairs
-from contrasuite.core.similarity import cosine
+from contrasuite.core.similarity import cosine, cosine_factors
+from contrasuite.core.tiling import check_tile_size
 
 
 class _FocalLogits(torch.autograd.Function):
@@ -50,6 +51,14 @@ class _FocalLogits(torch.autograd.Function):
         return slope, None, None, None, None
 
 
+def focal_block(sim: Tensor, pos: Tensor, temperature: float, margin: float) -> tuple[Tensor, Tensor]:
+    """One block's focal logits and their slope ``d l / d s`` (a tiled objective's logit map), from
+    cosine ``sim`` and its positives ``pos``: ``(s + m) s / t`` and ``(2 s + m) / t``, with
+    ``s^2 / t`` and ``2 s / t`` at the positives (fresh buffers)."""
+    shift = (~pos).to(sim.dtype).mul_(margin)
+    return (sim + shift).mul_(sim).div_(temperature), (2.0 * sim).add_(shift).div_(temperature)
+
+
 def focal_logits(sim: Tensor, pairs: Pairs, temperature: float, margin: float) -> Tensor:
     """``s^2 / t`` on the positives of ``pairs`` and ``(s + m) s / t`` elsewhere, from cosine ``sim [N, M]``."""
     rows, cols = pairs.positive_indices()
@@ -62,17 +71,29 @@ class FocalInfoNCE(ContrastiveObjective):
     Args:
         temperature: ``t``. Default 0.05 (official, unsupervised SimCSE).
         margin: ``m``. Default 0.3 (official).
+        tile_size: compute the loss in tiles with the logit map :func:`focal_block`
+            (:func:`~contrasuite.core.objectives.infonce.tiled_weighted_infonce`); ``None`` (default): dense.
     """
 
     distributed: ClassVar[Distributed] = Distributed.GATHER_CANDIDATES
 
-    def __init__(self, temperature: float = 0.05, margin: float = 0.3) -> None:
+    def __init__(self, temperature: float = 0.05, margin: float = 0.3, tile_size: int | None = None) -> None:
         super().__init__()
         if temperature <= 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
         self.temperature = temperature
         self.margin = margin
+        self.tile_size = check_tile_size(tile_size)
 
     def per_anchor(self, anchors: Tensor, candidates: Tensor, pairs: Pairs, neg_weight: Tensor | None) -> Tensor:
+        if self.tile_size is not None:
+            t = self.temperature
+            return tiled_weighted_infonce(
+                *cosine_factors(anchors, candidates),
+                pairs,
+                neg_weight,
+                self.tile_size,
+                logit_map=lambda sim, pos: focal_block(sim, pos, t, self.margin),
+            )
         logits = focal_logits(cosine(anchors, candidates), pairs, self.temperature, self.margin)
         return weighted_infonce(logits, pairs, neg_weight, positive_in_denominator=True)

@@ -14,6 +14,9 @@ the negative. Everything is computed in log space with masked, max-shifted ``log
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -21,7 +24,8 @@ from torch import Tensor
 from contrasuite.core.numerics import exp_shifted_, masked_logsumexp
 from contrasuite.core.objectives.base import ContrastiveObjective
 from contrasuite.core.pairs import Pairs
-from contrasuite.core.similarity import get_similarity
+from contrasuite.core.similarity import get_factors, get_similarity
+from contrasuite.core.tiling import LogitMap, Tiling, Weight, check_tile_size, tiled_rows
 
 
 def weighted_infonce(
@@ -73,6 +77,48 @@ def weighted_infonce(
             per_pair = (torch.logaddexp(pos_logits, neg_lse) if positive_in_denominator else neg_lse) - pos_logits
     total = torch.zeros(logits.shape[0], dtype=logits.dtype, device=logits.device).index_add(0, rows, per_pair)
     return total / n_pos.clamp_min(1)
+
+
+def tiled_weighted_infonce(
+    x: Tensor,
+    y: Tensor,
+    pairs: Pairs,
+    neg_weight: Weight | None,
+    tile_size: int,
+    *,
+    positive_in_denominator: bool = True,
+    other_positives_in_denominator: bool = False,
+    logit_map: LogitMap | None = None,
+    positive_weight: Callable[[Tensor], Tensor] | None = None,
+) -> Tensor:
+    """:func:`weighted_infonce` of the logits ``l = f(x @ y.T)`` in tiles, never forming them.
+
+    ``f`` is ``logit_map`` (identity by default). When every positive of a row shares its
+    denominator (``a = 0``; SupCon's ``b = 1``; one positive per anchor) the whole loss is one
+    :func:`~contrasuite.core.tiling.tiled_rows` pass, ``L_i = log(den_i) - (1 / |P_i|) sum_p c_ip l_ip``;
+    otherwise (``a = 1, b = 0`` with several positives) the pass gives the negatives' log-sum-exp
+    and each positive adds itself with ``logaddexp`` (its logit from a row-wise dot). ``positive_weight``
+    maps positive logits to the coefficients ``c_ip`` (DCLW; no gradient; 1 by default).
+    """
+    if other_positives_in_denominator and not positive_in_denominator:
+        raise ValueError("other_positives_in_denominator=True needs positive_in_denominator=True")
+    scale = 1.0 / pairs.positive_counts().to(x.dtype).clamp_min(1)
+    shared = positive_in_denominator and (other_positives_in_denominator or pairs.targets is not None)
+    spec = Tiling(pairs, tile_size, include_positives=shared, logit_map=logit_map, weight_columns=pairs.paired_columns)
+    if shared or not positive_in_denominator:
+        return tiled_rows(x, y, replace(spec, positive_scale=scale, positive_weight=positive_weight), neg_weight)
+    if positive_weight is not None:
+        raise ValueError("positive_weight needs a shared denominator (a = 0, b = 1 or one positive per anchor)")
+    rows, cols = pairs.positive_indices()
+    pos_logits = positive_logits(x, y, rows, cols, logit_map)
+    per_pair = torch.logaddexp(pos_logits, tiled_rows(x, y, spec, neg_weight)[rows]) - pos_logits
+    return torch.zeros(x.shape[0], dtype=x.dtype, device=x.device).index_add(0, rows, per_pair) * scale
+
+
+def positive_logits(x: Tensor, y: Tensor, rows: Tensor, cols: Tensor, logit_map: LogitMap | None = None) -> Tensor:
+    """``f(x_r . y_c)`` for the pairs ``(rows, cols)`` ``[P]``: one row-wise dot each, ``f`` the logit map at positives."""
+    sim = (x[rows] * y[cols]).sum(dim=1)
+    return sim if logit_map is None else logit_map(sim, torch.ones_like(sim, dtype=torch.bool))[0]
 
 
 def single_positive_infonce(logits: Tensor, pairs: Pairs, positive_in_denominator: bool = True) -> Tensor:
@@ -148,6 +194,8 @@ class InfoNCE(ContrastiveObjective):
         positive_in_denominator: ``a = 1`` (True, InfoNCE) or ``a = 0`` (False, DCL/MEOW form).
         other_positives_in_denominator: SupCon's ``L_out`` (all positives in every denominator).
         similarity: ``"cosine"`` (normalise, the default) or ``"dot"``.
+        tile_size: compute the loss in ``tile_size x tile_size`` blocks (:func:`tiled_weighted_infonce`);
+            ``None`` (default): the dense ``N x M`` logits.
     """
 
     def __init__(
@@ -156,6 +204,7 @@ class InfoNCE(ContrastiveObjective):
         positive_in_denominator: bool = True,
         other_positives_in_denominator: bool = False,
         similarity: str = "cosine",
+        tile_size: int | None = None,
     ) -> None:
         super().__init__()
         if temperature <= 0:
@@ -164,14 +213,15 @@ class InfoNCE(ContrastiveObjective):
         self.positive_in_denominator = positive_in_denominator
         self.other_positives_in_denominator = other_positives_in_denominator
         self.similarity = similarity
-        self._sim = get_similarity(similarity)
+        self._sim, self._factors = get_similarity(similarity), get_factors(similarity)
+        self.tile_size = check_tile_size(tile_size)
 
     def per_anchor(self, anchors: Tensor, candidates: Tensor, pairs: Pairs, neg_weight: Tensor | None) -> Tensor:
-        logits = self._sim(anchors, candidates, scale=1.0 / self.temperature)
-        return weighted_infonce(
-            logits,
-            pairs,
-            neg_weight,
-            positive_in_denominator=self.positive_in_denominator,
-            other_positives_in_denominator=self.other_positives_in_denominator,
-        )
+        flags = {
+            "positive_in_denominator": self.positive_in_denominator,
+            "other_positives_in_denominator": self.other_positives_in_denominator,
+        }
+        if self.tile_size is not None:
+            x, y = self._factors(anchors, candidates, scale=1.0 / self.temperature)
+            return tiled_weighted_infonce(x, y, pairs, neg_weight, self.tile_size, **flags)
+        return weighted_infonce(self._sim(anchors, candidates, scale=1.0 / self.temperature), pairs, neg_weight, **flags)

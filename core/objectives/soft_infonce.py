@@ -27,47 +27,71 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from contrasuite.core.numerics import full_precision, upcast
+from contrasuite.core.numerics import full_precision, masked_logsumexp, upcast
 from contrasuite.core.objectives.base import ContrastiveObjective, Distributed
-from contrasuite.core.objectives.infonce import weighted_infonce
-from contrasuite.core.pairs import Pairs, resolve_pairs
-from contrasuite.core.similarity import get_similarity
+from contrasuite.core.objectives.infonce import tiled_weighted_infonce, weighted_infonce
+from contrasuite.core.pairs import Blocks, Pairs, resolve_pairs
+from contrasuite.core.similarity import get_factors, get_similarity
+from contrasuite.core.tiling import check_tile_size, tiles
 
 
 @torch.no_grad()
-def soft_infonce_weights(
-    prior: Tensor, t: float = 1.0, alpha: float = 1.0, beta: float = 1.0, pairs: Pairs | None = None, min_weight: float = 0.1
-) -> Tensor:
-    """Negative weights ``[N, M]`` from a similarity ``prior [N, M]`` (formula in the module docstring).
-
-    ``pairs=None`` means square ``prior`` with diagonal positives. Entries that are not negatives get 1.
-    """
+def soft_infonce_weight_blocks(
+    prior: Tensor,
+    t: float = 1.0,
+    alpha: float = 1.0,
+    beta: float = 1.0,
+    pairs: Pairs | None = None,
+    min_weight: float = 0.1,
+    tile_size: int | None = None,
+) -> Blocks:
+    """The weights of :func:`soft_infonce_weights` as a function of the block ``(rows, cols)`` (for tiled
+    objectives); each row's statistics (``log sum_{j in N_i} exp(prior_ij / t)`` and ``K_i``) are
+    computed first, in bands of ``tile_size`` rows (all rows at once when ``None``)."""
     if prior.dim() != 2:
         raise ValueError(f"prior must be [N, M], got shape {tuple(prior.shape)}")
-    if pairs is None:
-        n, m = prior.shape
-        eye = torch.eye(n, m, dtype=torch.bool, device=prior.device)
-        pairs = Pairs(pos=eye, valid=torch.ones_like(eye))
-    if prior.shape != pairs.pos.shape:
-        raise ValueError(f"prior must be [N, M] = {list(pairs.pos.shape)}, got {list(prior.shape)}")
+    n, m = prior.shape
+    pairs = Pairs.single_positive(torch.arange(n, device=prior.device), m) if pairs is None else pairs
+    if tuple(prior.shape) != pairs.shape:
+        raise ValueError(f"prior must be [N, M] = {list(pairs.shape)}, got {list(prior.shape)}")
     if t <= 0:
         raise ValueError(f"t must be > 0, got {t}")
-    neg = pairs.neg
-    n_neg = neg.sum(dim=1, keepdim=True)
-    scaled = upcast(prior.detach()) / t
-    # Masked softmax over each row's negatives, with finite masking.
-    row_max = torch.where(neg, scaled, torch.full_like(scaled, torch.finfo(scaled.dtype).min)).amax(1, keepdim=True)
-    row_max = torch.where(n_neg > 0, row_max, torch.zeros_like(row_max))
-    e = torch.where(neg, torch.exp(scaled - row_max), torch.zeros_like(scaled))
-    p = e / e.sum(dim=1, keepdim=True).clamp_min(torch.finfo(e.dtype).tiny)
-    norm = beta - alpha / n_neg.clamp_min(1).to(p.dtype)
+
+    def negatives(rows: slice, cols: slice) -> Tensor:
+        pos, valid = pairs.block(rows, cols)
+        return ~pos if valid is None else valid & ~pos
+
+    def scaled(rows: slice, cols: slice) -> Tensor:
+        return upcast(prior[rows, cols].detach()) / t
+
+    everything = slice(0, m)
+    bands = list(tiles(n, tile_size or max(n, 1)))
+    lse = torch.cat([masked_logsumexp(scaled(r, everything), negatives(r, everything), dim=1) for r in bands])
+    n_neg = torch.cat([negatives(r, everything).sum(dim=1) for r in bands])
+    norm = beta - alpha / n_neg.clamp_min(1).to(lse.dtype)
     if bool(((norm <= 0) & (n_neg > 0)).any()):
         raise ValueError(
             f"soft_infonce_weights: beta - alpha / K must be > 0 for every anchor (alpha={alpha}, beta={beta}, "
             f"smallest negative count K={int(n_neg[n_neg > 0].min())})"
         )
-    w = ((beta - alpha * p) / norm).clamp_min(min_weight)
-    return torch.where(neg, w, torch.ones_like(w))
+
+    def block(rows: slice, cols: slice) -> Tensor:
+        p = scaled(rows, cols).sub_(lse[rows, None]).exp_()  # softmax over the row's negatives
+        w = ((beta - alpha * p) / norm[rows, None]).clamp_min(min_weight)
+        return torch.where(negatives(rows, cols), w, 1.0)
+
+    return block
+
+
+def soft_infonce_weights(
+    prior: Tensor, t: float = 1.0, alpha: float = 1.0, beta: float = 1.0, pairs: Pairs | None = None, min_weight: float = 0.1
+) -> Tensor:
+    """Negative weights ``[N, M]`` from a similarity ``prior [N, M]`` (formula in the module docstring).
+
+    ``pairs=None`` means diagonal positives. Entries that are not negatives get 1.
+    """
+    weights = soft_infonce_weight_blocks(prior, t, alpha, beta, pairs, min_weight)
+    return weights(slice(0, prior.shape[0]), slice(0, prior.shape[1]))
 
 
 class SoftInfoNCE(ContrastiveObjective):
@@ -80,6 +104,8 @@ class SoftInfoNCE(ContrastiveObjective):
         temperature: scale of the scores ``x / temperature``. Default 1 (none, as in the official code).
         similarity: ``"dot"`` (default, raw scores as in the official code) or ``"cosine"``.
         min_weight: the weight floor. Default 0.1.
+        tile_size: compute the loss in tiles (:func:`~contrasuite.core.objectives.infonce.tiled_weighted_infonce`),
+            the prior's weights block by block (:func:`soft_infonce_weight_blocks`); ``None`` (default): dense.
     """
 
     distributed: ClassVar[Distributed] = Distributed.GATHER_CANDIDATES
@@ -92,6 +118,7 @@ class SoftInfoNCE(ContrastiveObjective):
         temperature: float = 1.0,
         similarity: str = "dot",
         min_weight: float = 0.1,
+        tile_size: int | None = None,
     ) -> None:
         super().__init__()
         for name, value in (("t", t), ("temperature", temperature)):
@@ -101,7 +128,8 @@ class SoftInfoNCE(ContrastiveObjective):
         self.temperature = temperature
         self.similarity = similarity
         self.min_weight = min_weight
-        self._sim = get_similarity(similarity)
+        self._sim, self._factors = get_similarity(similarity), get_factors(similarity)
+        self.tile_size = check_tile_size(tile_size)
 
     def forward(
         self,
@@ -121,12 +149,16 @@ class SoftInfoNCE(ContrastiveObjective):
                 anchors, candidates, labels=labels, candidate_labels=candidate_labels, pos_mask=pos_mask
             )
             with full_precision(anchors):
-                neg_weight = soft_infonce_weights(prior, self.t, self.alpha, self.beta, pairs, self.min_weight)
-            return self.loss_of_pairs(anchors, candidates, pairs, neg_weight)
+                args = (prior, self.t, self.alpha, self.beta, pairs, self.min_weight)
+                weight = soft_infonce_weights(*args) if self.tile_size is None else soft_infonce_weight_blocks(*args, self.tile_size)
+            return self.loss_of_pairs(anchors, candidates, pairs, weight)
         return super().forward(
             anchors, candidates, labels=labels, candidate_labels=candidate_labels, pos_mask=pos_mask, neg_weight=neg_weight
         )
 
     def per_anchor(self, anchors: Tensor, candidates: Tensor, pairs: Pairs, neg_weight: Tensor | None) -> Tensor:
+        if self.tile_size is not None:
+            x, y = self._factors(anchors, candidates, scale=1.0 / self.temperature)
+            return tiled_weighted_infonce(x, y, pairs, neg_weight, self.tile_size)
         logits = self._sim(anchors, candidates, scale=1.0 / self.temperature)
         return weighted_infonce(logits, pairs, neg_weight, positive_in_denominator=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 from torch import Tensor
@@ -45,18 +45,34 @@ def cosine(anchors: Tensor, candidates: Tensor, scale: float = 1.0) -> Tensor:
     the symmetric product takes one matmul backward instead of two.
     """
     with full_precision(anchors):
-        a = normalize(upcast(anchors))
         if candidates is anchors:  # symmetric: one matmul backward (:func:`gram_gradient`)
-            return _Gram.apply(a, scale)
-        return (a * scale if scale != 1.0 else a) @ normalize(upcast(candidates)).T
+            return _Gram.apply(normalize(upcast(anchors)), scale)
+        x, y = cosine_factors(anchors, candidates, scale)
+        return x @ y.T
+
+
+def cosine_factors(anchors: Tensor, candidates: Tensor, scale: float = 1.0) -> tuple[Tensor, Tensor]:
+    """``(scale * a / |a|, c / |c|)`` in the loss dtype, whose product ``x @ y.T`` is :func:`cosine`;
+    candidates that are the anchors are normalised once."""
+    with full_precision(anchors):
+        a = normalize(upcast(anchors))
+        c = a if candidates is anchors else normalize(upcast(candidates))
+        return (a * scale if scale != 1.0 else a), c
 
 
 def dot(anchors: Tensor, candidates: Tensor, scale: float = 1.0) -> Tensor:
     """``scale * <a_i, c_j>`` in the loss dtype (no normalisation: Soft-InfoNCE's raw scores); ``scale``
     multiplies the anchors before the matmul, as in :func:`cosine`."""
+    x, y = dot_factors(anchors, candidates, scale)
+    with full_precision(anchors):
+        return x @ y.T
+
+
+def dot_factors(anchors: Tensor, candidates: Tensor, scale: float = 1.0) -> tuple[Tensor, Tensor]:
+    """``(scale * a, c)`` in the loss dtype, whose product is :func:`dot`."""
     with full_precision(anchors):
         a = upcast(anchors)
-        return (a * scale if scale != 1.0 else a) @ upcast(candidates).T
+        return (a * scale if scale != 1.0 else a), upcast(candidates)
 
 
 def gram_gradient(e: Tensor, z: Tensor, row_weight: Tensor | None = None, symmetric: bool = False) -> Tensor:
@@ -97,11 +113,24 @@ Similarity = Callable[..., Tensor]
 """``(anchors [N, D], candidates [M, D], scale=1.0) -> [N, M]``."""
 
 SIMILARITIES: dict[str, Similarity] = {"cosine": cosine, "dot": dot}
+Factors = Callable[..., tuple[Tensor, Tensor]]
+"""``(anchors [N, D], candidates [M, D], scale=1.0) -> (x [N, D], y [M, D])`` with ``x @ y.T`` the similarity:
+what tiled objectives (:mod:`contrasuite.core.tiling`) multiply block by block."""
+FACTORS: dict[str, Factors] = {"cosine": cosine_factors, "dot": dot_factors}
 
 
 def get_similarity(name: str) -> Similarity:
     """Look a similarity up by name; the error lists the known names."""
+    return _lookup(SIMILARITIES, name)
+
+
+def get_factors(name: str) -> Factors:
+    """The factors of a similarity, by name (:data:`FACTORS`)."""
+    return _lookup(FACTORS, name)
+
+
+def _lookup(table: dict, name: str) -> Callable[..., Any]:
     try:
-        return SIMILARITIES[name]
+        return table[name]
     except KeyError:
-        raise ValueError(f"unknown similarity {name!r}; known: {sorted(SIMILARITIES)}") from None
+        raise ValueError(f"unknown similarity {name!r}; known: {sorted(table)}") from None

@@ -14,11 +14,14 @@ layout, unless it is listed in ``NOT_COMPARABLE`` with the reason.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import math
 import traceback
 from datetime import timedelta
 from pathlib import Path
+from typing import Callable
 
 import pytest
 import torch
@@ -76,9 +79,19 @@ class QuantileDeclaredAsGather(GlobalQuantile):
     distributed = Distributed.GATHER_CANDIDATES
 
 
-def objectives_under_test() -> dict[str, type[ContrastiveObjective]]:
-    found = {f"registry:{name}": cls for name, cls in OBJECTIVES.items()}
+TILE = 3
+"""Tile size of the tiled variants (``tiled:<name>``): blocks smaller than every rank's slice."""
+
+
+def objectives_under_test() -> dict[str, Callable[[], ContrastiveObjective]]:
+    """Every registered objective, the local test objectives, and every registered objective that takes
+    ``tile_size`` once more, tiled: local rows against gathered columns, each ring block, or the
+    global batch, in tiles (single-process tiled equals dense: ``test_tiled.py``)."""
+    found: dict[str, Callable[[], ContrastiveObjective]] = {f"registry:{name}": cls for name, cls in OBJECTIVES.items()}
     found.update({"local:ring_sigmoid": RingSigmoid, "local:global_quantile": GlobalQuantile})
+    for name, cls in OBJECTIVES.items():
+        if "tile_size" in inspect.signature(cls).parameters:
+            found[f"tiled:{name}"] = functools.partial(cls, tile_size=TILE)
     return found
 
 
@@ -237,7 +250,7 @@ def test_split_batch_equals_single_process(world, tmp_path):
             continue
         reasons = {k: per_rank[0][k].get("reason") for k in per_rank[0] if k.startswith(name + "/")}
         assert name in passed, f"{name}: no input layout applies ({reasons}); list it in NOT_COMPARABLE with a reason"
-    assert {"local:ring_sigmoid", "local:global_quantile", "registry:infonce"} <= set(passed)
+    assert {"local:ring_sigmoid", "local:global_quantile", "registry:infonce", "tiled:infonce", "tiled:siglip"} <= set(passed)
 
 
 def test_not_comparable_entries_are_registered():
