@@ -7,3 +7,8 @@ say what is wrong with it.
 
 class DataError(RuntimeError):
     """A missing, corrupt or undecodable data file; the message names the file."""
+
+
+def one_line(err: BaseException) -> str:
+    """An error's message folded onto one line (what the CLI prints before exiting with status 2)."""
+    return " ".join(str(err).split()) or type(err).__name__

@@ -14,7 +14,7 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Protocol, runtime_checkable
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 import torch
 from torch import Tensor, nn
@@ -55,8 +55,15 @@ class StepContext(Protocol):
 
     def autocast(self) -> AbstractContextManager: ...
 
-    def optimize(self, name: str, loss: Tensor) -> None:
-        """Backward ``loss`` (scaled under fp16), check it is finite, clip, step optimizer ``name``, zero its grads."""
+    def optimize(self, name: str, loss: Tensor, terms: Mapping[str, Tensor] | None = None) -> None:
+        """Backward ``loss`` (scaled under fp16), check it is finite, clip, step optimizer ``name``, zero its grads.
+
+        ``terms`` (the loss's named parts) lets a non-finite message name the culprit."""
+        ...
+
+    def optimize_cached(self, name: str, embed: Callable[[Any], Any], chunks: Sequence[Any],
+                        loss_fn: Callable[..., Tensor], terms: Mapping[str, Tensor] | None = None) -> Tensor:
+        """The same step with GradCache: embed ``chunks`` without graph, loss on all, backward chunk by chunk."""
         ...
 
 

@@ -109,14 +109,9 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def one_line(err: BaseException) -> str:
-    """An error's message folded onto one line."""
-    return " ".join(str(err).split()) or type(err).__name__
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parse(argv)
-    from contrasuite.domains.errors import DataError
+    from contrasuite.domains.errors import DataError, one_line
     from contrasuite.pipelines import distributed, trainer  # heavy imports only for commands that need them
     from contrasuite.pipelines.checkpoint import CheckpointError
     from contrasuite.pipelines.run_lock import RunLockedError

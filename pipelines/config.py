@@ -47,7 +47,8 @@ class RunSettings:
     """``bf16`` (autocast, default on CUDA and CPU), ``fp16`` (autocast + GradScaler) or ``fp32``."""
     device: str = one_of("auto", DEVICES)
     """``auto`` (CUDA when present), ``cpu`` or ``cuda``."""
-    epochs: int = bounded(1, ge=1)
+    epochs: int = bounded(1, ge=0)
+    """Epochs to run; 0 trains nothing and only validates (an untrained reference)."""
     max_steps: Optional[int] = bounded(None, ge=1)
     """Stop after this many optimisation steps in total (None: run all epochs)."""
     eval_every_epochs: int = bounded(1, ge=0)

@@ -16,10 +16,12 @@ from typing import Sequence
 
 from PIL import Image, ImageDraw
 
+from contrasuite.domains.errors import DataError, one_line
 from contrasuite.domains.metric_learning.images import read_rgb
 from contrasuite.domains.metric_learning.inference import Embedder
 from contrasuite.pipelines import checkpoint
 from contrasuite.pipelines.config import load_config
+from contrasuite.pipelines.image_inputs import readable_images, require_image
 
 SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
 TILE = 96
@@ -38,10 +40,7 @@ def load_embedder(run_dir: Path, which: str = "best") -> Embedder:
     loaded = load_config(run_dir / "config.yaml")
     if loaded.task_name != "metric_learning":
         raise ValueError(f"{run_dir}: task is {loaded.task_name!r}, not 'metric_learning'")
-    path = run_dir / "checkpoints" / f"{which}.pt"
-    if which == "best" and not path.is_file():
-        path = run_dir / "checkpoints" / "last.pt"
-    return Embedder(loaded.config, checkpoint.load(path)["modules"])
+    return Embedder(loaded.config, checkpoint.load(checkpoint.checkpoint_path(run_dir, which))["modules"])
 
 
 def strip(query: Path, matches: Sequence[tuple[Path, float]], out: Path) -> None:
@@ -69,14 +68,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--checkpoint", choices=("best", "last"), default="best")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
-    if not args.query.is_file():
-        print(f"contrasuite retrieve: QUERY_IMAGE {args.query} not found", file=sys.stderr)
-        return 2
     try:
+        require_image(args.query, "QUERY_IMAGE")
         files = [p for p in gallery_files(args.gallery) if p.resolve() != args.query.resolve()]
+        files = readable_images(files, "retrieve")
         embedder = load_embedder(args.run_dir, args.checkpoint)
-    except (FileNotFoundError, ValueError) as err:
-        print(f"contrasuite retrieve: {err}", file=sys.stderr)
+    except (FileNotFoundError, ValueError, DataError, checkpoint.CheckpointError) as err:
+        print(f"contrasuite retrieve: {one_line(err)}", file=sys.stderr)
         return 2
     query = embedder.embed_paths([args.query])
     scores = embedder.score(query, embedder.embed_paths(files))[0]

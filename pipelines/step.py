@@ -98,10 +98,12 @@ class Step:
         embed: Callable[[Any], Tensor | Sequence[Tensor]],
         chunks: Sequence[Any],
         loss_fn: Callable[..., Tensor],
+        terms: Mapping[str, Tensor] | None = None,
     ) -> Tensor:
         """GradCache step: embed ``chunks`` without graph, loss on all embeddings, backprop chunk by chunk.
 
         ``embed(chunk)`` runs under this step's autocast; returns the detached full-batch loss.
+        ``terms``, as in :meth:`optimize`, may be a dict that ``loss_fn`` fills.
         """
         optimizer = self._optimizer(name)
 
@@ -121,7 +123,7 @@ class Step:
                 no_sync=self._no_sync,
             )
         except _NonFiniteCachedLoss as err:
-            self._fail(name, _loss_message(err.value), optimizer)
+            self._fail(name, _loss_message(err.value, terms), optimizer)
             return err.value
         self._finish(name, optimizer)
         return loss
@@ -147,13 +149,17 @@ class Step:
         optimizer.zero_grad(set_to_none=True)
 
     def _check_weights(self, name: str, params: Sequence[Tensor]) -> None:
-        """Raise when the update just made a weight non-finite (one fused norm; named on failure)."""
-        if not params or _finite_everywhere(torch.stack(torch._foreach_norm([p.detach() for p in params])).float()):
+        """Raise when the update just made a weight non-finite, or so large that its norm overflows."""
+        if not params:
             return
-        bad = next(p for p in params if not torch.isfinite(p.detach()).all())
+        norms = torch.stack(torch._foreach_norm([p.detach() for p in params])).float()
+        if _finite_everywhere(norms):
+            return
+        bad = params[int((~torch.isfinite(norms)).nonzero()[0])] if not torch.isfinite(norms).all() else params[0]
         where = self._param_names.get(id(bad), f"a tensor of shape {list(bad.shape)}")
+        what = "non-finite" if not torch.isfinite(bad).all() else "so large that their norm overflows"
         raise NonFiniteStepError(
-            f"step {self.step} (epoch {self.epoch}), optimizer {name!r}: the update made the weights non-finite "
+            f"step {self.step} (epoch {self.epoch}), optimizer {name!r}: the update made the weights {what} "
             f"({where}, gradient norm {self.stats.get(f'grad_norm/{name}', float('nan')):.3g}); not skippable, "
             "the previous weights are gone: lower the learning rate or set run.grad_clip")
 

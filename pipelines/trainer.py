@@ -380,10 +380,10 @@ class Trainer:
 
     def test(self, which: str) -> dict[str, Any]:
         """Load ``best`` (or ``last``) modules and write ``eval_test.json`` from ``task.evaluate("test")``."""
-        path = self.run_dir / "checkpoints" / f"{which}.pt"
-        if which == "best" and not path.is_file():
+        path = checkpoint.checkpoint_path(self.run_dir, which)
+        if path.stem != which:
             print(f"no best.pt in {self.run_dir}; evaluating last.pt", file=sys.stderr)
-            which, path = "last", self.run_dir / "checkpoints" / "last.pt"
+            which = path.stem
         state = checkpoint.load(path)
         checkpoint.restore_modules(state, path, modules=self._modules(), task=self.task)
         started = time.time()

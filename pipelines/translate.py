@@ -16,11 +16,13 @@ from typing import Sequence
 import torch
 from PIL import Image
 
+from contrasuite.domains.errors import DataError, one_line
 from contrasuite.domains.translation.data import list_images, read_rgb, to_float, to_uint8
 from contrasuite.domains.translation.networks import ResnetGenerator, translate_any_size
 from contrasuite.domains.translation.task import build_generator
 from contrasuite.pipelines import checkpoint
 from contrasuite.pipelines.config import load_config
+from contrasuite.pipelines.image_inputs import readable_images
 from contrasuite.pipelines.precision import pick_device
 
 
@@ -30,10 +32,7 @@ def load_generator(run_dir: Path, which: str = "best") -> ResnetGenerator:
     loaded = load_config(run_dir / "config.yaml")
     if loaded.task_name != "translation":
         raise ValueError(f"{run_dir}: task is {loaded.task_name!r}, not 'translation'")
-    path = run_dir / "checkpoints" / f"{which}.pt"
-    if which == "best" and not path.is_file():
-        path = run_dir / "checkpoints" / "last.pt"
-    state = checkpoint.load(path)
+    state = checkpoint.load(checkpoint.checkpoint_path(run_dir, which))
     generator = build_generator(loaded.config)
     modules = state["modules"]
     generator.load_state_dict(modules.get("generator_ema", modules["generator"]))  # the average when trained with one
@@ -42,11 +41,12 @@ def load_generator(run_dir: Path, which: str = "best") -> ResnetGenerator:
 
 @torch.no_grad()
 def translate_folder(generator: ResnetGenerator, src: Path, dst: Path, device: torch.device) -> list[Path]:
-    """Translate every image of ``src`` into ``dst``; returns the written paths."""
+    """Translate every readable image of ``src`` into ``dst`` (others skipped, with a warning); the written paths."""
+    files = readable_images(list_images(src), "translate")
     generator = generator.to(device)
     dst.mkdir(parents=True, exist_ok=True)
     written = []
-    for path in list_images(src):
+    for path in files:
         x = to_float(read_rgb(path))[None].to(device)
         y = to_uint8(translate_any_size(generator, x))[0].permute(1, 2, 0).cpu().numpy()
         out = dst / f"{path.stem}.png"
@@ -66,8 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         generator = load_generator(args.run_dir, args.checkpoint)
         written = translate_folder(generator, args.input_dir, args.output_dir, pick_device(args.device))
-    except (FileNotFoundError, ValueError, checkpoint.CheckpointError) as err:
-        print(f"contrasuite translate: {err}", file=sys.stderr)
+    except (FileNotFoundError, ValueError, checkpoint.CheckpointError, DataError) as err:
+        print(f"contrasuite translate: {one_line(err)}", file=sys.stderr)
         return 2
     print(f"translated {len(written)} images into {args.output_dir}")
     return 0

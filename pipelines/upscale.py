@@ -21,6 +21,7 @@ from contrasuite.domains.super_resolution.inference import upscale
 from contrasuite.domains.super_resolution.networks import EDSR
 from contrasuite.pipelines import checkpoint
 from contrasuite.pipelines.config import load_config
+from contrasuite.pipelines.image_inputs import readable_images, require_image
 from contrasuite.pipelines.precision import pick_device
 
 SUFFIXES = (".png", ".bmp", ".jpg", ".jpeg", ".tif", ".tiff", ".webp")
@@ -33,10 +34,7 @@ def load_generator(run_dir: Path, which: str = "best") -> tuple[EDSR, int]:
     if loaded.task_name != "super_resolution":
         raise ValueError(f"{run_dir}: task is {loaded.task_name!r}, not 'super_resolution'")
     cfg = loaded.config
-    path = run_dir / "checkpoints" / f"{which}.pt"
-    if which == "best" and not path.is_file():
-        path = run_dir / "checkpoints" / "last.pt"
-    state = checkpoint.load(path)
+    state = checkpoint.load(checkpoint.checkpoint_path(run_dir, which))
     model = EDSR(cfg.scale, cfg.model.n_resblocks, cfg.model.n_feats, cfg.model.res_scale)
     model.load_state_dict(state["modules"]["generator"])
     return model.eval(), cfg.scale
@@ -59,13 +57,15 @@ def write_image(image: torch.Tensor, path: Path, grey: bool) -> None:
 
 
 def _jobs(src: Path, dst: Path) -> list[tuple[Path, Path]]:
+    """``(input, output)`` pairs: each readable image of a folder (others skipped, with a warning), or the one image."""
     if src.is_dir():
         files = sorted(p for p in src.iterdir() if p.suffix.lower() in SUFFIXES)
         if not files:
             raise FileNotFoundError(f"INPUT folder {src} has no images ({', '.join(SUFFIXES)})")
-        return [(p, dst / f"{p.stem}.png") for p in files]
+        return [(p, dst / f"{p.stem}.png") for p in readable_images(files, "upscale")]
     if not src.is_file():
         raise FileNotFoundError(f"INPUT {src} is neither an image nor a folder")
+    require_image(src, "INPUT")
     return [(src, dst / f"{src.stem}.png" if dst.is_dir() or dst.suffix == "" else dst)]
 
 
@@ -80,9 +80,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     args = parser.parse_args(argv)
     device = pick_device(args.device, 0)
+    jobs = _jobs(args.input, args.output)
     model, scale = load_generator(args.run_dir, args.checkpoint)
     model.to(device)
-    for src, dst in _jobs(args.input, args.output):
+    for src, dst in jobs:
         lr, grey = read_image(src)
         sr = upscale(model, lr.to(device), scale, tile=args.tile or None, overlap=args.overlap)
         write_image(sr, dst, grey)

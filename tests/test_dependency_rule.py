@@ -10,7 +10,8 @@ ROOT = Path(__file__).resolve().parents[1]
 STDLIB = set(sys.stdlib_module_names)
 # the modules at the top of domains/ that every domain may use
 SHARED_DOMAIN_MODULES = {"contrasuite.domains.task", "contrasuite.domains.archives", "contrasuite.domains.averaging",
-                         "contrasuite.domains.config_fields", "contrasuite.domains.errors"}
+                         "contrasuite.domains.config_fields", "contrasuite.domains.errors",
+                         "contrasuite.domains.images"}
 
 
 def imports_of(path: Path) -> set[str]:

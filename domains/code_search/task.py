@@ -22,6 +22,7 @@ from typing import Any, Iterator, Mapping
 import torch
 from torch import Tensor
 
+from contrasuite.domains.config_fields import bounded
 from contrasuite.core.objectives import ObjectiveSum
 from contrasuite.domains.code_search.data import PairSet, load_cosqa, load_split
 from contrasuite.domains.code_search.encoder import BiEncoder, EncoderConfig
@@ -36,9 +37,9 @@ class DataConfig:
 
     folder: str = "data/code_search/mined"
     """Output of ``contrasuite code-search mine``; a relative path not found as given is looked up under the data root."""
-    train_limit: int = 0
-    val_limit: int = 0
-    test_limit: int = 0
+    train_limit: int = bounded(0, ge=0)
+    val_limit: int = bounded(0, ge=0)
+    test_limit: int = bounded(0, ge=0)
     subset_seed: int = 0
     """Seed of the subsets (fixed across training seeds)."""
 
@@ -54,17 +55,17 @@ class ObjectiveConfig:
 class OptimConfig:
     """``config.optim``: AdamW with linear warm-up, then constant."""
 
-    lr: float = 2e-5
-    weight_decay: float = 0.01
-    warmup_steps: int = 0
+    lr: float = bounded(2e-5, gt=0)
+    weight_decay: float = bounded(0.01, ge=0)
+    warmup_steps: int = bounded(0, ge=0)
 
 
 @dataclass
 class EvalConfig:
     """``config.eval``."""
 
-    batch_size: int = 64
-    max_code_length: int = 0
+    batch_size: int = bounded(64, gt=0)
+    max_code_length: int = bounded(0, ge=0)
     """Token limit of code at evaluation (0: ``encoder.max_code_length``)."""
     cosqa: bool = True
     """Also report CoSQA in ``evaluate("test")`` (skipped with a message when its files are absent)."""
@@ -74,9 +75,9 @@ class EvalConfig:
 class CodeSearchConfig:
     """The ``config:`` section of a ``code_search`` run."""
 
-    batch_size: int = 32
+    batch_size: int = bounded(32, gt=0)
     """Global batch of pairs (split evenly over ranks)."""
-    grad_cache_chunk: int = 0
+    grad_cache_chunk: int = bounded(0, ge=0)
     """Pairs per GradCache chunk on each rank (0: plain step)."""
     data: DataConfig = field(default_factory=DataConfig)
     encoder: EncoderConfig = field(default_factory=EncoderConfig)
@@ -162,11 +163,13 @@ class CodeSearchTask:
         pos = torch.zeros(n, m, dtype=torch.bool, device=queries.device)
         pos[torch.arange(n), offset + torch.arange(n)] = True
         prior = None if self.prior is None else self.prior(local, batch).to(queries.device)
-        total = queries.new_zeros(())
-        for weight, term, takes in zip(self.objective.weights, self.objective.terms, self._takes_prior):
+        self.last_terms: dict[str, Tensor] = {}
+        """This step's weighted objective terms, so a non-finite loss names its term."""
+        for name, weight, term, takes in zip(self.objective.names, self.objective.weights, self.objective.terms,
+                                             self._takes_prior):
             extra = {"prior": prior} if takes and prior is not None else {}
-            total = total + weight * term(queries, candidates, pos_mask=pos, **extra)
-        return total
+            self.last_terms[name] = weight * term(queries, candidates, pos_mask=pos, **extra)
+        return sum(self.last_terms.values())
 
     def train_step(self, batch: Tensor, step: StepContext) -> Mapping[str, float]:
         local = self._local(batch)
@@ -180,7 +183,7 @@ class CodeSearchTask:
             with step.autocast():
                 q, c = self.net(**q_tok), self.net(**c_tok)
             loss = self.loss(q, c, batch)
-            step.optimize("encoder", loss)
+            step.optimize("encoder", loss, terms=self.last_terms)
         return {"loss": float(loss.detach())}
 
     @torch.no_grad()

@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from contrasuite.domains.config_fields import bounded, one_of
 from contrasuite.core.negatives.cluster_weights import ClusterWeights
 from contrasuite.core.negatives.learned_weights import LearnedNegativeWeights
 from contrasuite.core.objectives import InfoNCE, ObjectiveSum
@@ -44,9 +45,9 @@ class ModelConfig:
     """Encoder settings; defaults follow MEOW's code (``code_meow/module``), the rest of MEOW's table
     (dropout, masks, PathSim top-k) comes from the run configs."""
 
-    dim: int = 64
-    dropout: float = 0.2
-    feat_mask: float = 0.3
+    dim: int = bounded(64, gt=0)
+    dropout: float = bounded(0.2, ge=0, lt=1)
+    feat_mask: float = bounded(0.3, ge=0, lt=1)
     """Fraction of the target's non-zero input feature entries zeroed in the augmented copy."""
     adj_mask: list[float] = field(default_factory=list)
     """Edge-drop rate per meta-path of the augmented copy (empty: none)."""
@@ -54,13 +55,13 @@ class ModelConfig:
     """PathSim top-k per meta-path (empty: keep every neighbour)."""
     resample_masks: bool = False
     """Draw the feature and edge masks anew every epoch; MEOW draws them once before training."""
-    edge_weights: str = "counts"
+    edge_weights: str = one_of("counts", WEIGHTS)
     """Plain-view graph weights: ``counts`` (path counts, MEOW) or ``binary`` (graphs.py)."""
-    gather: str = "in"
+    gather: str = one_of("in", GATHER)
     """``in``: a node gathers from the nodes whose top-k kept it (MEOW's code); ``out``: from its own top-k."""
-    layer_norm: str = "matrix"
+    layer_norm: str = one_of("matrix", LAYER_NORMS)
     """Encoder LayerNorm over the whole output (``matrix``, MEOW's code) or per node (``node``)."""
-    eval_views: str = "all"
+    eval_views: str = one_of("all", EVAL_VIEWS)
     """Views fused for the evaluated embedding: ``all`` (plain and augmented, as MEOW's saved
     embedding, but without dropout) or ``plain``."""
 
@@ -69,11 +70,11 @@ class ModelConfig:
 class NegativesConfig:
     """Where the negative weights come from: ``none``, ``cluster`` (MEOW) or ``learned`` (AdaMEOW)."""
 
-    kind: str = "none"
+    kind: str = one_of("none", NEGATIVE_KINDS)
     num_clusters: list[int] = field(default_factory=lambda: [100, 300])
     normalize: bool = False
-    kmeans_iters: int = 20
-    kmeans_restarts: int = 5
+    kmeans_iters: int = bounded(20, ge=1)
+    kmeans_restarts: int = bounded(5, ge=1)
     proto_weight: float = 0.0
     """Weight of ProtoNCE over the clusterings (MEOW: 1; 0 turns it off)."""
     proto_temperature: float = 0.4
@@ -93,13 +94,13 @@ class ObjectiveConfig:
     terms: list[dict[str, Any]] = field(
         default_factory=lambda: [{"name": "infonce", "weight": 1.0, "temperature": 0.5}]
     )
-    anchor: str = "coarse"
+    anchor: str = one_of("coarse", ("coarse", "fine"))
 
 
 @dataclass
 class OptimConfig:
-    lr: float = 7e-4
-    weight_decay: float = 0.0
+    lr: float = bounded(7e-4, gt=0)
+    weight_decay: float = bounded(0.0, ge=0)
 
 
 @dataclass
@@ -118,20 +119,12 @@ class GraphConfig:
 
 
 def _check(cfg: GraphConfig, num_metapaths: int) -> None:
-    if cfg.negatives.kind not in NEGATIVE_KINDS:
-        raise ValueError(f"config.negatives.kind: {cfg.negatives.kind!r} is not one of {NEGATIVE_KINDS}")
-    if cfg.objective.anchor not in ("coarse", "fine"):
-        raise ValueError(f"config.objective.anchor: {cfg.objective.anchor!r} is not 'coarse' or 'fine'")
     for key in ("adj_mask", "nei_max"):
         values = getattr(cfg.model, key)
         if values and len(values) != num_metapaths:
             raise ValueError(
                 f"config.model.{key}: {len(values)} values for {num_metapaths} meta-paths in config.dataset.metapaths"
             )
-    choices = {"edge_weights": WEIGHTS, "gather": GATHER, "layer_norm": LAYER_NORMS, "eval_views": EVAL_VIEWS}
-    for key, allowed in choices.items():
-        if getattr(cfg.model, key) not in allowed:
-            raise ValueError(f"config.model.{key}: {getattr(cfg.model, key)!r} is not one of {allowed}")
     target = next(t for t in cfg.dataset.node_types if t.name == cfg.dataset.target)
     if cfg.model.feat_mask > 0 and not target.features:
         raise ValueError(f"config.model.feat_mask masks input features, but target {target.name!r} has no features file")
@@ -275,7 +268,7 @@ class GraphTask:
         coarse, fine = self.views(batch)
         terms, logs = self.loss_terms(coarse, fine, batch)
         loss = sum(terms.values())
-        step.optimize("model", loss)
+        step.optimize("model", loss, terms=terms)
         return {"loss": float(loss.detach()), **{k: float(v.detach()) for k, v in terms.items()}, **logs}
 
     def embed_for_health(self, batch: int) -> tuple[Tensor, Tensor]:

@@ -82,9 +82,9 @@ def load_cifar10(
     jpeg_tar = root / f"cifar10-jpg-{split}.tar.gz"
     if source in ("auto", "jpeg"):
         if jpeg_dir.is_dir():
-            return _cached(_jpeg_folder_members(jpeg_dir), _folder_key(jpeg_dir), split, cache_dir)
+            return _cached(_jpeg_folder_members(jpeg_dir), _folder_key(jpeg_dir), split, cache_dir, jpeg_dir)
         if jpeg_tar.is_file():
-            return _cached(_jpeg_tar_members(jpeg_tar, split), _file_key(jpeg_tar), split, cache_dir)
+            return _cached(_jpeg_tar_members(jpeg_tar, split), _file_key(jpeg_tar), split, cache_dir, jpeg_tar)
         if source == "jpeg":
             raise DataError(f"CIFAR-10 JPEG copy not found: expected the folder {jpeg_dir} or the archive {jpeg_tar}")
     return _load_official(root, split, download=download)
@@ -160,7 +160,8 @@ def default_cache_dir() -> Path:
 
 
 def _cached(
-    members: Iterable[tuple[str, int, bytes]], key: str, split: str, cache_dir: str | os.PathLike | None
+    members: Iterable[tuple[str, int, bytes]], key: str, split: str, cache_dir: str | os.PathLike | None,
+    source: Path,
 ) -> ImageSet:
     """Decode ``members`` once and cache them as ``.npz`` (atomic write); later calls load the cache."""
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
@@ -176,7 +177,7 @@ def _cached(
         images.append(decode_jpeg(data, name))
         labels.append(label)
     if not images:
-        raise DataError(f"no JPEG images found for split {split!r}")
+        raise DataError(f"{source}: no JPEG images found for split {split!r}")
     result = ImageSet(np.stack(images), np.asarray(labels, dtype=np.int64), "CIFAR-10 (JPEG copy)")
     cache.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=cache, prefix=target.name, suffix=".tmp")

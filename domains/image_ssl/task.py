@@ -28,12 +28,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from contrasuite.domains.config_fields import bounded, one_of
 from contrasuite.core.metrics.probe import extract_features, knn_accuracy, linear_probe, stratified_split
 from contrasuite.core.negatives.gather import distributed_objective
 from contrasuite.core.objectives import ObjectiveSum
 from contrasuite.domains.image_ssl.augment import AugmentConfig, Normalize, TwoViewAugment, batch_seed
 from contrasuite.domains.image_ssl.data import CLASSES, load_cifar10
-from contrasuite.domains.image_ssl.encoders import SSLModel, build_encoder
+from contrasuite.domains.image_ssl.encoders import ENCODERS, SSLModel, build_encoder
 from contrasuite.domains.image_ssl.negatives import QueueNegatives, build_negative_source
 from contrasuite.domains.task import StepContext, TaskContext
 
@@ -42,17 +43,17 @@ from contrasuite.domains.task import StepContext, TaskContext
 class DataConfig:
     """``config.data``: which CIFAR-10 files, and which part of them."""
 
-    source: str = "auto"
+    source: str = one_of("auto", ("auto", "jpeg", "python"))
     """``auto`` (JPEG copy if present, else the official archive), ``jpeg`` or ``python``."""
     cache_dir: Optional[str] = None
     """Where the decoded JPEG set is cached (default ``$CONTRASUITE_CACHE`` or ``~/.cache/contrasuite``)."""
     download: bool = True
     """Download the official archive when no layout is found (needs network)."""
-    train_subset: int = 0
+    train_subset: int = bounded(0, ge=0)
     """Train on a class-balanced subset of this many training images (0: all 50,000)."""
-    test_subset: int = 0
+    test_subset: int = bounded(0, ge=0)
     """Report on a class-balanced subset of this many test images (0: all 10,000)."""
-    val_fraction: float = 0.1
+    val_fraction: float = bounded(0.1, ge=0, lt=1)
     """Stratified share of the (subset of the) training set held out for selection (kNN val, probe)."""
     split_seed: int = 0
     """Seed of the subsets and of the validation split (fixed across training seeds)."""
@@ -62,11 +63,11 @@ class DataConfig:
 class ModelConfig:
     """``config.model``: encoder ``f`` and projection head ``g``."""
 
-    encoder: str = "resnet18_cifar"
+    encoder: str = one_of("resnet18_cifar", ENCODERS)
     """``resnet18_cifar`` or ``small_conv``."""
-    width: int = 64
-    proj_hidden: int = 512
-    proj_dim: int = 128
+    width: int = bounded(64, ge=1)
+    proj_hidden: int = bounded(512, ge=1)
+    proj_dim: int = bounded(128, ge=1)
 
 
 @dataclass
@@ -74,7 +75,7 @@ class ObjectiveConfig:
     """``config.objective``: loss terms (any core objective) and how the two views are paired."""
 
     terms: list[dict[str, Any]] = field(default_factory=lambda: [{"name": "infonce", "weight": 1.0, "temperature": 0.5}])
-    views: str = "two_view"
+    views: str = one_of("two_view", ("two_view", "paired"))
     """``two_view`` (2N anchors compared with each other) or ``paired`` (view 1 against view 2 + negatives)."""
     symmetric: bool = True
     """``paired`` only: average the loss of (view 1 -> view 2) and (view 2 -> view 1)."""
@@ -84,12 +85,12 @@ class ObjectiveConfig:
 class OptimConfig:
     """``config.optim``: SGD (momentum) or Adam/AdamW, linear warm-up then cosine decay, per step."""
 
-    name: str = "sgd"
-    lr: float = 0.12
-    momentum: float = 0.9
-    weight_decay: float = 5e-4
-    warmup_epochs: float = 10.0
-    schedule_epochs: int = 0
+    name: str = one_of("sgd", ("sgd", "adam", "adamw"))
+    lr: float = bounded(0.12, gt=0)
+    momentum: float = bounded(0.9, ge=0, lt=1)
+    weight_decay: float = bounded(5e-4, ge=0)
+    warmup_epochs: float = bounded(10.0, ge=0)
+    schedule_epochs: int = bounded(0, ge=0)
     """Length of the cosine decay in epochs; shipped configs set ``${run.epochs}``. 0: constant after warm-up."""
 
 
@@ -97,15 +98,15 @@ class OptimConfig:
 class EvalConfig:
     """``config.eval``: frozen-feature protocol (BatchNorm in eval mode)."""
 
-    knn_k: int = 200
-    knn_temperature: float = 0.1
+    knn_k: int = bounded(200, ge=1)
+    knn_temperature: float = bounded(0.1, gt=0)
     linear: bool = True
     """Run the linear probe in ``evaluate("test")``."""
-    linear_epochs: int = 100
-    linear_lr: float = 1e-3
-    linear_batch_size: int = 512
+    linear_epochs: int = bounded(100, ge=1)
+    linear_lr: float = bounded(1e-3, gt=0)
+    linear_batch_size: int = bounded(512, gt=0)
     linear_weight_decays: list[float] = field(default_factory=lambda: [0.0, 1e-5, 1e-4, 1e-3])
-    batch_size: int = 1024
+    batch_size: int = bounded(1024, gt=0)
     """Batch size of feature extraction."""
 
 
@@ -113,9 +114,9 @@ class EvalConfig:
 class ImageSSLConfig:
     """The ``config:`` section of an ``image_ssl`` run."""
 
-    batch_size: int = 512
+    batch_size: int = bounded(512, gt=0)
     """Global batch (images per step, each giving two views); split evenly over ranks."""
-    gradcache_chunk: int = 0
+    gradcache_chunk: int = bounded(0, ge=0)
     """Embed the local batch in chunks of this many images (GradCache: loss on the whole batch, backward
     chunk by chunk, exact for any objective); 0: one pass. BatchNorm then normalises per chunk."""
     data: DataConfig = field(default_factory=DataConfig)
@@ -199,6 +200,8 @@ class ImageSSLTask:
     config_class = ImageSSLConfig
 
     def setup(self, ctx: TaskContext) -> None:
+        self.last_terms: dict[str, Tensor] = {}
+        """The current step's weighted objective terms (detached), so a non-finite loss names its term."""
         cfg: ImageSSLConfig = ctx.config
         self.ctx, self.cfg = ctx, cfg
         if cfg.objective.views not in ("two_view", "paired"):
@@ -280,6 +283,7 @@ class ImageSSLTask:
         return self.augment(images, batch.seed)
 
     def train_step(self, batch: SSLBatch, step: StepContext) -> Mapping[str, float]:
+        self.last_terms.clear()
         view1, view2 = self._views(batch)
         if self.cfg.gradcache_chunk:
             return self._cached_step(view1, view2, batch, step)
@@ -287,7 +291,7 @@ class ImageSSLTask:
             _, z = self.train_model(torch.cat([view1, view2]))
         z1, z2 = F.normalize(z.float(), dim=1).chunk(2)
         loss = self.loss(z1, z2, epoch=step.epoch, seed=batch.seed)
-        step.optimize("model", loss)
+        step.optimize("model", loss, terms=self.last_terms)
         if self.negatives is not None:
             self.negatives.update(z1, z2)
         return {"loss": float(loss.detach())}
@@ -306,7 +310,7 @@ class ImageSSLTask:
             projected[:] = [z1.detach(), z2.detach()]
             return self.loss(z1, z2, epoch=step.epoch, seed=batch.seed)
 
-        loss = step.optimize_cached("model", embed, chunks, loss_fn)
+        loss = step.optimize_cached("model", embed, chunks, loss_fn, terms=self.last_terms)
         if self.negatives is not None and projected:
             self.negatives.update(*projected)
         return {"loss": float(loss.detach())}
@@ -332,7 +336,7 @@ class ImageSSLTask:
 
     def _terms(self, anchors: Tensor, candidates: Tensor | None, **kwargs: Any) -> Tensor:
         total = anchors.new_zeros(())
-        for weight, term in zip(self.objective.weights, self.objective.terms):
+        for name, weight, term in zip(self.objective.names, self.objective.weights, self.objective.terms):
             try:
                 value = distributed_objective(term, anchors, candidates, **kwargs)
             except ValueError as err:
@@ -340,6 +344,7 @@ class ImageSSLTask:
                     f"config.objective.terms ({type(term).__name__}) with views={self.cfg.objective.views!r}: {err}"
                 ) from err
             total = total + weight * value
+            self.last_terms[name] = self.last_terms.get(name, 0) + weight * value.detach()
         return total
 
     @torch.no_grad()

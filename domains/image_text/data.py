@@ -14,9 +14,9 @@ and all emoji that differ only in a colour or direction word go together
 from __future__ import annotations
 
 import csv
-import io
 import json
 import tarfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -24,6 +24,8 @@ from typing import Iterable, Sequence
 import numpy as np
 from PIL import Image
 
+from contrasuite.domains.errors import DataError
+from contrasuite.domains.images import open_image
 from contrasuite.domains.image_text.captions import EmojiItem, build_items, load_metadata
 
 STYLES = {"twitter": "emoji-twitter-64.tar.gz", "google": "emoji-google-64.tar.gz"}
@@ -71,11 +73,14 @@ def read_style(data_root: str | Path, style: str) -> dict[str, np.ndarray]:
     if not path.is_file():
         raise FileNotFoundError(f"emoji images not found: {path} (npm emoji-datasource-{style} 16.0.0, img/{style}/64/)")
     images = {}
-    with tarfile.open(path) as tar:
-        for member in tar:
-            if member.isfile() and member.name.endswith(".png"):
-                with Image.open(io.BytesIO(tar.extractfile(member).read())) as im:
-                    images[Path(member.name).name] = rgba_on_white(im)
+    try:
+        with tarfile.open(path) as tar:
+            for member in tar:
+                if member.isfile() and member.name.endswith(".png"):
+                    with open_image(tar.extractfile(member).read(), f"{path}:{member.name}") as im:
+                        images[Path(member.name).name] = rgba_on_white(im)
+    except (tarfile.TarError, EOFError, zlib.error, OSError) as err:
+        raise DataError(f"{path}: corrupt or truncated archive ({type(err).__name__}: {err})") from None
     return images
 
 
@@ -179,7 +184,7 @@ def load_captions(path: str | Path, image_root: str | Path, size: int = 64) -> P
             file = root / image
             if not file.is_file():
                 raise FileNotFoundError(f"{path}: image {image!r} not found under {root}")
-            with Image.open(file) as im:
+            with open_image(file) as im:
                 cache[image] = rgba_on_white(im, size)
     return PairSet(np.stack([cache[i] for i, _ in rows]), [c for _, c in rows], [i for i, _ in rows],
                    [i for i, _ in rows])

@@ -28,6 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from contrasuite.domains.config_fields import bounded, one_of
+
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
@@ -36,11 +38,11 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 class ModelConfig:
     """``config.model``."""
 
-    name: str = "pretrained_towers"
+    name: str = one_of("pretrained_towers", ("pretrained_towers", "open_clip"))
     """``pretrained_towers`` (EfficientNet-Lite0 + MiniLM) or ``open_clip``."""
-    embed_dim: int = 256
+    embed_dim: int = bounded(256, ge=1)
     """pretrained_towers: the heads' output size (open_clip models keep their own)."""
-    image_size: int = 128
+    image_size: int = bounded(128, ge=1)
     """Input side; emoji are upsampled from 64 (EfficientNet's stride 32 leaves a 4x4 map at 128)."""
     freeze_trunks: bool = True
     """Keep the trunks frozen (their features are cached once); only heads and the loss scale train."""

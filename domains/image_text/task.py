@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from contrasuite.domains.config_fields import bounded, one_of
 from contrasuite.core.objectives import ObjectiveSum
 from contrasuite.domains.averaging import check_decay, start_average, update_average
 from contrasuite.domains.image_text.captions import normalise
@@ -55,7 +56,7 @@ OTHER_TOWER = {"images": {"text_model", "text_segments", "context_length"},
 class DataConfig:
     """``config.data``."""
 
-    source: str = "emoji"
+    source: str = one_of("emoji", ("emoji", "captions"))
     """``emoji`` (``<data_root>/emoji``) or ``captions`` (``captions_file`` + ``image_root``)."""
     style: str = "twitter"
     """Emoji style trained and tested on (``twitter``: Twemoji)."""
@@ -63,11 +64,11 @@ class DataConfig:
     """Emoji style only evaluated, never trained on (``google``: Noto); null: none."""
     captions_file: Optional[str] = None
     image_root: Optional[str] = None
-    val_fraction: float = 0.1
-    test_fraction: float = 0.2
+    val_fraction: float = bounded(0.1, ge=0, lt=1)
+    test_fraction: float = bounded(0.2, ge=0, lt=1)
     split_seed: int = 0
     """Seed of the split by group (fixed across training seeds)."""
-    limit: int = 0
+    limit: int = bounded(0, ge=0)
     """Emoji: keep only the first ``limit`` base emoji (0: all), for smoke runs."""
 
 
@@ -108,15 +109,15 @@ class ImageTextConfig:
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     init_from: Optional[str] = None
     """A run folder or checkpoint whose ``model`` and ``objective`` start this run (stage 2 after alignment)."""
-    batch_size: int = 256
-    lr: float = 1e-3
-    weight_decay: float = 0.01
-    ema: float = 0.0
+    batch_size: int = bounded(256, gt=0)
+    lr: float = bounded(1e-3, gt=0)
+    weight_decay: float = bounded(0.01, ge=0)
+    ema: float = bounded(0.0, ge=0, lt=1)
     """Decay of a weight average of the model that evaluation uses (0: off; ``contrasuite.domains.averaging``)."""
-    trunk_lr_scale: float = 0.1
+    trunk_lr_scale: float = bounded(0.1, ge=0)
     """Learning rate of pretrained layers that train (``model.train_image_stages``), relative to ``lr``."""
-    gradcache_chunks: int = 0
-    eval_batch_size: int = 512
+    gradcache_chunks: int = bounded(0, ge=0)
+    eval_batch_size: int = bounded(512, gt=0)
     cache_dir: Optional[str] = None
     """Trunk-feature cache (default ``$CONTRASUITE_CACHE`` or ``~/.cache/contrasuite``)."""
 
@@ -385,22 +386,24 @@ class ImageTextTask:
 
         focus = batch["focus_weight"].to(device) if "focus_weight" in batch else None
 
+        terms: dict[str, Tensor] = {}
+
         def loss_fn(images, texts):
-            loss = self.objective(images, texts, pos_mask=pos_mask, neg_weight=neg_weight)
+            terms.update(self.objective.parts(images, texts, pos_mask=pos_mask, neg_weight=neg_weight))
             if focus is not None:  # the same objective with only the hard negatives in its denominators
-                loss = loss + self.cfg.hard_negatives.focus_weight * self.objective(
+                terms["focus"] = self.cfg.hard_negatives.focus_weight * self.objective(
                     images, texts, pos_mask=pos_mask, neg_weight=focus)
-            return loss
+            return sum(terms.values())
 
         n = self.cfg.gradcache_chunks
         if n > 1:
             chunks = list(zip(*(_split(x, n) for x in inputs)))
-            loss = step.optimize_cached("model", embed, chunks, loss_fn)
+            loss = step.optimize_cached("model", embed, chunks, loss_fn, terms=terms)
         else:
             with step.autocast():
                 reps = embed(inputs)
             loss = loss_fn(*reps)
-            step.optimize("model", loss)
+            step.optimize("model", loss, terms=terms)
         if self.model_ema is not None:
             update_average(self.model_ema, self.model, self.cfg.ema)
         return {"loss": float(loss.detach()), "neg_texts": float(batch["neg_texts"]),

@@ -16,16 +16,13 @@ from PIL import Image
 from torch import Tensor
 from torch.utils.data import Dataset
 
+from contrasuite.domains.images import open_image
 from contrasuite.domains.metric_learning.backbone import INPUT_MEAN, INPUT_STD
 
 
 def read_rgb(path: Path, size: int) -> Tensor:
     """``uint8 [3, size, size]``: transparent pixels composited on white, bicubic resize."""
-    try:
-        image = Image.open(path)
-        image.load()
-    except (OSError, ValueError) as err:
-        raise OSError(f"cannot read image {path}: {err}") from None
+    image = open_image(path)
     if image.mode in ("RGBA", "LA", "P"):
         rgba = image.convert("RGBA")
         background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))

@@ -84,6 +84,10 @@ class MetricObjective(ObjectiveSum):
         """The hyperbolic term, if any: retrieval then ranks by distance on its ball."""
         return next((t for t in self.terms if isinstance(t, HyperbolicPairwiseCE) and t.c > 0), None)
 
-    def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
+    def parts(self, embeddings: Tensor, labels: Tensor) -> dict[str, Tensor]:  # type: ignore[override]
+        """Each weighted term on ``(embeddings, labels)``, in fp32 with autocast off."""
         with full_precision(embeddings):
-            return super().forward(embeddings.float(), labels=labels)
+            return ObjectiveSum.parts(self, embeddings.float(), labels=labels)
+
+    def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
+        return sum(self.parts(embeddings, labels).values())

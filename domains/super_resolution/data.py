@@ -8,17 +8,18 @@ made from the HR ones: modcrop to a multiple of the scale, MATLAB bicubic downsc
 
 from __future__ import annotations
 
-import io
 import tarfile
+import zlib
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image
 from torch import Tensor
 
+from contrasuite.domains.errors import DataError
+from contrasuite.domains.images import open_image
 from contrasuite.domains.super_resolution.imresize import imresize, quantize
 
 SOURCES = {
@@ -32,7 +33,7 @@ _SUFFIXES = (".png", ".bmp", ".jpg", ".jpeg", ".tif", ".tiff")
 
 def _decode(data: bytes, name: str) -> Tensor:
     """Image bytes -> ``[C, H, W]`` float32 in ``[0, 1]`` (C = 3, or 1 for greyscale)."""
-    with Image.open(io.BytesIO(data)) as im:
+    with open_image(data, name) as im:
         mode = "L" if im.mode in ("L", "I;16", "1") else "RGB"
         arr = np.asarray(im.convert(mode), dtype=np.uint8)
     if arr.ndim == 2:
@@ -53,11 +54,14 @@ def load_set(data_root: str, name: str) -> tuple[tuple[str, Tensor], ...]:
             if path.suffix.lower() in _SUFFIXES:
                 items.append((path.stem, _decode(path.read_bytes(), str(path))))
     elif archive.is_file():
-        with tarfile.open(archive) as tar:
-            for member in sorted(tar.getmembers(), key=lambda m: m.name):
-                if member.isfile() and Path(member.name).suffix.lower() in _SUFFIXES:
-                    data = tar.extractfile(member).read()
-                    items.append((Path(member.name).stem, _decode(data, f"{archive}:{member.name}")))
+        try:
+            with tarfile.open(archive) as tar:
+                for member in sorted(tar.getmembers(), key=lambda m: m.name):
+                    if member.isfile() and Path(member.name).suffix.lower() in _SUFFIXES:
+                        data = tar.extractfile(member).read()
+                        items.append((Path(member.name).stem, _decode(data, f"{archive}:{member.name}")))
+        except (tarfile.TarError, EOFError, zlib.error, OSError) as err:
+            raise DataError(f"{archive}: corrupt or truncated archive ({type(err).__name__}: {err})") from None
     else:
         raise FileNotFoundError(
             f"SR set {name!r} not found: expected {archive} or the folder {extracted} "

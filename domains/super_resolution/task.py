@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from contrasuite.domains.config_fields import bounded, one_of
 from contrasuite.core.objectives import ObjectiveSum
 from contrasuite.domains.super_resolution import frequency
 from contrasuite.domains.super_resolution.data import PatchSampler, degrade, eval_pairs, load_set, modcrop
@@ -42,13 +43,13 @@ from contrasuite.domains.task import StepContext, TaskContext
 @dataclass
 class DataConfig:
     train_set: str = "T91"
-    patch_size: int = 48
+    patch_size: int = bounded(48, ge=4)
     """LR patch side (EDSR: 48; the HR patch is ``scale`` times larger)."""
-    batch_size: int = 16
-    steps_per_epoch: int = 1000
-    val_every: int = 10
+    batch_size: int = bounded(16, gt=0)
+    steps_per_epoch: int = bounded(1000, ge=1)
+    val_every: int = bounded(10, ge=2)
     """Every ``val_every``-th training image (sorted by name) is held out for validation."""
-    val_crop: int = 64
+    val_crop: int = bounded(64, ge=0)
     """LR side of the centre crop of each validation image."""
     max_train_images: Optional[int] = None
     """Use only the first N training images (tests)."""
@@ -56,16 +57,16 @@ class DataConfig:
 
 @dataclass
 class ModelConfig:
-    n_resblocks: int = 16
-    n_feats: int = 64
+    n_resblocks: int = bounded(16, ge=1)
+    n_feats: int = bounded(64, ge=1)
     res_scale: float = 1.0
 
 
 @dataclass
 class DiscriminatorConfig:
     embed_layer: int = 4
-    channel_divisor: int = 1
-    lr: float = 1e-4
+    channel_divisor: int = bounded(1, ge=1)
+    lr: float = bounded(1e-4, gt=0)
 
 
 @dataclass
@@ -77,10 +78,10 @@ class ObjectiveConfig:
 class SRConfig:
     """``config:`` section of a super-resolution run."""
 
-    scale: int = 2
+    scale: int = one_of(2, (2, 3, 4))
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
-    lr: float = 1e-4
+    lr: float = bounded(1e-4, gt=0)
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
     milestones: list[int] = field(default_factory=list)
     """Steps at which both learning rates are halved (EDSR: every 200k)."""
@@ -106,10 +107,6 @@ class SuperResolutionTask:
 
     def setup(self, ctx: TaskContext) -> None:
         cfg: SRConfig = ctx.config
-        if cfg.scale not in (2, 3, 4):
-            raise ValueError(f"config.scale must be 2, 3 or 4, got {cfg.scale}")
-        if cfg.data.val_every < 2:
-            raise ValueError(f"config.data.val_every must be >= 2, got {cfg.data.val_every}")
         self.cfg, self.ctx, self.device = cfg, ctx, ctx.device
         images = [img for _, img in load_set(str(ctx.data_root), cfg.data.train_set)]
         images = [img if img.shape[0] == 3 else img.expand(3, -1, -1) for img in images]
@@ -195,7 +192,7 @@ class SuperResolutionTask:
             step.optimize("discriminator", loss_d)
             out["loss_d"] = float(loss_d.detach())
         l1 = F.l1_loss(sr.float(), hr)
-        loss = l1
+        loss, terms = l1, {"l1": l1}
         if self.cfg.contrastive:
             _set_requires_grad(self.discriminator, False)
             try:
@@ -203,9 +200,9 @@ class SuperResolutionTask:
                     cl = self.contrastive_loss(sr, pos, neg)
             finally:
                 _set_requires_grad(self.discriminator, True)
-            loss = l1 + cl
+            loss, terms["contrastive"] = l1 + cl, cl
             out["contrastive"] = float(cl.detach())
-        step.optimize("generator", loss)
+        step.optimize("generator", loss, terms=terms)
         out.update(loss=float(loss.detach()), l1=float(l1.detach()))
         return out
 

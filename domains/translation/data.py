@@ -26,6 +26,9 @@ import torch.nn.functional as F
 from PIL import Image
 from torch import Tensor
 
+from contrasuite.domains.images import open_image
+from contrasuite.domains.config_fields import bounded, one_of
+
 SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
 EMOJI_SOURCE = "twitter"
 EMOJI_TARGET = "google"
@@ -33,21 +36,21 @@ EMOJI_TARGET = "google"
 
 @dataclass
 class DataConfig:
-    kind: str = "emoji"
+    kind: str = one_of("emoji", ("emoji", "folders"))
     """``emoji`` or ``folders``."""
     path: str = "emoji"
     """Relative to the data root (or absolute): the emoji folder, or the folder holding trainA/ trainB/."""
     load_size: Optional[int] = None
     """Square resize before cropping (CUT: 286); null keeps the image size (capped at ``max_side``)."""
-    max_side: int = 1024
-    crop_size: int = 64
+    max_side: int = bounded(1024, ge=1)
+    crop_size: int = bounded(64, ge=4)
     flip: bool = True
-    batch_size: int = 1
+    batch_size: int = bounded(1, gt=0)
     steps_per_epoch: Optional[int] = None
     """Default: one pass over the larger training set."""
     split_seed: int = 0
-    test_images: int = 400
-    val_images: int = 150
+    test_images: int = bounded(400, ge=0)
+    val_images: int = bounded(150, ge=0)
     max_train_images: Optional[int] = None
     """Use at most this many training images per domain (tests, quick runs)."""
     eval_crops: int = 16
@@ -62,7 +65,7 @@ def missing(path: Path, what: str) -> FileNotFoundError:
 
 def read_rgb(path: Path) -> Tensor:
     """``uint8 [3, H, W]``; transparency composited on white."""
-    with Image.open(path) as im:
+    with open_image(path) as im:
         if im.mode in ("RGBA", "LA", "P", "PA"):
             rgba = im.convert("RGBA")
             white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))

@@ -43,6 +43,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from contrasuite.domains.config_fields import bounded, one_of
 from contrasuite.core.objectives import ObjectiveSum
 from contrasuite.domains.archives import cache_root, emoji_style_dirs
 from contrasuite.domains.averaging import check_decay, start_average, update_average
@@ -61,8 +62,8 @@ from contrasuite.domains.translation.patchnce import NEGATIVE_SOURCES, patch_nce
 
 @dataclass
 class GeneratorConfig:
-    ngf: int = 64
-    n_blocks: int = 9
+    ngf: int = bounded(64, ge=1)
+    n_blocks: int = bounded(9, ge=1)
     """Residual blocks: 9 at 256 px (the paper), fewer for small images."""
     antialias: bool = True
     residual: bool = False
@@ -71,8 +72,8 @@ class GeneratorConfig:
 
 @dataclass
 class DiscriminatorConfig:
-    ndf: int = 64
-    n_layers: int = 3
+    ndf: int = bounded(64, ge=1)
+    n_layers: int = bounded(3, ge=1)
     augment: list[str] = field(default_factory=list)
     """DiffAugment policies applied to every image the discriminator sees (``colour``, ``hue``,
     ``translation``, ``cutout``; :mod:`~contrasuite.domains.translation.augment`); empty: off (CUT)."""
@@ -84,13 +85,13 @@ class NCEConfig:
     """lambda_NCE (CUT 1, FastCUT 10); 0 trains the GAN alone (no head)."""
     layers: Optional[list[int]] = None
     """Generator layer indices; null = CUT's ``0, 4, 8, 12, 16`` clipped to the block count."""
-    num_patches: int = 256
-    head_dim: int = 256
+    num_patches: int = bounded(256, ge=1)
+    head_dim: int = bounded(256, ge=1)
     use_mlp: bool = True
     identity: bool = True
     """Identity PatchNCE on target images (CUT on, FastCUT off)."""
     flip_equivariance: bool = False
-    negatives: str = "image"
+    negatives: str = one_of("image", NEGATIVE_SOURCES)
     """``image`` (negatives from the same image) or ``batch`` (every patch of the mini-batch)."""
 
 
@@ -120,19 +121,19 @@ class TranslationConfig:
     discriminator: DiscriminatorConfig = field(default_factory=DiscriminatorConfig)
     nce: NCEConfig = field(default_factory=NCEConfig)
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
-    lambda_gan: float = 1.0
-    lambda_identity: float = 0.0
+    lambda_gan: float = bounded(1.0, ge=0)
+    lambda_identity: float = bounded(0.0, ge=0)
     """Weight of CycleGAN's pixel identity loss ``mean |G(y) - y|`` on target images (not in CUT; 0: off)."""
-    lambda_paired: float = 0.0
+    lambda_paired: float = bounded(0.0, ge=0)
     """Weight of ``mean |G(x) - y_x|``, ``y_x`` the true target drawing of training emoji ``x`` (a paired-supervision
     diagnostic, emoji data only; not CUT; 0: off)."""
-    ema: float = 0.0
+    ema: float = bounded(0.0, ge=0, lt=1)
     """Decay of the generator's weight average used for evaluation and translation (0: off, the paper)."""
-    lr: float = 2e-4
+    lr: float = bounded(2e-4, gt=0)
     betas: list[float] = field(default_factory=lambda: [0.5, 0.999])
-    n_epochs: int = 200
+    n_epochs: int = bounded(200, ge=0)
     """Epochs at the initial learning rate."""
-    n_epochs_decay: int = 200
+    n_epochs_decay: int = bounded(200, ge=0)
     """Epochs of linear decay to 0 after ``n_epochs``."""
     eval: EvalConfig = field(default_factory=EvalConfig)
 
@@ -169,10 +170,6 @@ class TranslationTask:
         cfg: TranslationConfig = ctx.config
         if ctx.world_size > 1:
             raise ValueError("the translation task runs in one process (batch size 1 is the paper's setting)")
-        if cfg.nce.negatives not in NEGATIVE_SOURCES:
-            raise ValueError(f"config.nce.negatives must be one of {NEGATIVE_SOURCES}, got {cfg.nce.negatives!r}")
-        if cfg.data.kind not in ("emoji", "folders"):
-            raise ValueError(f"config.data.kind must be 'emoji' or 'folders', got {cfg.data.kind!r}")
         self.cfg, self.ctx, self.device = cfg, ctx, ctx.device
         self._load_data(Path(ctx.data_root))
         self.generator = build_generator(cfg).to(self.device)
@@ -300,14 +297,14 @@ class TranslationTask:
         fake_b = fake[:n]
         with step.autocast():
             loss_d = 0.5 * (lsgan(self.judge(fake_b.detach()), 0.0) + lsgan(self.judge(real_b), 1.0))
-        step.optimize("discriminator", loss_d)
+        step.optimize("discriminator", loss_d, terms={"discriminator_lsgan": loss_d})
 
         set_requires_grad(self.discriminator, False)
         try:
             with step.autocast():
                 loss_gan = cfg.lambda_gan * lsgan(self.judge(fake_b), 1.0)
                 out = {"loss_d": float(loss_d.detach()), "loss_gan": float(loss_gan.detach())}
-                loss_g = loss_gan
+                terms = {"gan": loss_gan}
                 if use_nce:
                     nce_x = self.nce_loss(real_a, fake_b, flipped)
                     out["nce_x"] = float(nce_x.detach())
@@ -316,18 +313,19 @@ class TranslationTask:
                         nce_y = self.nce_loss(real_b, fake[n:], flipped)
                         out["nce_y"] = float(nce_y.detach())
                         nce = 0.5 * (nce_x + nce_y)
-                    loss_g = loss_gan + cfg.nce.weight * nce
+                    terms["nce"] = cfg.nce.weight * nce
                 if cfg.lambda_identity > 0:
                     l1 = (fake[n:].float() - (real_b.flip(-1) if flipped else real_b)).abs().mean()
                     out["identity_l1"] = float(l1.detach())
-                    loss_g = loss_g + cfg.lambda_identity * l1
+                    terms["identity_l1"] = cfg.lambda_identity * l1
                 if paired:
                     l1 = (fake_b.float() - (paired[0].flip(-1) if flipped else paired[0])).abs().mean()
                     out["paired_l1"] = float(l1.detach())
-                    loss_g = loss_g + cfg.lambda_paired * l1
+                    terms["paired_l1"] = cfg.lambda_paired * l1
         finally:
             set_requires_grad(self.discriminator, True)
-        step.optimize("generator", loss_g)
+        loss_g = sum(terms.values())
+        step.optimize("generator", loss_g, terms=terms)
         if self.generator_ema is not None:
             update_average(self.generator_ema, self.generator, self.cfg.ema)
         if "head" in self._optimizers:

@@ -33,6 +33,8 @@ class ToyConfig:
     dropout: float = 0.0
     sleep: float = 0.0
     nan_at_step: int = -1
+    nan_steps: int = 1
+    """How many steps from ``nan_at_step`` on have a NaN loss."""
     gradcache_chunk: int = 0
     data_file: Optional[str] = None
     """A file under the data root that must exist (exercises missing-data errors)."""
@@ -104,7 +106,7 @@ class ToyTask:
         pos = torch.zeros(n, cand.shape[0], dtype=torch.bool, device=z1.device)
         pos[torch.arange(n), self.ctx.rank * n + torch.arange(n)] = True
         loss = self.objective(z1, cand, pos_mask=pos)
-        if step.step == self.cfg.nan_at_step:
+        if 0 <= step.step - self.cfg.nan_at_step < self.cfg.nan_steps:
             loss = loss * float("nan")
         step.optimize("model", loss, terms={"objective": loss})
         return {"loss": float(loss.detach())}

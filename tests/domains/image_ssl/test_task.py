@@ -26,7 +26,7 @@ class Step:
     def autocast(self):
         return nullcontext()
 
-    def optimize(self, name, loss):
+    def optimize(self, name, loss, terms=None):
         opt = self.task.optimizers()[name]
         loss.backward()
         opt.step()
@@ -173,10 +173,10 @@ def test_warmup_cosine_schedule():
 class GradientOnly(Step):
     """Accumulates gradients without stepping, plainly or through GradCache."""
 
-    def optimize(self, name, loss):
+    def optimize(self, name, loss, terms=None):
         loss.backward()
 
-    def optimize_cached(self, name, embed, chunks, loss_fn):
+    def optimize_cached(self, name, embed, chunks, loss_fn, terms=None):
         from contrasuite.core.gradcache import cached_backward
 
         return cached_backward(embed, chunks, loss_fn)

@@ -159,7 +159,7 @@ class _Step:
     def autocast(self):
         return contextlib.nullcontext()
 
-    def optimize(self, name, loss):
+    def optimize(self, name, loss, terms=None):
         loss.backward()
         self.optimizers[name].step()
         self.optimizers[name].zero_grad(set_to_none=True)

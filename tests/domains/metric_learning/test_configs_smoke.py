@@ -45,16 +45,21 @@ def test_retrieve_prints_top_matches_and_writes_strip(tmp_path, cache_dir, capsy
         pytest.skip("needs the emoji smoke runs of this module")
     gallery = tmp_path / "gallery"
     gallery.mkdir()
-    sources = sorted((cache_dir / "emoji" / "google-64").glob("1f34*.png"))[:5]
+    sources = sorted(next((cache_dir / "emoji").glob("google-64-*")).glob("1f34*.png"))[:5]
     for p in sources:
         (gallery / p.name).write_bytes(p.read_bytes())
-    query = cache_dir / "emoji" / "twitter-64" / sources[0].name
+    query = next((cache_dir / "emoji").glob("twitter-64-*")) / sources[0].name
+    (gallery / "broken.png").write_text("not an image")  # skipped with one warning
     out = tmp_path / "strip.png"
     assert retrieve_main([str(run_dir), str(query), str(gallery), "--top", "3", "--out", str(out)]) == 0
-    lines = [line.split("\t") for line in capsys.readouterr().out.splitlines() if "\t" in line]
+    captured = capsys.readouterr()
+    assert "broken.png: not a readable image" in captured.err and "skipped 1 of 6 files" in captured.err
+    lines = [line.split("\t") for line in captured.out.splitlines() if "\t" in line]
     assert [int(r[0]) for r in lines] == [1, 2, 3]
     scores = [float(r[1]) for r in lines]
     assert scores == sorted(scores, reverse=True)
     assert all(Path(r[2]).parent == gallery for r in lines)
     assert Image.open(out).size[0] == 4 * 96
     assert retrieve_main([str(run_dir), str(tmp_path / "nope.png"), str(gallery)]) == 2
+    assert retrieve_main([str(run_dir), str(gallery / "broken.png"), str(gallery)]) == 2
+    assert "QUERY_IMAGE " in capsys.readouterr().err

@@ -39,7 +39,7 @@ class RecordingStep:
     def autocast(self):
         return nullcontext()
 
-    def optimize(self, name, loss):
+    def optimize(self, name, loss, terms=None):
         loss.backward()
         d_grads = [p.grad for p in self.task.discriminator.parameters()] if "discriminator" in self.task.modules() else []
         self.calls.append((name, any(g is not None and g.abs().sum() > 0 for g in d_grads)))

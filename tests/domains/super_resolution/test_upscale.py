@@ -43,11 +43,14 @@ def fake_run(tmp_path, model):
     run_dir = tmp_path / "run"
     (run_dir / "checkpoints").mkdir(parents=True)
     save_resolved(loaded.resolved, run_dir / "config.yaml")
-    torch.save({"modules": {"generator": model.state_dict()}}, run_dir / "checkpoints" / "best.pt")
+    from contrasuite.pipelines.checkpoint import REQUIRED_KEYS
+
+    state = {key: {} for key in REQUIRED_KEYS} | {"modules": {"generator": model.state_dict()}}
+    torch.save(state, run_dir / "checkpoints" / "best.pt")
     return run_dir
 
 
-def test_upscale_command_on_a_folder(tiny_model, tmp_path):
+def test_upscale_command_on_a_folder(tiny_model, tmp_path, capsys):
     from contrasuite.pipelines.cli import main
 
     src = tmp_path / "in"
@@ -64,3 +67,12 @@ def test_upscale_command_on_a_folder(tiny_model, tmp_path):
     grey = Image.open(tmp_path / "out" / "grey.png")
     assert grey.mode == "L" and grey.size == (34, 42)
     assert main(["upscale", str(run_dir), str(tmp_path / "missing"), str(tmp_path / "o")]) == 2
+    capsys.readouterr()
+    (src / "broken.png").write_text("not an image")  # a folder skips it with one warning line
+    assert main(["upscale", str(run_dir), str(src), str(tmp_path / "out2"), "--tile", "0"]) == 0
+    err = capsys.readouterr().err
+    assert "broken.png: not a readable image" in err and "skipped 1 of 3 files" in err
+    assert sorted(p.name for p in (tmp_path / "out2").iterdir()) == ["colour.png", "grey.png"]
+    assert main(["upscale", str(run_dir), str(src / "broken.png"), str(tmp_path / "o.png")]) == 2  # one bad input
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "INPUT " in err and "broken.png is not a readable image" in err

@@ -62,7 +62,7 @@ def test_config_trains_and_validates(config, data_root, folder_pair, cache, tiny
     assert (run_dir / "checkpoints" / "best.pt").is_file() and list((run_dir / "samples").glob("val_step*.png"))
 
 
-def test_objective_swap_test_eval_and_translate(data_root, cache, tiny_overrides, tmp_path):
+def test_objective_swap_test_eval_and_translate(data_root, cache, tiny_overrides, tmp_path, capsys):
     config = next(p for p in CONFIGS if p.stem == "reduced_cut_emoji")
     extra = ("config.objective.terms.0={name: dhel, temperature: 0.07}", "run.precision=bf16", "config.ema=0.9")
     run_dir = run(config, data_root, tmp_path / "runs", cache, tiny_overrides, extra)
@@ -74,8 +74,11 @@ def test_objective_swap_test_eval_and_translate(data_root, cache, tiny_overrides
     assert not all(torch.equal(loaded[k], v) for k, v in saved["generator"].items())
     src = tmp_path / "in"
     write_images(src, 2, (30, 22), 5, mode="RGBA")  # odd size, with alpha
+    (src / "broken.png").write_text("not an image")  # skipped with one warning, the rest translated
     dst = tmp_path / "out"
     assert translate_main([str(run_dir), str(src), str(dst), "--checkpoint", "last", "--device", "cpu"]) == 0
+    err = capsys.readouterr().err
+    assert "skipping " in err and "broken.png: not a readable image" in err and "skipped 1 of 3 files" in err
     outs = sorted(dst.glob("*.png"))
     assert [p.name for p in outs] == ["img0.png", "img1.png"]
     assert all(Image.open(p).size == (22, 30) and Image.open(p).mode == "RGB" for p in outs)

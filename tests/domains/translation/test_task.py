@@ -45,7 +45,7 @@ class RecordingStep:
     def autocast(self):
         return nullcontext()
 
-    def optimize(self, name, loss):
+    def optimize(self, name, loss, terms=None):
         self.calls.append(name)
         loss.backward()
         self.optimizers[name].step()
