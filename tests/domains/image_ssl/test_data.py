@@ -147,3 +147,10 @@ def test_jpeg_tarball_layout_and_truncated_archive(tmp_path):
     archive.write_bytes(archive.read_bytes()[:200])
     with pytest.raises(DataError, match="cifar10-jpg-test.tar.gz"):
         load_cifar10(packed, "test", cache_dir=tmp_path / "cache2")
+
+
+def test_empty_split_folder_is_named(tmp_path):
+    empty = tmp_path / "cifar10" / "cifar10-jpg" / "test"
+    empty.mkdir(parents=True)
+    with pytest.raises(DataError, match=f"{empty}: no JPEG images found for split 'test'"):
+        load_cifar10(tmp_path, "test", source="jpeg", cache_dir=tmp_path / "cache")
