@@ -42,8 +42,9 @@ from contrasuite.core.numerics import full_precision
 from contrasuite.core.pairs import Blocks, Pairs
 
 Weight = Union[Tensor, Blocks]
-LogitMap = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
-"""``(s, pos) -> (f(s), f'(s))`` on one block of similarities ``s`` with positives ``pos``."""
+LogitMap = Callable[[Tensor, tuple[Tensor, Tensor]], tuple[Tensor, Tensor]]
+"""``(s, (rows, cols)) -> (f(s), f'(s))`` on one block of similarities ``s`` whose positives are at
+``(rows, cols)`` (fresh buffers: the block's entries may then be overwritten)."""
 REDUCTIONS = ("logsumexp", "softplus")
 
 
@@ -80,14 +81,18 @@ class Tiling:
 class _Block(NamedTuple):
     logits: Tensor
     slope: Tensor | None
-    values: Tensor
-    """logsumexp: ``l + log w`` (the dtype's lowest value outside ``S_i``); softplus: ``w softplus(l)`` (0 outside)."""
-    negatives: Tensor
+    values: Tensor | None
+    """logsumexp: ``l + log w`` (the dtype's lowest value outside ``S_i``; may share ``logits``' buffer);
+    softplus: ``w softplus(l)`` (0 outside); ``None`` when not asked for."""
     keep: Tensor | None
-    """The pairs of ``S_i`` in the block (``None``: all)."""
+    """The pairs of ``S_i`` in the block (``None``: all, or the positives' entries already filled)."""
+    negatives: Tensor | None
+    """The block's negatives, with weights only."""
     weight: Tensor | None
     positives: tuple[Tensor, Tensor, Tensor] | None
     """With a positive term: the block's positives' ``(rows, cols, h_i c_ip)``."""
+    linear: Tensor | None
+    """With a positive term: ``h_i sum_{p in P_i} c_ip l_ip`` over the block ``[rows]``."""
 
 
 def _weight_block(weight: Weight, rows: slice, cols: slice, width: int) -> Tensor:
@@ -99,42 +104,54 @@ def _weight_block(weight: Weight, rows: slice, cols: slice, width: int) -> Tenso
     return block
 
 
-def _block(spec: Tiling, x: Tensor, y: Tensor, weight: Weight | None, rows: slice, cols: slice) -> _Block:
-    """Similarities, logits and reduction terms of one block (fresh buffers)."""
+def _block(spec: Tiling, x: Tensor, y: Tensor, weight: Weight | None, rows: slice, cols: slice, values: bool = True) -> _Block:
+    """Similarities, logits and reduction terms of one block (fresh buffers; ``values=False`` skips the
+    softplus terms, which the backward does not need).
+
+    Single-positive pairs with every pair valid (diagonal pairing) need no ``[tile, tile]`` mask: the
+    positives come as indices, and excluding them fills those entries."""
     sim = x[rows] @ y[cols].T
-    pos, valid = spec.pairs.block(rows, cols)
-    logits, slope = (sim, None) if spec.logit_map is None else spec.logit_map(sim, pos)
-    negatives = ~pos if valid is None else valid & ~pos
-    keep = valid if spec.include_positives else negatives
-    w = None
+    pairs = spec.pairs
+    by_index = pairs.targets is not None and not pairs.exclude_self and weight is None
+    if by_index:
+        pos = valid = None
+        found = ((pairs.targets[rows] >= cols.start) & (pairs.targets[rows] < cols.stop)).nonzero(as_tuple=True)[0]
+        positive_index = (found, pairs.targets[rows][found] - cols.start)
+    else:
+        pos, valid = pairs.block(rows, cols)
+        positive_index = pos.nonzero(as_tuple=True)
+    logits, slope = (sim, None) if spec.logit_map is None else spec.logit_map(sim, positive_index)
+    positives = linear = None
+    if spec.positive_scale is not None:
+        r, c = positive_index
+        pos_logits = logits[r, c]
+        coefficient = spec.positive_scale[rows][r]
+        if spec.positive_weight is not None:
+            coefficient = coefficient * spec.positive_weight(pos_logits.detach())
+        positives = (r, c, coefficient)
+        linear = logits.new_zeros(sim.shape[0]).index_add_(0, r, coefficient * pos_logits)
+    lowest = torch.finfo(sim.dtype).min
+    keep = negatives = w = None
+    if by_index:
+        if not spec.include_positives:
+            logits.index_put_(positive_index, logits.new_tensor(lowest))  # E = 0 there exactly
+    else:
+        negatives = ~pos if valid is None else valid & ~pos
+        keep = valid if spec.include_positives else negatives
     if weight is not None:
         w = _weight_block(weight, rows, cols, spec.weight_columns).to(sim.dtype)
         if spec.include_positives:
             w = torch.where(pos, 1.0, w)
         keep = (w > 0) if keep is None else keep & (w > 0)
+    out = None
     if spec.reduction == "logsumexp":
-        values = logits if w is None else logits + w.clamp_min(torch.finfo(sim.dtype).tiny).log_()
-        if keep is not None:
-            values = torch.where(keep, values, torch.finfo(sim.dtype).min)
-    else:
-        values = F.softplus(logits)
-        values = values if w is None else values.mul_(w)
-        if keep is not None:
-            values = torch.where(keep, values, 0.0)
-    positives = None
-    if spec.positive_scale is not None:
-        r, c = pos.nonzero(as_tuple=True)
-        coefficient = spec.positive_scale[rows][r]
-        if spec.positive_weight is not None:
-            coefficient = coefficient * spec.positive_weight(logits[r, c].detach())
-        positives = (r, c, coefficient)
-    return _Block(logits, slope, values, negatives, keep, w, positives)
-
-
-def _positive_term(block: _Block, n_rows: int) -> Tensor:
-    """``h_i sum_{p in P_i} c_ip l_ip`` over the block's positives ``[n_rows]``."""
-    r, c, coefficient = block.positives
-    return block.logits.new_zeros(n_rows).index_add_(0, r, coefficient * block.logits[r, c])
+        out = logits if w is None else logits + w.clamp_min(torch.finfo(sim.dtype).tiny).log_()
+        out = out if keep is None else torch.where(keep, out, lowest)
+    elif values:
+        out = F.softplus(logits)
+        out = out if w is None else out.mul_(w)
+        out = out if keep is None else torch.where(keep, out, 0.0)
+    return _Block(logits, slope, out, keep, negatives if w is not None else None, w, positives, linear)
 
 
 def _reduce(spec: Tiling, x: Tensor, y: Tensor, weight: Weight | None) -> tuple[Tensor, Tensor, Tensor]:
@@ -152,8 +169,8 @@ def _reduce(spec: Tiling, x: Tensor, y: Tensor, weight: Weight | None) -> tuple[
         linear = torch.zeros_like(total)
         for cols in tiles(m, spec.tile_size):
             block = _block(spec, x, y, weight, rows, cols)
-            if block.positives is not None:
-                linear += _positive_term(block, total.shape[0])
+            if block.linear is not None:
+                linear += block.linear
             if spec.reduction == "softplus":
                 total += block.values.sum(dim=1)
                 continue
@@ -192,7 +209,7 @@ class _TiledRows(torch.autograd.Function):
             for rows in tiles(x.shape[0], spec.tile_size):
                 g = grad[rows, None].to(x.dtype)
                 for cols in tiles(y.shape[0], spec.tile_size):
-                    block = _block(spec, x, y, weights, rows, cols)
+                    block = _block(spec, x, y, weights, rows, cols, values=spec.reduction == "logsumexp")
                     if spec.reduction == "logsumexp":
                         share = block.values.sub_(top[rows, None]).exp_().mul_(row_factor[rows, None])  # g_i p_ij
                         if grad_w is not None:

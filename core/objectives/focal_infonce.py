@@ -51,12 +51,13 @@ class _FocalLogits(torch.autograd.Function):
         return slope, None, None, None, None
 
 
-def focal_block(sim: Tensor, pos: Tensor, temperature: float, margin: float) -> tuple[Tensor, Tensor]:
+def focal_block(sim: Tensor, positives: tuple[Tensor, Tensor], temperature: float, margin: float) -> tuple[Tensor, Tensor]:
     """One block's focal logits and their slope ``d l / d s`` (a tiled objective's logit map), from
-    cosine ``sim`` and its positives ``pos``: ``(s + m) s / t`` and ``(2 s + m) / t``, with
-    ``s^2 / t`` and ``2 s / t`` at the positives (fresh buffers)."""
-    shift = (~pos).to(sim.dtype).mul_(margin)
-    return (sim + shift).mul_(sim).div_(temperature), (2.0 * sim).add_(shift).div_(temperature)
+    cosine ``sim`` with positives at ``positives = (rows, cols)``: ``(s + m) s / t`` and ``(2 s + m) / t``,
+    with ``s^2 / t`` and ``2 s / t`` at the positives (fresh buffers)."""
+    at = sim[positives]
+    logits = (sim + margin).mul_(sim).div_(temperature).index_put_(positives, at * at / temperature)
+    return logits, (2.0 * sim).add_(margin).div_(temperature).index_put_(positives, 2.0 * at / temperature)
 
 
 def focal_logits(sim: Tensor, pairs: Pairs, temperature: float, margin: float) -> Tensor:

@@ -118,7 +118,10 @@ def tiled_weighted_infonce(
 def positive_logits(x: Tensor, y: Tensor, rows: Tensor, cols: Tensor, logit_map: LogitMap | None = None) -> Tensor:
     """``f(x_r . y_c)`` for the pairs ``(rows, cols)`` ``[P]``: one row-wise dot each, ``f`` the logit map at positives."""
     sim = (x[rows] * y[cols]).sum(dim=1)
-    return sim if logit_map is None else logit_map(sim, torch.ones_like(sim, dtype=torch.bool))[0]
+    if logit_map is None:
+        return sim
+    every = torch.arange(sim.shape[0], device=sim.device)
+    return logit_map(sim[:, None], (every, torch.zeros_like(every)))[0].squeeze(1)
 
 
 def single_positive_infonce(logits: Tensor, pairs: Pairs, positive_in_denominator: bool = True) -> Tensor:

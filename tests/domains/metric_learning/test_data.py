@@ -53,7 +53,8 @@ def test_rgba_is_composited_on_white(tmp_path):
     assert img[:, 7, 7].tolist() == [255, 255, 255]
 
 
-def test_extract_once_is_atomic_and_idempotent(tmp_path):
+def _pack(tmp_path: Path) -> Path:
+    """A gzipped tar holding ``pack/a.png``."""
     import tarfile
 
     src = tmp_path / "src" / "pack"
@@ -61,6 +62,11 @@ def test_extract_once_is_atomic_and_idempotent(tmp_path):
     archive = tmp_path / "pack.tar.gz"
     with tarfile.open(archive, "w:gz") as tar:
         tar.add(src, arcname="pack")
+    return archive
+
+
+def test_extract_once_is_atomic_and_idempotent(tmp_path):
+    archive = _pack(tmp_path)
     target = extract_once(archive, tmp_path / "cache" / "pack")
     assert (target / "a.png").is_file() and target.name == f"pack-{sha256_of(archive)[:16]}"
     assert [p.name for p in (tmp_path / "cache").iterdir()] == [target.name]  # no temp leftovers
@@ -69,13 +75,7 @@ def test_extract_once_is_atomic_and_idempotent(tmp_path):
 
 
 def test_extraction_is_keyed_on_the_archive_not_the_folder(tmp_path):
-    import tarfile
-
-    src = tmp_path / "src" / "pack"
-    write_image(src / "a.png", 1)
-    archive = tmp_path / "pack.tar.gz"
-    with tarfile.open(archive, "w:gz") as tar:
-        tar.add(src, arcname="pack")
+    archive = _pack(tmp_path)
     extract_once(archive, tmp_path / "cache" / "pack")
     data = archive.read_bytes()
     archive.write_bytes(data[: len(data) // 2])  # truncated: the old extraction must not serve it
