@@ -299,3 +299,23 @@ def test_largest_sorts_or_partitions_to_the_same_values():
         for k in (1, 33):
             assert torch.equal(largest(x, k), x.topk(k, dim=-1).values)
     assert torch.equal(largest(x.flatten(), 100), x.flatten().topk(100).values)
+
+
+def test_top_m_columns_from_the_tail_values_match_a_partition():
+    """``restrict_to_top_m`` with the tail's sorted values (a comparison per row) keeps the same
+    columns as with ``np.argpartition``; a tie at a row's k-th value falls back to the partition."""
+    from contrasuite.core.objectives.weince import columns_at_least, negatives_only, restrict_to_top_m
+
+    torch.manual_seed(12)
+    sim = torch.rand(9, 40) * 2 - 1
+    _, pairs = resolve_pairs(torch.randn(9, 3), torch.randn(40, 3))
+    negatives = negatives_only(sim, pairs)
+    hardest = tail_statistics(sim, pairs, tail_frac=0.5, min_tail_points=10).hardest
+    for k in (1, 7, 20):
+        plain, _, _ = restrict_to_top_m(sim, pairs, k, negatives=negatives)
+        fast, _, _ = restrict_to_top_m(sim, pairs, k, negatives=negatives, hardest=hardest)
+        assert torch.equal(plain[:, 0], fast[:, 0])
+        assert torch.equal(plain[:, 1:].sort(dim=1).values, fast[:, 1:].sort(dim=1).values)
+    tied = negatives.clone()
+    tied[3, :2] = tied[3].max()  # three entries at row 3's largest value
+    assert columns_at_least(tied, tied.max(dim=1).values, 1) is None
