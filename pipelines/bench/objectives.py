@@ -27,6 +27,11 @@ Objectives whose definition computes more than one ``N x N`` similarity matrix a
 ``time / same work``: the ratio to ``k`` bare logsumexps, ``logsumexp(a @ a.T / t) + logsumexp(b @ b.T
 / t)`` for ``k = 2``, timed in the same repeats. ``time / bare`` stays the headline ratio.
 
+``--tiled`` benchmarks the objectives that take ``tile_size`` (:mod:`contrasuite.core.tiling`) at large
+``N`` (default 4096, 16384, 65536), paired form only: each tiled objective beside the same objective
+dense, run back to back in each repeat, where the dense one fits (its estimated peak,
+``DENSE_BYTES_PER_PAIR x N^2``, within ``--dense-max-gib``); ``time / dense`` and ``mem / dense`` as above.
+
 Why unit-scale inputs: the objectives L2-normalise (cosine), so their logits ``s / t`` lie in
 ``[-1/t, 1/t]``; the baseline ``a @ b.T / t`` on plain ``randn`` rows would have logits of size
 ``sqrt(D) / t`` (about 100), and most of its ``exp(l - max)`` would underflow. On x86 CPUs an
@@ -38,6 +43,7 @@ norm about 1 the baseline sees logits in the same range as a cosine objective.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import math
 import platform
@@ -60,6 +66,9 @@ SAME_WORK = {"dhel": 2, "kcl": 2, "clip": 2}
 anchor-side and positive-side energies (both in the official code), KCL's two within-view energies,
 CLIP's image-to-text and text-to-image cross-entropies (two matmuls, as open_clip)."""
 Step = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+DENSE_BYTES_PER_PAIR = 24
+"""Estimated dense peak bytes per (anchor, candidate) pair, the largest measured at N = 4096 over the
+tiled objectives (CLIP's two directions: about 5.5 fp32 ``N x N`` buffers), rounded up."""
 
 
 @dataclass
@@ -248,10 +257,7 @@ def run(
     rows = []
     for n in ns:
         reps = repeats if n < 4096 else large_repeats
-        gen = torch.Generator().manual_seed(n)
-        scale = dim**-0.5  # rows of norm ~1: the baseline's logits in the cosine range (module docstring)
-        a = (scale * torch.randn(n, dim, generator=gen)).to(device).requires_grad_()
-        b = (scale * torch.randn(n, dim, generator=gen)).to(device).requires_grad_()
+        a, b = features(n, dim, device)
         for form, baseline in (("paired", bare), ("two_view", bare_two_view)):
             cases: list[tuple[str, Step, tuple[str, Step | None] | None]] = []
             for name in names:
@@ -285,6 +291,83 @@ def run(
     return rows
 
 
+@dataclass
+class TiledRow:
+    objective: str
+    n: int
+    tile_size: int
+    ms: float
+    peak_mb: float
+    dense_ms: float | None = None
+    dense_peak_mb: float | None = None
+    time_vs_dense: float | None = None
+    mem_vs_dense: float | None = None
+
+
+def tiled_names() -> list[str]:
+    """The registered objectives that take ``tile_size``."""
+    return [name for name, cls in OBJECTIVES.items() if "tile_size" in inspect.signature(cls).parameters]
+
+
+def features(n: int, dim: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The bench's inputs ``a, b [n, dim]``: rows of norm about 1 (module docstring), seed ``n``."""
+    gen = torch.Generator().manual_seed(n)
+    scale = dim**-0.5
+    a = (scale * torch.randn(n, dim, generator=gen)).to(device).requires_grad_()
+    b = (scale * torch.randn(n, dim, generator=gen)).to(device).requires_grad_()
+    return a, b
+
+
+def run_tiled(
+    ns: list[int],
+    dim: int,
+    repeats: int,
+    large_repeats: int,
+    names: list[str],
+    tile_size: int,
+    dense_max_gib: float,
+    device: torch.device,
+    clock: Callable[[], float] = time.perf_counter,
+) -> list[TiledRow]:
+    """Each tiled objective beside its dense form where that fits (module docstring)."""
+    rows = []
+    for n in ns:
+        a, b = features(n, dim, device)
+        for name in names:
+            tiled = OBJECTIVES[name](tile_size=tile_size).to(device)
+            steps: list[Step] = [lambda x, y, obj=tiled: obj(x, y)]
+            fits = DENSE_BYTES_PER_PAIR * n * n / 2**30 <= dense_max_gib
+            if fits:
+                dense = OBJECTIVES[name]().to(device)
+                steps.append(lambda x, y, obj=dense: obj(x, y))
+            times = interleaved_ms(steps, a, b, repeats if n < 4096 else large_repeats, clock)
+            mems = [peak_mb(step, a, b) for step in steps]
+            row = TiledRow(name, n, tile_size, statistics.median(times[0]), mems[0])
+            if fits:
+                row.dense_ms, row.dense_peak_mb = statistics.median(times[1]), mems[1]
+                row.time_vs_dense, row.mem_vs_dense = median_ratio(times[0], times[1]), mems[0] / mems[1]
+            rows.append(row)
+            print(_tiled_line(row), flush=True)
+    return rows
+
+
+def _tiled_line(r: TiledRow) -> str:
+    dense = "not run (does not fit)" if r.dense_ms is None else f"{r.dense_ms:.1f}"
+    dense_mb = "" if r.dense_peak_mb is None else f"{r.dense_peak_mb:.1f}"
+    return (
+        f"| {r.objective} | {r.n} | {r.tile_size} | {r.ms:.1f} | {dense} | {_fmt(r.time_vs_dense)} | "
+        f"{r.peak_mb:.1f} | {dense_mb} | {_fmt(r.mem_vs_dense)} |"
+    )
+
+
+def tiled_markdown(rows: list[TiledRow]) -> str:
+    head = (
+        "| objective | N | tile | tiled ms | dense ms | time / dense | tiled peak MiB | dense peak MiB | mem / dense |\n"
+        "|---|---|---|---|---|---|---|---|---|\n"
+    )
+    return head + "\n".join(_tiled_line(r) for r in rows) + "\n"
+
+
 def _fmt(x: float | None) -> str:
     """Two decimals; three significant digits below 0.1 (ratios against a much slower public version)."""
     return "" if x is None else f"{x:.2f}" if x >= 0.1 else f"{x:.3g}"
@@ -309,7 +392,7 @@ def markdown(rows: list[Row]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="contrasuite bench objectives", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--n", default="256,1024,4096", help="comma-separated batch sizes N")
+    parser.add_argument("--n", default="", help="comma-separated batch sizes N (default 256,1024,4096; 4096,16384,65536 with --tiled)")
     parser.add_argument("--dim", type=int, default=128, help="feature dimension D")
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats per case (median)")
     parser.add_argument("--large-repeats", type=int, default=3, help="timed repeats when N >= 4096")
@@ -318,14 +401,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
     parser.add_argument("--clock", default="wall", choices=sorted(CLOCKS), help="wall time, or this process's CPU time (CPU only)")
     parser.add_argument("--output", default="", help="write the table here (.md) or rows (.json)")
+    parser.add_argument("--tiled", action="store_true", help="tiled objectives beside dense at large N (module docstring)")
+    parser.add_argument("--tile-size", type=int, default=512, help="tile size of --tiled")
+    parser.add_argument("--dense-max-gib", type=float, default=8.0, help="--tiled: run dense only where its estimated peak fits")
     args = parser.parse_args(argv)
 
-    names = [s for s in args.objectives.split(",") if s] or list(OBJECTIVES)
-    unknown = sorted(set(names) - set(OBJECTIVES))
+    known = tiled_names() if args.tiled else list(OBJECTIVES)
+    names = [s for s in args.objectives.split(",") if s] or known
+    unknown = sorted(set(names) - set(known))
     if unknown:
-        parser.error(f"--objectives: unknown {unknown}; known: {sorted(OBJECTIVES)}")
+        parser.error(f"--objectives: unknown {unknown}; known{' (tiled)' if args.tiled else ''}: {sorted(known)}")
     try:
-        ns = [int(s) for s in args.n.split(",") if s]
+        ns = [int(s) for s in (args.n or ("4096,16384,65536" if args.tiled else "256,1024,4096")).split(",") if s]
     except ValueError:
         parser.error(f"--n must be comma-separated integers, got {args.n!r}")
     if args.threads:
@@ -339,8 +426,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.clock == "cpu" and device.type != "cpu":
         parser.error("--clock cpu measures host CPU time: use it with --device cpu")
-    rows = run(ns, args.dim, args.repeats, args.large_repeats, names, device, CLOCKS[args.clock])
-    table = markdown(rows)
+    if args.tiled:
+        rows: list = run_tiled(
+            ns, args.dim, args.repeats, args.large_repeats, names, args.tile_size, args.dense_max_gib, device, CLOCKS[args.clock]
+        )
+        table = tiled_markdown(rows)
+    else:
+        rows = run(ns, args.dim, args.repeats, args.large_repeats, names, device, CLOCKS[args.clock])
+        table = markdown(rows)
     if args.output:
         out = Path(args.output)
         out.parent.mkdir(parents=True, exist_ok=True)

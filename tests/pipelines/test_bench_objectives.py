@@ -28,3 +28,18 @@ def test_bench_markdown_and_bad_names(tmp_path, capsys):
     except SystemExit as err:
         assert err.code == 2
     assert "unknown ['nope']" in capsys.readouterr().err
+
+
+def test_tiled_bench_rows_dense_beside_tiled(tmp_path):
+    out = tmp_path / "tiled.json"
+    argv = ["--tiled", "--n", "24,40", "--dim", "8", "--repeats", "1", "--tile-size", "16", "--threads", "1", "--output", str(out)]
+    assert bench.main(argv + ["--dense-max-gib", str(bench.DENSE_BYTES_PER_PAIR * 30**2 / 2**30)]) == 0
+    rows = json.loads(out.read_text())
+    assert {r["objective"] for r in rows} == set(bench.tiled_names()) >= {"infonce", "clip", "siglip", "dcl"}
+    for r in rows:
+        assert r["ms"] > 0 and r["peak_mb"] > 0 and r["tile_size"] == 16
+        assert (r["dense_ms"] is None) == (r["n"] == 40)  # dense only where its estimated peak fits
+    try:
+        bench.main(["--tiled", "--objectives", "circle"])
+    except SystemExit as err:
+        assert err.code == 2
