@@ -17,11 +17,12 @@ after the matmuls instead, it would cancel there and lose digits when the candid
 
 Forward: for each row tile, one pass over the column tiles with a running max ``mu`` and sum ``z``,
 ``z <- z exp(mu - mu') + sum_j exp(v_ij - mu')``: the blocks in the loss dtype (fp32, fp64 for fp64
-input), the ``[tile]`` row statistics in fp64. Backward (:class:`_TiledRows`):
-every ``tile x tile`` block's similarities are recomputed from the saved factors, its gradient
-``G_ij = dL/ds_ij = g_i p_ij f'(s_ij)`` formed from the saved ``r`` (``p_ij = w_ij exp(l_ij - r_i)``
-for logsumexp, ``w_ij sigmoid(l_ij)`` for softplus), and ``dL/dx += G y``, ``dL/dy += G^T x``; a
-``neg_weight`` tensor that requires grad gets ``g_i exp(l_ij - r_i)`` (``g_i softplus(l_ij)``).
+input), the ``[tile]`` row statistics in fp64. Backward (:class:`_TiledRows`): every ``tile x tile``
+block's similarities are recomputed from the saved factors, its gradient
+``G_ij = dL/ds_ij = g_i (p_ij - [j in P_i] h_i c_ij) f'(s_ij)`` formed from the saved ``mu, z``
+(``p_ij = w_ij exp(l_ij - mu_i) / z_i`` for logsumexp, ``w_ij sigmoid(l_ij)`` for softplus), and
+``dL/dx += G y``, ``dL/dy += G^T x``; a ``neg_weight`` tensor that requires grad gets ``g_i p_ij / w_ij``
+(``g_i softplus(l_ij)``).
 
 Memory: ``O((N + M) D + tile^2)`` (plus ``N x M`` only for a grad-requiring weight tensor, which is
 ``N x M`` already). Cost: four ``N x M x D`` matmuls instead of the dense path's three. Exact: the
@@ -199,11 +200,13 @@ class _TiledRows(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[None, Tensor | None, Tensor | None, Tensor | None, None]:  # type: ignore[override]
         x, y, weight, top, total = ctx.saved_tensors
-        row_factor = torch.where(total > 0, grad.double() / total.clamp_min(torch.finfo(torch.float64).tiny), 0.0).to(x.dtype)
+        tiny = torch.finfo(x.dtype).tiny
+        row_factor = torch.where(total > 0, grad.double() / total.clamp_min(tiny), 0.0).to(x.dtype)  # g_i / z_i
         spec: Tiling = ctx.spec
         weights = weight if weight is not None else ctx.weight_blocks
         need_x, need_y, need_w = ctx.needs_input_grad[1:4]
-        grad_x, grad_y = torch.zeros_like(x), torch.zeros_like(y)
+        grad_x = torch.zeros_like(x) if need_x else None
+        grad_y = torch.zeros_like(y) if need_y else None
         grad_w = torch.zeros_like(weight) if need_w else None
         with full_precision(x):
             for rows in tiles(x.shape[0], spec.tile_size):
@@ -213,7 +216,7 @@ class _TiledRows(torch.autograd.Function):
                     if spec.reduction == "logsumexp":
                         share = block.values.sub_(top[rows, None]).exp_().mul_(row_factor[rows, None])  # g_i p_ij
                         if grad_w is not None:
-                            grad_w[rows, cols] = torch.where(block.negatives, share / block.weight.clamp_min(torch.finfo(x.dtype).tiny), 0.0)
+                            grad_w[rows, cols] = torch.where(block.negatives, share / block.weight.clamp_min(tiny), 0.0)
                     else:
                         if grad_w is not None:
                             grad_w[rows, cols] = torch.where(block.negatives, F.softplus(block.logits) * g, 0.0)
@@ -224,11 +227,11 @@ class _TiledRows(torch.autograd.Function):
                         r, c, coefficient = block.positives
                         share.index_put_((r, c), -g[r, 0] * coefficient, accumulate=True)
                     grad_sim = share if block.slope is None else share.mul_(block.slope)
-                    if need_x:
+                    if grad_x is not None:
                         grad_x[rows].addmm_(grad_sim, y[cols])
-                    if need_y:
+                    if grad_y is not None:
                         grad_y[cols].addmm_(grad_sim.T, x[rows])
-        return None, grad_x if need_x else None, grad_y if need_y else None, grad_w, None
+        return None, grad_x, grad_y, grad_w, None
 
 
 def tiled_rows(x: Tensor, y: Tensor, spec: Tiling, neg_weight: Weight | None = None) -> Tensor:

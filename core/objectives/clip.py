@@ -129,14 +129,8 @@ class CLIPLoss(ContrastiveObjective):
 
 
 def tiled_clip_loss(
-    images: Tensor,
-    texts: Tensor,
-    scale: Tensor,
-    pairs: Pairs,
-    neg_weight: Tensor | Blocks | None,
-    tile_size: int,
-    extra_texts: Tensor | None = None,
-    extra_images: Tensor | None = None,
+    images: Tensor, texts: Tensor, scale: Tensor, pairs: Pairs, neg_weight: Tensor | Blocks | None, tile_size: int,
+    extra_texts: Tensor | None = None, extra_images: Tensor | None = None,
 ) -> Tensor:
     """The symmetric loss of normalised ``images [N, D]`` and ``texts [M, D]`` (``l = scale x . y``), each
     direction :func:`~contrasuite.core.objectives.infonce.tiled_weighted_infonce` over its candidates and

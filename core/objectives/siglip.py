@@ -131,15 +131,8 @@ class SigLIP(ContrastiveObjective):
 
 
 def tiled_sigmoid_pair_sum(
-    images: Tensor,
-    texts: Tensor,
-    scale: Tensor,
-    bias: Tensor,
-    pairs: Pairs,
-    neg_weight: Tensor | Blocks | None,
-    tile_size: int,
-    extra_texts: Tensor | None = None,
-    extra_images: Tensor | None = None,
+    images: Tensor, texts: Tensor, scale: Tensor, bias: Tensor, pairs: Pairs, neg_weight: Tensor | Blocks | None,
+    tile_size: int, extra_texts: Tensor | None = None, extra_images: Tensor | None = None,
 ) -> Tensor:
     """The sum of every pair term, ``sum_ij w_ij softplus(l_ij) - sum_{positives} l_ip`` (one pass) with
     ``l = scale images @ texts.T + bias`` (normalised rows), in tiles (:func:`~contrasuite.core.tiling.tiled_rows`,
