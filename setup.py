@@ -19,6 +19,6 @@ for folder, name in ROOTS.items():
 setup(
     packages=packages + ["contrasuite.configs"],
     package_dir=package_dir,
-    package_data={"contrasuite.configs": ["*.yaml", "*/*.yaml"]},
+    package_data={"contrasuite.configs": ["**/*.yaml"]},  # every shipped config, at any depth (base/, datasets/, reduced/)
     include_package_data=True,
 )

@@ -1,9 +1,9 @@
 """The ``contrasuite`` command.
 
-    contrasuite train CONFIG [key=value ...] [--data-root DIR]
+    contrasuite train CONFIG [key=value ...] [--data-root DIR]   (CONFIG: a file, or a shipped name: image_ssl/infonce)
     contrasuite eval RUN_DIR [--checkpoint best|last]
     contrasuite resume RUN_DIR [key=value ...]
-    contrasuite validate-configs [--root configs]
+    contrasuite validate-configs [--root DIR]   (default: the shipped configs)
     contrasuite upscale RUN_DIR INPUT OUTPUT [--tile N]  -> contrasuite.pipelines.upscale.main(argv)
     contrasuite retrieve RUN_DIR QUERY_IMAGE GALLERY_DIR [--top K]  -> contrasuite.pipelines.retrieve.main(argv)
     contrasuite translate RUN_DIR INPUT_DIR OUTPUT_DIR [--checkpoint best|last]  -> contrasuite.pipelines.translate.main(argv)
@@ -26,8 +26,6 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from contrasuite.pipelines.config import ConfigError, load_config
-
 EXIT_BAD_INPUT = 2
 
 
@@ -35,7 +33,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="contrasuite", description="Train, evaluate and compare contrastive pipelines.")
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="train a run config")
-    train.add_argument("config", type=Path)
+    train.add_argument("config", help="a YAML file, or a shipped config's name (image_ssl/infonce)")
     train.add_argument("overrides", nargs="*", help="key=value, e.g. config.objective.terms.0.name=weince")
     train.add_argument("--data-root", default=None, help="data root (beats run.data_root and $CONTRASUITE_DATA)")
     ev = sub.add_parser("eval", help="evaluate a run's checkpoint on the test split")
@@ -45,7 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     res.add_argument("run_dir", type=Path)
     res.add_argument("overrides", nargs="*", help="deliberate config changes, e.g. run.epochs=20")
     val = sub.add_parser("validate-configs", help="load and validate every YAML under a folder")
-    val.add_argument("--root", type=Path, default=Path("configs"))
+    val.add_argument("--root", type=Path, default=None, help="default: the shipped configs")
     up = sub.add_parser("upscale", help="super-resolve an image or folder with a super_resolution run (see --help)")
     up.add_argument("args", nargs=argparse.REMAINDER, help="RUN_DIR INPUT OUTPUT [--tile N --overlap N --checkpoint best|last]")
     ret = sub.add_parser("retrieve", help="top matches of a query image in a gallery with a metric_learning run (see --help)")
@@ -65,6 +63,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def validate_configs(root: Path) -> int:
     """Validate every ``*.yaml`` under ``root``; print each problem; the number of bad files."""
+    from contrasuite.pipelines.config import ConfigError, load_config
+
     files = sorted(root.rglob("*.yaml"))
     if not files:
         print(f"no YAML files under {root}", file=sys.stderr)
@@ -111,9 +111,23 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parse(argv)
+    try:
+        return _run(args)
+    except ModuleNotFoundError as err:
+        from contrasuite.pipelines.registry import missing_extra
+
+        message = missing_extra(err)
+        if message is None:
+            raise
+        print(f"contrasuite {args.command}: {message}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+
+def _run(args: argparse.Namespace) -> int:
     from contrasuite.domains.errors import DataError, one_line
     from contrasuite.pipelines import distributed, trainer  # heavy imports only for commands that need them
     from contrasuite.pipelines.checkpoint import CheckpointError
+    from contrasuite.pipelines.config import ConfigError, config_root, load_config
     from contrasuite.pipelines.run_lock import RunLockedError
     from contrasuite.pipelines.step import NonFiniteStepError
 
@@ -146,7 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return generate_negatives_main(args.args)
         elif args.command == "validate-configs":
-            return 1 if validate_configs(args.root) else 0
+            return 1 if validate_configs(args.root or config_root()) else 0
         else:
             package = "bench" if args.command == "bench" else "reports"
             return _dispatch(package, args.name, args.args)

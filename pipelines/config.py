@@ -7,6 +7,9 @@ A run YAML has three top-level keys::
     run: {...}               # engine settings, schema :class:`RunSettings`
     config: {...}            # the task's section, schema ``TaskClass.config_class`` (a dataclass)
 
+A config is named by its path, or by its place among the shipped configs from any folder
+(``image_ssl/infonce`` is ``<package>/configs/image_ssl/infonce.yaml``; :func:`find_config`).
+
 Both sections are OmegaConf structured configs, so an unknown key or a wrong type is a
 :class:`ConfigError` naming the key and the file. Overrides are dotlists applied after the file,
 with list indices as path parts (``config.objective.terms.0.name=weince``); a value is parsed as
@@ -17,8 +20,10 @@ a value given for a list item replaces it, a mapping given for a mapping is merg
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 from dataclasses import dataclass
+import importlib.util
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -27,7 +32,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from contrasuite.domains.config_fields import bounded, check_fields, one_of
-from contrasuite.pipelines.registry import resolve_task
+from contrasuite.pipelines.registry import missing_extra, resolve_task
 
 TOP_LEVEL_KEYS = ("task", "extends", "run", "config")
 PRECISIONS = ("bf16", "fp16", "fp32")
@@ -99,6 +104,40 @@ class LoadedConfig:
     def domain(self) -> str:
         """The run folder's domain part: the registry key, or the class name for ``module:Class``."""
         return self.task_name.rpartition(":")[2]
+
+
+def config_root() -> Path:
+    """The folder of the shipped configs (``configs/`` of a checkout, ``contrasuite/configs`` of a wheel).
+
+    ``contrasuite.configs`` is a namespace package (YAML only, no ``__init__.py``): its first real folder."""
+    spec = importlib.util.find_spec("contrasuite.configs")
+    folders = [Path(p) for p in (spec.submodule_search_locations or [])] if spec else []
+    found = next((f for f in folders if f.is_dir()), None)
+    if found is None:
+        raise ConfigError("the shipped configs (package contrasuite.configs) are not installed")
+    return found
+
+
+def shipped_configs() -> list[Path]:
+    """Every shipped config file, sorted."""
+    return sorted(config_root().rglob("*.yaml"))
+
+
+def find_config(name: str | os.PathLike) -> Path:
+    """A config file: ``name`` if it exists, else the shipped config it names (``image_ssl/infonce``).
+
+    Unknown names fail with the closest shipped names."""
+    path = Path(name)
+    if path.is_file():
+        return path
+    root = config_root()
+    shipped = root / (path if path.suffix == ".yaml" else path.with_name(path.name + ".yaml"))
+    if not path.is_absolute() and shipped.is_file():
+        return shipped
+    names = [str(p.relative_to(root).with_suffix("")) for p in shipped_configs()]
+    close = difflib.get_close_matches(str(path.with_suffix("")), names, n=3, cutoff=0.5)
+    hint = f"; shipped configs like it: {close}" if close else f"; shipped configs are under {root}"
+    raise ConfigError(f"config file not found: {path}{hint}")
 
 
 def _read_yaml(path: Path) -> dict:
@@ -190,8 +229,10 @@ def apply_override(root: DictConfig, key: str, value: Any, path: Path) -> None:
 
 
 def load_config(path: str | os.PathLike, overrides: Sequence[str] = (), data_root: str | None = None) -> LoadedConfig:
-    """Read, merge, override and validate a run config; ``data_root`` (the CLI flag) wins over the file."""
-    path = Path(path)
+    """Read, merge, override and validate a run config; ``data_root`` (the CLI flag) wins over the file.
+
+    ``path`` is a file or a shipped config's name (:func:`find_config`)."""
+    path = find_config(path)
     raw = read_raw(path)
     parsed = [parse_override(o) for o in overrides]
     task_name = next((v for k, v in parsed if k == "task"), raw.get("task"))
@@ -199,6 +240,8 @@ def load_config(path: str | os.PathLike, overrides: Sequence[str] = (), data_roo
         raise ConfigError(f"{path}: missing top-level key 'task' (a registry key or 'module:Class')")
     try:
         task_class = resolve_task(str(task_name))
+    except ModuleNotFoundError as err:
+        raise ConfigError(f"{path}: task {task_name!r}: {missing_extra(err) or err}") from None
     except (KeyError, ImportError, AttributeError) as err:
         raise ConfigError(f"{path}: task: {err}") from None
     schema = getattr(task_class, "config_class", None)

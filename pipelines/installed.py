@@ -1,0 +1,26 @@
+"""``python -c 'from contrasuite.pipelines.installed import check; check()'``: is this install usable?
+
+Run by CI on the installed wheel from a folder outside the checkout: every registered task imports,
+every shipped config loads, and the configs are the installed package's own (not a checkout's).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import contrasuite.pipelines as pipelines_package
+from contrasuite.pipelines.config import config_root, load_config, shipped_configs
+from contrasuite.pipelines.registry import TASKS, resolve_task
+
+
+def check() -> None:
+    """Raise on the first problem; print one summary line otherwise."""
+    package_dir = Path(next(iter(pipelines_package.__path__))).parent
+    root = config_root()
+    if not root.is_relative_to(package_dir):
+        raise RuntimeError(f"the shipped configs come from {root}, not from the installed package {package_dir}")
+    tasks = {name: resolve_task(name) for name in TASKS}
+    configs = shipped_configs()
+    for path in configs:
+        load_config(path)
+    print(f"installed: {len(tasks)} tasks import, {len(configs)} shipped configs load from {root}")
