@@ -98,3 +98,22 @@ class Task(Protocol):
     def evaluate(self, split: str = "val") -> Mapping[str, float]:
         """Evaluate on ``split`` (``"val"`` for checkpoint selection, ``"test"`` for reporting)."""
         ...
+
+
+@dataclass(frozen=True)
+class SmokeSettings:
+    """How ``contrasuite smoke`` shrinks a full-scale config to two CPU steps: the data, never the model.
+
+    A task class declares ``smoke = SmokeSettings(...)`` (optional; without it the config runs with
+    only ``run.max_steps=2``). The smoke run takes ``batch`` samples per step under ``batch_key`` (None:
+    a full-batch task), applies ``overrides`` (subsets, a tiny evaluation, GradCache off so every sample's
+    activations are alive at once), and scales the measured activation memory per sample to
+    ``live_batch(full_config)``: the samples whose activations one backward of the full config holds
+    (the global batch, or a GradCache chunk of it).
+    """
+
+    batch_key: str | None
+    batch: int = 4
+    overrides: tuple[str, ...] = ()
+    live_batch: Callable[[Any], int] | None = None
+    """Full config -> samples alive in one backward (None: the value at ``batch_key``)."""

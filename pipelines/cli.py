@@ -9,6 +9,7 @@
     contrasuite translate RUN_DIR INPUT_DIR OUTPUT_DIR [--checkpoint best|last]  -> contrasuite.pipelines.translate.main(argv)
     contrasuite code-search mine|index|query ...  -> contrasuite.pipelines.code_search_cli.main(argv)
     contrasuite generate-negatives CONFIG [key=value ...] [--out FILE]  -> contrasuite.pipelines.generate_negatives.main(argv)
+    contrasuite smoke [CONFIG ...]         -> contrasuite.pipelines.smoke.main(argv)
     contrasuite bench NAME [args ...]      -> contrasuite.pipelines.bench.<NAME>.main(argv)
     contrasuite compare NAME [args ...]    -> contrasuite.pipelines.reports.<NAME>.main(argv)
 
@@ -54,6 +55,8 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("args", nargs=argparse.REMAINDER, help="CONFIG [key=value ...] [--out FILE --data-root DIR]")
     tr = sub.add_parser("translate", help="apply a translation run's generator to a folder of images (see --help)")
     tr.add_argument("args", nargs=argparse.REMAINDER, help="RUN_DIR INPUT_DIR OUTPUT_DIR [--checkpoint best|last --device D]")
+    smoke = sub.add_parser("smoke", help="two CPU steps of each full-scale config on a data subset (see --help)")
+    smoke.add_argument("args", nargs=argparse.REMAINDER, help="[CONFIG ...] [--data-root DIR --json FILE]")
     for name, package in (("bench", "bench"), ("compare", "reports")):
         p = sub.add_parser(name, help=f"run contrasuite.pipelines.{package}.<NAME>.main(argv)")
         p.add_argument("name")
@@ -97,8 +100,15 @@ def _dispatch(package: str, name: str, argv: list[str]) -> int:
     return int(module.main(argv) or 0)
 
 
+FORWARDED = ("upscale", "retrieve", "code-search", "generate-negatives", "translate", "smoke")
+"""Commands whose arguments go unparsed to their own ``main(argv)`` (which has its own ``--help``)."""
+
+
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     """Parse with options allowed after the overrides (``train CONFIG --data-root D run.seed=1``)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in FORWARDED:
+        return argparse.Namespace(command=argv[0], args=argv[1:])
     parser = _parser()
     args, extra = parser.parse_known_args(argv)
     overrides = [a for a in extra if "=" in a and not a.startswith("-")]
@@ -159,6 +169,10 @@ def _run(args: argparse.Namespace) -> int:
             from contrasuite.pipelines.generate_negatives import main as generate_negatives_main
 
             return generate_negatives_main(args.args)
+        elif args.command == "smoke":
+            from contrasuite.pipelines.smoke import main as smoke_main
+
+            return smoke_main(args.args)
         elif args.command == "validate-configs":
             return 1 if validate_configs(args.root or config_root()) else 0
         else:

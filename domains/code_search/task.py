@@ -28,7 +28,7 @@ from contrasuite.domains.code_search.data import PairSet, load_cosqa, load_split
 from contrasuite.domains.code_search.encoder import BiEncoder, EncoderConfig
 from contrasuite.domains.code_search.evaluate import evaluate_pairs
 from contrasuite.domains.code_search.priors import build_prior
-from contrasuite.domains.task import StepContext, TaskContext
+from contrasuite.domains.task import SmokeSettings, StepContext, TaskContext
 
 
 @dataclass
@@ -99,6 +99,12 @@ class CodeSearchTask:
     """The ``code_search`` task (module docstring)."""
 
     config_class = CodeSearchConfig
+    smoke = SmokeSettings(
+        "config.batch_size", 8,
+        ("config.data.train_limit=64", "config.data.val_limit=32", "config.data.test_limit=32", "config.grad_cache_chunk=0",
+         "config.eval.cosqa=false", "config.eval.batch_size=32"),
+        live_batch=lambda cfg: cfg.grad_cache_chunk or cfg.batch_size,
+    )
 
     def setup(self, ctx: TaskContext) -> None:
         cfg: CodeSearchConfig = ctx.config
@@ -161,7 +167,8 @@ class CodeSearchTask:
         n, m = queries.shape[0], candidates.shape[0]
         offset = self.ctx.rank * self.local_batch
         pos = torch.zeros(n, m, dtype=torch.bool, device=queries.device)
-        pos[torch.arange(n), offset + torch.arange(n)] = True
+        rows = torch.arange(n, device=queries.device)
+        pos[rows, offset + rows] = True
         prior = None if self.prior is None else self.prior(local, batch).to(queries.device)
         self.last_terms: dict[str, Tensor] = {}
         """This step's weighted objective terms, so a non-finite loss names its term."""

@@ -34,7 +34,7 @@ from contrasuite.domains.graph.data import DatasetSpec, load_hetero, metapath_co
 from contrasuite.domains.graph.evaluate import ProbeSettings, clustering_scores, linear_probe
 from contrasuite.domains.graph.graphs import GATHER, WEIGHTS, context_chains, mean_adjacency, pathsim_topk
 from contrasuite.domains.graph.model import LAYER_NORMS, MEOWModel, mask_entries
-from contrasuite.domains.task import StepContext, TaskContext
+from contrasuite.domains.task import SmokeSettings, StepContext, TaskContext
 
 NEGATIVE_KINDS = ("none", "cluster", "learned")
 EVAL_VIEWS = ("all", "plain")
@@ -137,6 +137,8 @@ class GraphTask:
     """Full-batch heterogeneous graph contrastive learning (module docstring)."""
 
     config_class = GraphConfig
+    smoke = SmokeSettings(None, overrides=("config.probe.runs=1", "config.probe.cluster_runs=1", "config.val_probe_runs=1",
+                                           "config.probe.iterations=10"))
 
     def setup(self, ctx: TaskContext) -> None:
         cfg: GraphConfig = ctx.config

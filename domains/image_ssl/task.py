@@ -36,7 +36,7 @@ from contrasuite.domains.image_ssl.augment import AugmentConfig, Normalize, TwoV
 from contrasuite.domains.image_ssl.data import CLASSES, load_cifar10
 from contrasuite.domains.image_ssl.encoders import ENCODERS, SSLModel, build_encoder
 from contrasuite.domains.image_ssl.negatives import QueueNegatives, build_negative_source
-from contrasuite.domains.task import StepContext, TaskContext
+from contrasuite.domains.task import SmokeSettings, StepContext, TaskContext
 
 
 @dataclass
@@ -198,6 +198,12 @@ class ImageSSLTask:
     """Self-supervised image representations on CIFAR-10 (see the module docstring)."""
 
     config_class = ImageSSLConfig
+    smoke = SmokeSettings(
+        "config.batch_size", 8,
+        ("config.data.train_subset=100", "config.data.test_subset=50", "config.gradcache_chunk=0",
+         "config.eval.linear_epochs=1", "config.eval.batch_size=64"),
+        live_batch=lambda cfg: cfg.gradcache_chunk or cfg.batch_size,
+    )
 
     def setup(self, ctx: TaskContext) -> None:
         self.last_terms: dict[str, Tensor] = {}

@@ -44,7 +44,7 @@ from contrasuite.domains.image_text.data import PairSet, join_groups, load_capti
 from contrasuite.domains.image_text.evaluate import image_side, retrieval, text_side
 from contrasuite.domains.image_text.models import ModelConfig, TopAndHead, build_model
 from contrasuite.domains.image_text.negatives import NegativesConfig, generate, read_negatives
-from contrasuite.domains.task import StepContext, TaskContext
+from contrasuite.domains.task import SmokeSettings, StepContext, TaskContext
 
 
 OTHER_TOWER = {"images": {"text_model", "text_segments", "context_length"},
@@ -139,6 +139,10 @@ class StyleData:
 
 class ImageTextTask:
     config_class = ImageTextConfig
+    smoke = SmokeSettings(
+        "config.batch_size", 8, ("config.data.limit=30", "config.gradcache_chunks=0", "config.eval_batch_size=64"),
+        live_batch=lambda cfg: cfg.batch_size // cfg.gradcache_chunks if cfg.gradcache_chunks > 1 else cfg.batch_size,
+    )
 
     def setup(self, ctx: TaskContext) -> None:
         self.ctx, cfg = ctx, ctx.config

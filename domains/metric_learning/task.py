@@ -29,7 +29,7 @@ from contrasuite.domains.metric_learning.images import ImageFiles, normalize, ra
 from contrasuite.domains.metric_learning.model import EmbeddingNet
 from contrasuite.domains.metric_learning.objectives import PML_TERMS, MetricObjective
 from contrasuite.domains.metric_learning.sampler import MPerClassBatches
-from contrasuite.domains.task import StepContext, TaskContext
+from contrasuite.domains.task import SmokeSettings, StepContext, TaskContext
 
 
 @dataclass
@@ -127,6 +127,7 @@ class MetricLearningTask:
     """Deep metric learning on retrieval benchmarks (see the module docstring)."""
 
     config_class = MetricLearningConfig
+    smoke = SmokeSettings("config.sampler.batch_size", 8, ("config.data.max_classes=24", "config.eval.batch_size=64"))
     extra_objectives = PML_TERMS
 
     def setup(self, ctx: TaskContext) -> None:

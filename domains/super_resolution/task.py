@@ -37,7 +37,7 @@ from contrasuite.domains.super_resolution.inference import upscale
 from contrasuite.domains.super_resolution.losses import contrastive_layout, dual_contrastive_d_loss
 from contrasuite.domains.super_resolution.metrics import psnr_y, ssim_y
 from contrasuite.domains.super_resolution.networks import EDSR, WaveletDiscriminator
-from contrasuite.domains.task import StepContext, TaskContext
+from contrasuite.domains.task import SmokeSettings, StepContext, TaskContext
 
 
 @dataclass
@@ -104,6 +104,8 @@ class SuperResolutionTask:
     """See the module docstring."""
 
     config_class = SRConfig
+    smoke = SmokeSettings("config.data.batch_size", 2, ("config.data.max_train_images=6", "config.data.val_every=3",
+                                                        "config.data.steps_per_epoch=2", "config.test_sets=[Set5]"))
 
     def setup(self, ctx: TaskContext) -> None:
         cfg: SRConfig = ctx.config

@@ -47,7 +47,7 @@ from contrasuite.domains.config_fields import bounded, one_of
 from contrasuite.core.objectives import ObjectiveSum
 from contrasuite.domains.archives import cache_root, emoji_style_dirs
 from contrasuite.domains.averaging import check_decay, start_average, update_average
-from contrasuite.domains.task import StepContext, TaskContext
+from contrasuite.domains.task import SmokeSettings, StepContext, TaskContext
 from contrasuite.domains.translation import data as D
 from contrasuite.domains.translation.augment import DiffAugment
 from contrasuite.domains.translation.metrics import (
@@ -165,6 +165,9 @@ class TranslationTask:
     """See the module docstring."""
 
     config_class = TranslationConfig
+    smoke = SmokeSettings("config.data.batch_size", 1, ("config.data.max_train_images=8", "config.data.test_images=4",
+                                                        "config.data.val_images=4", "config.eval.max_images=4",
+                                                        "config.eval.kid_subsets=2"))
 
     def setup(self, ctx: TaskContext) -> None:
         cfg: TranslationConfig = ctx.config
