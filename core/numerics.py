@@ -24,7 +24,7 @@ def full_precision(*tensors: Tensor) -> Iterator[None]:
     """Disable autocast for the device type of ``tensors`` so matmuls and reductions stay in fp32
     (nothing to do, and no autocast context entered, when it is already off)."""
     device_type = tensors[0].device.type if tensors else "cpu"
-    if not torch.is_autocast_enabled(device_type):
+    if not torch.amp.is_autocast_available(device_type) or not torch.is_autocast_enabled(device_type):
         yield
         return
     with torch.autocast(device_type=device_type, enabled=False):

@@ -37,7 +37,7 @@ from contrasuite.pipelines.memory import peak_bytes
 from contrasuite.pipelines.trainer import Trainer
 
 NOT_FULL_SCALE = ("reduced", "base", "datasets")
-RUN_OVERRIDES = ("run.max_steps=2", "run.device=cpu", "run.progress=false", "run.eval_every_epochs=0",
+RUN_OVERRIDES = ("run.progress=false", "run.eval_every_epochs=0",
                  "run.health_every_steps=0", "run.log_every_steps=1", "run.checkpoint_every_steps=0", "run.resume=never")
 
 
@@ -47,13 +47,17 @@ class SmokeResult:
     state: str
     """``ok``, ``skip`` (data not on this machine) or ``FAIL``."""
     params: int = 0
+    steps: int = 0
     steps_seconds: float = 0.0
+    steps_per_second: float | None = None
+    """After the first two steps (warm-up), when more than two ran."""
     eval_seconds: float = 0.0
     smoke_batch: int | None = None
     step_peak_bytes: int = 0
     live_batch: int | None = None
     estimate_bytes: int = 0
     precision: str = ""
+    device: str = ""
     note: str = ""
 
 
@@ -68,8 +72,13 @@ def _tensor_bytes(tensors: Any) -> int:
     return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
 
 
-def smoke_one(path: Path, workdir: Path, data_root: str | None = None) -> SmokeResult:
-    """Two steps and the final validation of ``path`` at smoke size; never raises for a config problem."""
+def measure(path: Path, workdir: Path, *, data_root: str | None = None, device: str = "cpu",
+            precision: str | None = None, steps: int = 2, smoke_batch: bool = True, subset: bool = True,
+            evaluate: bool = True) -> SmokeResult:
+    """Run ``steps`` training steps of ``path`` (and its final validation if ``evaluate``); never raises.
+
+    ``smoke_batch``: the task's small smoke batch (else the config's own); ``subset``: the task's data
+    subsets and GradCache off (else the config's data). The last step runs under the memory meter."""
     name = str(path.relative_to(config_root()).with_suffix("")) if path.is_relative_to(config_root()) else str(path)
     try:
         full = load_config(path, data_root=data_root)
@@ -77,56 +86,62 @@ def smoke_one(path: Path, workdir: Path, data_root: str | None = None) -> SmokeR
         key = settings.batch_key
         full_batch = OmegaConf.select(OmegaConf.create(full.resolved), key) if key else None
         live = settings.live_batch(full.config) if settings.live_batch else full_batch
-        overrides = [*RUN_OVERRIDES, f"run.output_root={workdir}", *settings.overrides,
-                     *([f"{key}={settings.batch}"] if key else [])]
+        overrides = [*RUN_OVERRIDES, f"run.max_steps={steps}", f"run.device={device}", f"run.output_root={workdir}",
+                     *([f"run.precision={precision}"] if precision else []), *(settings.overrides if subset else ()),
+                     *([f"{key}={settings.batch}"] if key and smoke_batch else [])]
         loaded = load_config(path, overrides, data_root=data_root)
         trainer = Trainer(loaded)
         task = trainer.task
         peaks: list[int] = []
-        timing = {"steps": 0.0, "eval": 0.0}
-        train_step, evaluate = task.train_step, task.evaluate
+        times: list[float] = []
+        timing = {"eval": 0.0}
+        train_step, task_evaluate = task.train_step, task.evaluate
 
         def measured_step(batch: Any, step: Any) -> Any:
-            """The first step as it is; the second under the memory profiler (its optimizer state exists by then)."""
+            """Each step timed; the last one under the memory meter (the optimizer state exists by then)."""
             started = time.perf_counter()
-            if step.step == 0:
+            if step.step < steps - 1:
                 out = train_step(batch, step)
+                if trainer.device.type == "cuda":
+                    torch.cuda.synchronize(trainer.device)
             else:
                 out, peak = peak_bytes(lambda: train_step(batch, step), trainer.device)
                 peaks.append(peak)
-            timing["steps"] += time.perf_counter() - started
+            times.append(time.perf_counter() - started)
             return out
 
         def timed_evaluate(split: str = "val") -> Any:
             started = time.perf_counter()
-            out = evaluate(split)
+            out = task_evaluate(split) if evaluate else {}
             timing["eval"] += time.perf_counter() - started
             return out
 
         task.train_step, task.evaluate = measured_step, timed_evaluate
         trainer.fit()
     except (DataError, FileNotFoundError) as err:
-        return SmokeResult(name, "skip", note=f"data not on this machine: {one_line(err)}")
+        return SmokeResult(name, "skip", device=device, note=f"data not on this machine: {one_line(err)}")
     except Exception as err:  # noqa: BLE001 - one line per broken config, then the next config
-        return SmokeResult(name, "FAIL", note=f"{type(err).__name__}: {one_line(err)}")
+        return SmokeResult(name, "FAIL", device=device, note=f"{type(err).__name__}: {one_line(err)}")
     params = {id(p): p for m in task.modules().values() for p in m.parameters()}
     weights = _tensor_bytes(params.values())
     grads = _tensor_bytes(p for p in params.values() if p.requires_grad)
     optim = _tensor_bytes(t for o in task.optimizers().values() for s in o.state.values() for t in s.values())
     peak = peaks[-1] if peaks else 0
-    activations = max(peak - grads, 0)
-    scale = (live / settings.batch) if key and live else 1.0
-    return SmokeResult(name, "ok", params=sum(p.numel() for p in params.values()), steps_seconds=timing["steps"],
-                       eval_seconds=timing["eval"], smoke_batch=settings.batch if key else None, step_peak_bytes=peak,
-                       live_batch=live, estimate_bytes=int(weights + grads + optim + activations * scale),
-                       precision=loaded.run.precision)
+    used = settings.batch if key and smoke_batch else full_batch
+    scale = (live / used) if key and live and used else 1.0
+    warm = times[2:]
+    return SmokeResult(name, "ok", params=sum(p.numel() for p in params.values()), steps=len(times),
+                       steps_seconds=sum(times), steps_per_second=len(warm) / sum(warm) if warm else None,
+                       eval_seconds=timing["eval"], smoke_batch=used, step_peak_bytes=peak, live_batch=live,
+                       estimate_bytes=int(weights + grads + optim + max(peak - grads, 0) * scale),
+                       precision=loaded.run.precision, device=str(trainer.device))
 
 
 def line(r: SmokeResult) -> str:
     if r.state != "ok":
         return f"{r.state:4s} {r.config}: {r.note}"
     at = f"batch {r.live_batch}" if r.live_batch else "the full graph"
-    return (f"ok   {r.config}: {r.params / 1e6:.2f}M params, 2 steps {r.steps_seconds:.1f} s, eval {r.eval_seconds:.1f} s, "
+    return (f"ok   {r.config}: {r.params / 1e6:.2f}M params, {r.steps} steps {r.steps_seconds:.1f} s, eval {r.eval_seconds:.1f} s, "
             f"step peak {r.step_peak_bytes / 2**20:.0f} MiB at smoke batch {r.smoke_batch or 'full'}; "
             f"est. {r.estimate_bytes / 2**30:.2f} GiB per device at {at} ({r.precision})")
 
@@ -148,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = []
     with tempfile.TemporaryDirectory(prefix="contrasuite-smoke-") as tmp:
         for path in paths:
-            results.append(smoke_one(path.resolve(), Path(tmp), args.data_root))
+            results.append(measure(path.resolve(), Path(tmp), data_root=args.data_root))
             print(line(results[-1]), flush=True)
     counts = {s: sum(r.state == s for r in results) for s in ("ok", "skip", "FAIL")}
     print(f"smoke: {counts['ok']} ok, {counts['skip']} skipped (data not here), {counts['FAIL']} failed")
