@@ -4,7 +4,8 @@ CoSQA (Huang et al., ACL 2021, "CoSQA: 20,000+ Web Queries for Code Search and Q
 retrieval dev set as released with CoCLR (github.com/Jun-jie-Huang/CoCLR ``data/search/``):
 ``cosqa-retrieval-dev-500.json`` (500 web queries; ``doc`` is the query, ``retrieval_idx`` the index of
 its function) ranked against ``code_idx_map.txt`` (a JSON dict code string -> index, 6,267 Python
-functions). The metric is MRR over the whole corpus.
+functions). The metric is MRR over the whole corpus. Another query file of the same format (CoCLR's
+``cosqa-retrieval-test-500.json``) or folder is chosen by config (``config.eval.cosqa_*``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,12 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-COSQA_FILES = ("cosqa-retrieval-dev-500.json", "code_idx_map.txt")
+from contrasuite.domains.errors import DataError
+
+COSQA_FOLDER = "code_search/cosqa"
+"""Where CoSQA lives under the data root (``config.eval.cosqa_folder``)."""
+COSQA_QUERIES = "cosqa-retrieval-dev-500.json"
+COSQA_CORPUS = "code_idx_map.txt"
 COSQA_SOURCE = "https://github.com/Jun-jie-Huang/CoCLR/tree/main/data/search"
 
 
@@ -50,21 +56,37 @@ def load_split(folder: Path, split: str, limit: int = 0, seed: int = 0) -> PairS
     return PairSet([r[0] for r in rows], [r[1] for r in rows], list(range(len(rows))), [r[2] for r in rows])
 
 
-def load_cosqa(data_root: Path) -> PairSet:
-    """CoSQA retrieval dev-500 against its 6,267-function corpus, from ``data_root/code_search/cosqa``."""
-    folder = Path(data_root) / "code_search" / "cosqa"
-    for name in COSQA_FILES:
+def _read_json(path: Path) -> object:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise DataError(f"{path}: not valid JSON ({err})") from None
+
+
+def load_cosqa(folder: Path, queries: str = COSQA_QUERIES, corpus: str = COSQA_CORPUS) -> PairSet:
+    """CoSQA's ``queries`` file (a JSON list of ``{doc, retrieval_idx}``) against its ``corpus`` in ``folder``.
+
+    A missing file is a ``FileNotFoundError`` naming the config key (``config.eval.cosqa_queries`` or
+    ``config.eval.cosqa_corpus``) and the path."""
+    folder = Path(folder)
+    for key, name in (("cosqa_queries", queries), ("cosqa_corpus", corpus)):
         if not (folder / name).is_file():
             raise FileNotFoundError(
-                f"CoSQA file {name} not found in {folder}; download it from {COSQA_SOURCE} (no network here?)"
+                f"config.eval.{key}: CoSQA file {folder / name} not found; download it from {COSQA_SOURCE} "
+                f"(folder: config.eval.cosqa_folder)"
             )
-    corpus = json.loads((folder / "code_idx_map.txt").read_text(encoding="utf-8"))
-    code = [""] * len(corpus)
-    for text, idx in corpus.items():
+    mapping = _read_json(folder / corpus)
+    if not isinstance(mapping, dict):
+        raise DataError(f"{folder / corpus}: not a CoSQA corpus (a JSON object code -> index)")
+    code = [""] * len(mapping)
+    for text, idx in mapping.items():
         code[int(idx)] = text
-    entries = json.loads((folder / "cosqa-retrieval-dev-500.json").read_text(encoding="utf-8"))
-    queries = [e["doc"] for e in entries]
-    targets = [int(e["retrieval_idx"]) for e in entries]
+    entries = _read_json(folder / queries)
+    try:
+        texts = [e["doc"] for e in entries]
+        targets = [int(e["retrieval_idx"]) for e in entries]
+    except (KeyError, TypeError, ValueError) as err:
+        raise DataError(f"{folder / queries}: not a CoSQA retrieval file (a list of doc, retrieval_idx; {err!r})") from None
     if any(not 0 <= t < len(code) for t in targets):
-        raise ValueError(f"{folder}: a retrieval_idx lies outside the {len(code)}-function corpus")
-    return PairSet(queries, code, targets, ["cosqa"] * len(queries))
+        raise DataError(f"{folder / queries}: a retrieval_idx lies outside the {len(code)}-function corpus {folder / corpus}")
+    return PairSet(texts, code, targets, ["cosqa"] * len(texts))

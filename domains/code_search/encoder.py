@@ -15,6 +15,7 @@ package. Nothing is downloaded: loading sets ``local_files_only``. Pooling follo
 from __future__ import annotations
 
 import importlib
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -110,14 +111,21 @@ class BiEncoder(nn.Module):
 
     @torch.no_grad()
     def embed(self, texts: Sequence[str], kind: str, batch_size: int = 64, device: torch.device | str = "cpu",
-              max_length: int | None = None) -> Tensor:
-        """``[len(texts), D]`` float32 embeddings without gradient, in batches sorted by length (faster)."""
+              max_length: int | None = None, progress: str | None = None) -> Tensor:
+        """``[len(texts), D]`` float32 embeddings without gradient, in batches sorted by length (faster).
+
+        ``progress``: the label of a tqdm bar on stderr counting the texts (None: no bar)."""
+        from tqdm import tqdm
+
         was_training = self.training
         self.eval()
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         out = torch.empty(len(texts), self.dim)
-        for start in range(0, len(order), batch_size):
-            idx = order[start : start + batch_size]
-            out[idx] = self.encode_texts([texts[i] for i in idx], kind, device, max_length).float().cpu()
+        with tqdm(total=len(texts), desc=progress, unit="text", disable=progress is None, file=sys.stderr,
+                  mininterval=1.0 if sys.stderr.isatty() else 30.0) as bar:
+            for start in range(0, len(order), batch_size):
+                idx = order[start : start + batch_size]
+                out[idx] = self.encode_texts([texts[i] for i in idx], kind, device, max_length).float().cpu()
+                bar.update(len(idx))
         self.train(was_training)
         return out

@@ -15,6 +15,7 @@ code (``mrr`` selects ``best.pt``); ``evaluate("test")`` does the same on the mi
 from __future__ import annotations
 
 import inspect
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
@@ -24,9 +25,11 @@ from torch import Tensor
 
 from contrasuite.domains.config_fields import bounded
 from contrasuite.core.objectives import ObjectiveSum
-from contrasuite.domains.code_search.data import PairSet, load_cosqa, load_split
+from contrasuite.domains.archives import cache_root
+from contrasuite.domains.code_search.data import COSQA_CORPUS, COSQA_FOLDER, COSQA_QUERIES, PairSet, load_cosqa, load_split
+from contrasuite.domains.code_search.embedding_cache import EmbeddingCache
 from contrasuite.domains.code_search.encoder import BiEncoder, EncoderConfig
-from contrasuite.domains.code_search.evaluate import evaluate_pairs
+from contrasuite.domains.code_search.evaluate import Embedder, evaluate_pairs
 from contrasuite.domains.code_search.priors import build_prior
 from contrasuite.domains.task import SmokeSettings, StepContext, TaskContext
 
@@ -62,13 +65,27 @@ class OptimConfig:
 
 @dataclass
 class EvalConfig:
-    """``config.eval``."""
+    """``config.eval``: batch and code length at evaluation, CoSQA's files, progress and the embedding cache."""
 
     batch_size: int = bounded(64, gt=0)
     max_code_length: int = bounded(0, ge=0)
     """Token limit of code at evaluation (0: ``encoder.max_code_length``)."""
     cosqa: bool = True
-    """Also report CoSQA in ``evaluate("test")`` (skipped with a message when its files are absent)."""
+    """Also report CoSQA in ``evaluate("test")`` (false skips it; the default files are skipped with a message when absent)."""
+    cosqa_folder: str = COSQA_FOLDER
+    """CoSQA's folder; a relative path not found as given is looked up under the data root."""
+    cosqa_queries: str = COSQA_QUERIES
+    """The query file in ``cosqa_folder`` (``cosqa-retrieval-test-500.json`` for CoCLR's test split)."""
+    cosqa_corpus: str = COSQA_CORPUS
+    """The corpus file in ``cosqa_folder`` (a JSON object code -> index)."""
+    progress: bool = True
+    """A tqdm bar on stderr (rank 0) per embedding stage; the engine's ``run.progress`` is not seen by tasks."""
+    cache: bool = True
+    """Cache query and corpus embeddings on disk (``embedding_cache``), keyed by model, weights, lengths and texts."""
+    cache_dir: str = ""
+    """Cache root (empty: ``$CONTRASUITE_CACHE``, else ``~/.cache/contrasuite``); files go to ``<root>/code_search/embeddings``."""
+    cache_max_mb: int = bounded(1024, ge=0)
+    """Size cap of the embedding cache folder; the least recently used files go first (0: no cap)."""
 
 
 @dataclass
@@ -117,6 +134,10 @@ class CodeSearchTask:
         self.train = load_split(folder, "train", d.train_limit, d.subset_seed)
         self.splits: dict[str, PairSet] = {"val": load_split(folder, "val", d.val_limit, d.subset_seed)}
         self._folder = folder
+        self._cosqa = _resolve_folder(cfg.eval.cosqa_folder, ctx.data_root)
+        named = (cfg.eval.cosqa_folder, cfg.eval.cosqa_queries, cfg.eval.cosqa_corpus) != (COSQA_FOLDER, COSQA_QUERIES, COSQA_CORPUS)
+        if cfg.eval.cosqa and named:
+            self.splits["cosqa"] = load_cosqa(self._cosqa, cfg.eval.cosqa_queries, cfg.eval.cosqa_corpus)
         if len(self.train.queries) < cfg.batch_size:
             raise ValueError(f"config.batch_size={cfg.batch_size} exceeds the {len(self.train.queries)} training pairs")
         self.encoder = BiEncoder(cfg.encoder).to(ctx.device)
@@ -198,24 +219,35 @@ class CodeSearchTask:
         q_tok, c_tok = self._tokens(self._local(batch)[:64])
         return self.encoder(**q_tok), self.encoder(**c_tok)
 
+    def _embedder(self) -> Embedder:
+        """This evaluation's embedder: progress on rank 0, the cache (written by rank 0) unless disabled."""
+        e, main = self.cfg.eval, self.ctx.rank == 0
+        log = (lambda m: print(m, file=sys.stderr)) if e.progress and main else (lambda m: None)
+        cache = None
+        if e.cache:
+            cache = EmbeddingCache(cache_root(e.cache_dir) / "code_search" / "embeddings", e.cache_max_mb, writable=main, log=log)
+        return Embedder(self.encoder, batch_size=e.batch_size, device=self.ctx.device, progress=e.progress and main,
+                        cache=cache, log=log)
+
     def evaluate(self, split: str = "val") -> Mapping[str, float]:
         """``val``: mined validation split; ``test``: mined test split (``mined_*``) and CoSQA (``cosqa_*``)."""
-        e, dev = self.cfg.eval, self.ctx.device
-        kw = {"batch_size": e.batch_size, "device": dev, "max_code_length": e.max_code_length or None}
+        if split not in ("val", "test"):
+            raise ValueError(f"unknown split {split!r}; use 'val' or 'test'")
+        e = self.cfg.eval
+        length = e.max_code_length or None
         with torch.no_grad():
+            embed = self._embedder()
             if split == "val":
-                return evaluate_pairs(self.encoder, self.splits["val"], **kw)
-            if split != "test":
-                raise ValueError(f"unknown split {split!r}; use 'val' or 'test'")
+                return evaluate_pairs(embed, self.splits["val"], "val", max_code_length=length)
             if "test" not in self.splits:
                 d = self.cfg.data
                 self.splits["test"] = load_split(self._folder, "test", d.test_limit, d.subset_seed)
-            metrics = evaluate_pairs(self.encoder, self.splits["test"], prefix="mined_", **kw)
-            if e.cosqa:
+            metrics = evaluate_pairs(embed, self.splits["test"], "mined test", prefix="mined_", max_code_length=length)
+            if e.cosqa and "cosqa" not in self.splits:
                 try:
-                    cosqa = load_cosqa(self.ctx.data_root)
+                    self.splits["cosqa"] = load_cosqa(self._cosqa, e.cosqa_queries, e.cosqa_corpus)
                 except FileNotFoundError as err:
-                    print(f"code_search: skipping CoSQA: {err}")
-                else:
-                    metrics.update(evaluate_pairs(self.encoder, cosqa, prefix="cosqa_", **kw))
+                    print(f"code_search: skipping CoSQA (config.eval.cosqa=false silences this): {err}")
+            if e.cosqa and "cosqa" in self.splits:
+                metrics.update(evaluate_pairs(embed, self.splits["cosqa"], "cosqa", prefix="cosqa_", max_code_length=length))
             return metrics

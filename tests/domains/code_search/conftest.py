@@ -1,4 +1,4 @@
-"""Fixtures: a tiny source tree, its mined dataset, and a tiny randomly initialised BERT (no download)."""
+"""Fixtures: a tiny source tree, its mined dataset, a tiny randomly initialised BERT (no download), a temporary cache."""
 
 import os
 import string
@@ -107,6 +107,15 @@ def write_tiny_model(folder: Path) -> Path:
     return folder
 
 
+@pytest.fixture(scope="session", autouse=True)
+def embedding_cache_root(tmp_path_factory) -> Path:
+    """Every test's embedding cache lives in a temporary folder, never in ``~/.cache``."""
+    root = tmp_path_factory.mktemp("cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CONTRASUITE_CACHE", str(root))
+        yield root
+
+
 @pytest.fixture(scope="session")
 def source_tree(tmp_path_factory) -> Path:
     return write_tree(tmp_path_factory.mktemp("src"))
@@ -129,3 +138,35 @@ def mined(source_tree, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def data_root() -> Path:
     return Path(os.environ["CONTRASUITE_DATA"])
+
+
+@pytest.fixture(scope="session")
+def run_overrides(tiny_model, mined):
+    """``run_overrides(output_root)``: overrides that make a shipped code_search config a two-step CPU run of the tiny model."""
+    def overrides(output_root: Path) -> list[str]:
+        return [f"config.encoder.model={tiny_model}", f"config.data.folder={mined}", "config.data.train_limit=0",
+                "config.data.val_limit=0", "config.data.test_limit=0", "config.batch_size=4", "run.max_steps=2",
+                f"run.output_root={output_root}", "run.progress=false", "run.device=cpu", "config.eval.cosqa=false",
+                "config.encoder.max_code_length=64", "config.eval.max_code_length=64"]
+
+    return overrides
+
+
+@pytest.fixture()
+def make_task(run_overrides, tmp_path):
+    """``make_task(config_stem, extra_overrides)``: a set-up code_search task on the tiny model, data root ``tmp_path``."""
+    import torch
+
+    from contrasuite.domains.task import TaskContext
+    from contrasuite.pipelines.config import load_config
+
+    configs = Path(__file__).resolve().parents[3] / "configs" / "code_search"
+
+    def build(stem: str = "reduced_infonce", extra=()):
+        loaded = load_config(configs / f"{stem}.yaml", run_overrides(tmp_path) + list(extra))
+        task = loaded.task_class()
+        task.setup(TaskContext(config=loaded.config, device=torch.device("cpu"), precision="fp32", run_dir=tmp_path,
+                               data_root=tmp_path, seed=0))
+        return task
+
+    return build

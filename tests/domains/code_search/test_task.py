@@ -5,29 +5,22 @@ from pathlib import Path
 import pytest
 import torch
 
-from contrasuite.domains.code_search.data import load_cosqa
+from contrasuite.domains.code_search.data import COSQA_FOLDER, load_cosqa
 from contrasuite.pipelines import trainer
 from contrasuite.pipelines.config import load_config
 
 CONFIGS = sorted((Path(__file__).resolve().parents[3] / "configs" / "code_search").glob("*.yaml"))
 
 
-def overrides(tiny_model, mined, tmp_path):
-    return [f"config.encoder.model={tiny_model}", f"config.data.folder={mined}", "config.data.train_limit=0",
-            "config.data.val_limit=0", "config.data.test_limit=0", "config.batch_size=4", "run.max_steps=2",
-            f"run.output_root={tmp_path}", "run.progress=false", "run.device=cpu", "config.eval.cosqa=false",
-            "config.encoder.max_code_length=64", "config.eval.max_code_length=64"]
-
-
 @pytest.fixture(scope="module")
-def infonce_run(tiny_model, mined, tmp_path_factory):
+def infonce_run(run_overrides, tmp_path_factory):
     out = tmp_path_factory.mktemp("runs")
-    run = trainer.train(load_config(CONFIGS[0].parent / "reduced_infonce.yaml", overrides(tiny_model, mined, out)))
+    run = trainer.train(load_config(CONFIGS[0].parent / "reduced_infonce.yaml", run_overrides(out)))
     return run
 
 
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.stem)
-def test_shipped_config_trains_and_evaluates(config, tiny_model, mined, tmp_path, infonce_run):
+def test_shipped_config_trains_and_evaluates(config, run_overrides, tmp_path, infonce_run):
     extra = []
     if "model" in config.stem:
         extra.append(f"config.prior.checkpoint={infonce_run}")
@@ -35,7 +28,7 @@ def test_shipped_config_trains_and_evaluates(config, tiny_model, mined, tmp_path
         extra += ["config.prior.max_steps=2", "config.prior.batch_size=4"]
     if "gradcache" in config.stem:
         extra += ["config.grad_cache_chunk=2", "run.health_every_steps=1"]
-    run = trainer.train(load_config(config, overrides(tiny_model, mined, tmp_path) + extra))
+    run = trainer.train(load_config(config, run_overrides(tmp_path) + extra))
     result = trainer.evaluate(run)
     metrics = result["metrics"]
     assert result["global_step"] == 2
@@ -43,20 +36,10 @@ def test_shipped_config_trains_and_evaluates(config, tiny_model, mined, tmp_path
     assert (run / "eval_val.json").is_file()
 
 
-def _task(tiny_model, mined, tmp_path, extra=()):
-    loaded = load_config(CONFIGS[0].parent / "reduced_soft_bm25.yaml", overrides(tiny_model, mined, tmp_path) + list(extra))
-    from contrasuite.domains.task import TaskContext
-
-    task = loaded.task_class()
-    task.setup(TaskContext(config=loaded.config, device=torch.device("cpu"), precision="fp32", run_dir=tmp_path,
-                           data_root=tmp_path, seed=0))
-    return task
-
-
-def test_gradcache_step_matches_the_full_batch_gradient(tiny_model, mined, tmp_path):
+def test_gradcache_step_matches_the_full_batch_gradient(make_task):
     from contrasuite.core.gradcache import cached_backward
 
-    task = _task(tiny_model, mined, tmp_path)
+    task = make_task("reduced_soft_bm25")
     task.encoder.eval()  # no dropout: both paths see the same network
     batch = next(iter(task.batches(0)))
     q_tok, c_tok = task._tokens(batch)
@@ -71,23 +54,23 @@ def test_gradcache_step_matches_the_full_batch_gradient(tiny_model, mined, tmp_p
             assert torch.allclose(full[n], p.grad, atol=1e-5, rtol=1e-4), n
 
 
-def test_prior_without_a_soft_term_is_an_error(tiny_model, mined, tmp_path):
+def test_prior_without_a_soft_term_is_an_error(make_task):
     with pytest.raises(ValueError, match="no objective term takes a prior"):
-        _task(tiny_model, mined, tmp_path, ["config.objective.terms.0.name=infonce", "config.objective.terms.0={name: infonce}"])
+        make_task("reduced_soft_bm25", ["config.objective.terms.0.name=infonce", "config.objective.terms.0={name: infonce}"])
 
 
 def test_cosqa_loader(data_root):
     if not (data_root / "code_search" / "cosqa" / "code_idx_map.txt").is_file():
         pytest.skip(f"CoSQA not found under {data_root}/code_search/cosqa (set CONTRASUITE_DATA)")
-    cosqa = load_cosqa(data_root)
+    cosqa = load_cosqa(data_root / COSQA_FOLDER)
     assert len(cosqa.queries) == 500 and len(cosqa.code) == 6267
     assert all(0 <= t < 6267 for t in cosqa.targets) and all(cosqa.code)
     assert cosqa.queries[0] == "python check if a variable is iterable"
     assert cosqa.code[cosqa.targets[0]].startswith("def is_iterable_but_not_string")
 
 
-def test_cosqa_missing_names_the_file(tmp_path):
-    with pytest.raises(FileNotFoundError, match="cosqa-retrieval-dev-500.json"):
+def test_cosqa_missing_names_the_key_and_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="config.eval.cosqa_queries: .*cosqa-retrieval-dev-500.json"):
         load_cosqa(tmp_path)
 
 
