@@ -38,6 +38,9 @@ class TaskContext:
     """All-gather along dim 0 with gradient flowing back to the local slice (identity on one rank)."""
     wrap: Callable[[nn.Module], nn.Module] = field(default=lambda m: m)
     """Wraps a trainable module for distributed training (DistributedDataParallel on several ranks)."""
+    progress: Callable[..., Iterable] = field(default=lambda iterable, desc="", total=None: iterable)
+    """Shows a loop of evaluation: ``ctx.progress(chunks, "embedding test images", total=n)`` is a tqdm
+    bar on rank 0 when ``run.progress`` is on, the iterable itself otherwise."""
 
     def autocast(self) -> AbstractContextManager:
         """The autocast context for this run's precision (disabled for fp32)."""

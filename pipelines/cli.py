@@ -10,6 +10,7 @@
     contrasuite code-search mine|index|query ...  -> contrasuite.pipelines.code_search_cli.main(argv)
     contrasuite generate-negatives CONFIG [key=value ...] [--out FILE]  -> contrasuite.pipelines.generate_negatives.main(argv)
     contrasuite smoke [CONFIG ...]         -> contrasuite.pipelines.smoke.main(argv)
+    contrasuite list                       tasks, objectives, shipped configs, reports, benches
     contrasuite bench NAME [args ...]      -> contrasuite.pipelines.bench.<NAME>.main(argv)
     contrasuite compare NAME [args ...]    -> contrasuite.pipelines.reports.<NAME>.main(argv)
 
@@ -26,6 +27,8 @@ import json
 import sys
 from pathlib import Path
 from typing import Sequence
+
+from contrasuite.pipelines.catalog import commands, listing
 
 EXIT_BAD_INPUT = 2
 
@@ -57,10 +60,14 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("args", nargs=argparse.REMAINDER, help="RUN_DIR INPUT_DIR OUTPUT_DIR [--checkpoint best|last --device D]")
     smoke = sub.add_parser("smoke", help="two CPU steps of each full-scale config on a data subset (see --help)")
     smoke.add_argument("args", nargs=argparse.REMAINDER, help="[CONFIG ...] [--data-root DIR --json FILE]")
+    sub.add_parser("list", help="tasks, objectives with their parameters, shipped configs, reports and benches")
     for name, package in (("bench", "bench"), ("compare", "reports")):
-        p = sub.add_parser(name, help=f"run contrasuite.pipelines.{package}.<NAME>.main(argv)")
-        p.add_argument("name")
-        p.add_argument("args", nargs=argparse.REMAINDER)
+        names = commands(package)
+        p = sub.add_parser(name, help=f"one of: {', '.join(names)} (contrasuite {name} NAME --help for its options)",
+                           formatter_class=argparse.RawDescriptionHelpFormatter,
+                           epilog="names:\n" + "\n".join(f"  {n:18s} {doc}" for n, doc in names.items()))
+        p.add_argument("name", metavar="NAME")
+        p.add_argument("args", nargs=argparse.REMAINDER, help="options of that command (see contrasuite NAME --help)")
     return parser
 
 
@@ -91,7 +98,8 @@ def _dispatch(package: str, name: str, argv: list[str]) -> int:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as err:
         if err.name and module_name.startswith(err.name):
-            print(f"contrasuite: no {package} named {name!r} (module {module_name} not found)", file=sys.stderr)
+            print(f"contrasuite: no {package} named {name!r} (module {module_name} not found); "
+                  f"known: {', '.join(commands(package))}", file=sys.stderr)
             return EXIT_BAD_INPUT
         raise
     if not hasattr(module, "main"):
@@ -148,6 +156,7 @@ def _run(args: argparse.Namespace) -> int:
         elif args.command == "resume":
             print(f"run folder: {trainer.resume(args.run_dir, args.overrides)}")
         elif args.command == "eval":
+            print(f"evaluating {args.run_dir} on the test split ({args.checkpoint or 'run.eval_checkpoint'})", file=sys.stderr)
             print(json.dumps(trainer.evaluate(args.run_dir, args.checkpoint), indent=2))
         elif args.command == "upscale":
             from contrasuite.pipelines.upscale import main as upscale_main
@@ -173,6 +182,8 @@ def _run(args: argparse.Namespace) -> int:
             from contrasuite.pipelines.smoke import main as smoke_main
 
             return smoke_main(args.args)
+        elif args.command == "list":
+            print(listing())
         elif args.command == "validate-configs":
             return 1 if validate_configs(args.root or config_root()) else 0
         else:

@@ -95,6 +95,9 @@ class LoadedConfig:
     run: RunSettings
     config: Any
     resolved: dict
+    name: str = ""
+    """The run name: ``reduced/meow_acm`` for ``configs/graph/reduced/meow_acm.yaml`` (the shipped path
+    below the domain's folder), the file stem for any other file. Run folders and progress bars use it."""
 
     @property
     def stem(self) -> str:
@@ -228,10 +231,22 @@ def apply_override(root: DictConfig, key: str, value: Any, path: Path) -> None:
         raise ConfigError(f"{path}: override {key}: {_first_line(err)}") from None
 
 
-def load_config(path: str | os.PathLike, overrides: Sequence[str] = (), data_root: str | None = None) -> LoadedConfig:
+def run_name(path: Path, domain: str) -> str:
+    """``reduced/meow_acm`` for a shipped ``graph/reduced/meow_acm.yaml`` of domain ``graph``; else the stem."""
+    try:
+        rel = path.resolve().relative_to(config_root().resolve()).with_suffix("")
+    except (ValueError, ConfigError):
+        return path.stem
+    parts = rel.parts[1:] if len(rel.parts) > 1 and rel.parts[0] == domain else rel.parts
+    return "/".join(parts)
+
+
+def load_config(path: str | os.PathLike, overrides: Sequence[str] = (), data_root: str | None = None,
+                name: str | None = None) -> LoadedConfig:
     """Read, merge, override and validate a run config; ``data_root`` (the CLI flag) wins over the file.
 
-    ``path`` is a file or a shipped config's name (:func:`find_config`)."""
+    ``path`` is a file or a shipped config's name (:func:`find_config`); ``name`` overrides the run name
+    (a resumed run keeps the one its folder was made under)."""
     path = find_config(path)
     raw = read_raw(path)
     parsed = [parse_override(o) for o in overrides]
@@ -269,7 +284,9 @@ def load_config(path: str | os.PathLike, overrides: Sequence[str] = (), data_roo
     except ValueError as err:
         raise ConfigError(f"{path}: {err}") from None
     _check_objective_terms(resolved["config"], path, getattr(task_class, "extra_objectives", None))
-    return LoadedConfig(path, str(task_name), task_class, run, config, resolved)
+    loaded = LoadedConfig(path, str(task_name), task_class, run, config, resolved)
+    loaded.name = name or run_name(path, loaded.domain)
+    return loaded
 
 
 def _check_objective_terms(section: Any, path: Path, extra: Any = None, where: str = "config") -> None:

@@ -1,4 +1,7 @@
-"""The run folder ``<output_root>/<domain>/<config-stem>/<timestamp>/`` and what describes it.
+"""The run folder ``<output_root>/<domain>/<run name>/<timestamp>/`` and what describes it.
+
+The run name is the config's shipped path below its domain folder (``reduced/meow_acm``), or the
+file stem of any other config, so a reduced and a full config of the same name never share folders.
 
 It holds ``config.yaml`` (resolved), ``environment.json`` (versions, git commit, device),
 ``status.json``, ``metrics.csv``, ``checkpoints/``, ``eval_*.json`` and ``plots/``.

@@ -34,7 +34,7 @@ from contrasuite.domains.task import TaskContext
 from contrasuite.pipelines import checkpoint, distributed
 from contrasuite.pipelines.config import LoadedConfig, load_config, parse_override, save_resolved
 from contrasuite.pipelines.metrics_log import MetricsLog
-from contrasuite.pipelines.plots import similarity_histogram
+from contrasuite.pipelines.plots import similarity_histogram, training_curves
 from contrasuite.pipelines.precision import make_scaler, pick_device, set_deterministic
 from contrasuite.pipelines.run_dir import environment, latest_unfinished, new_run_dir, read_json, write_json
 from contrasuite.pipelines.run_lock import RunLock
@@ -101,7 +101,7 @@ class Trainer:
         distributed.init(self.dist, self.device)
         set_deterministic(self.run.deterministic)
         if run_dir is None:
-            made = new_run_dir(self.run.output_root, loaded.domain, loaded.stem) if self.dist.is_main else None
+            made = new_run_dir(self.run.output_root, loaded.domain, loaded.name) if self.dist.is_main else None
             run_dir = Path(distributed.broadcast_object(str(made) if made else None))
         self.run_dir = Path(run_dir)
         self._lock = lock if isinstance(lock, RunLock) else RunLock(self.run_dir) if lock and self.dist.is_main else None
@@ -109,7 +109,8 @@ class Trainer:
             self._lock.acquire()
         if self.dist.is_main and not (self.run_dir / "config.yaml").exists():
             save_resolved(loaded.resolved, self.run_dir / "config.yaml")
-            write_json(environment(self.device, self.dist.world_size), self.run_dir / "environment.json")
+            write_json({**environment(self.device, self.dist.world_size), "run_name": loaded.name},
+                       self.run_dir / "environment.json")
         self._wrapped: list[nn.Module] = []
         self.position = Position()
         seed_all(self.run.seed)
@@ -119,6 +120,7 @@ class Trainer:
                 config=loaded.config, device=self.device, precision=self.run.precision, run_dir=self.run_dir,
                 data_root=Path(self.run.data_root), seed=self.run.seed, rank=self.dist.rank,
                 world_size=self.dist.world_size, gather=distributed.gather_with_grad, wrap=self._wrap,
+                progress=self._progress,
             ))
         except BaseException as err:
             self._status("failed", error=f"task setup: {type(err).__name__}: {err}")
@@ -146,6 +148,13 @@ class Trainer:
         wrapped = distributed.wrap_module(module, self.device)
         self._wrapped.append(wrapped)
         return wrapped
+
+    def _progress(self, iterable: Any, desc: str = "", total: int | None = None) -> Any:
+        """``TaskContext.progress``: a transient tqdm bar for a stage of evaluation (rank 0, ``run.progress``)."""
+        from tqdm import tqdm
+
+        return tqdm(iterable, desc=desc, total=total, leave=False, dynamic_ncols=True, file=sys.stderr,
+                    disable=not (self.dist.is_main and self.run.progress))
 
     def _modules(self) -> dict[str, nn.Module]:
         return {k: distributed.unwrap(m) for k, m in self.task.modules().items()}
@@ -188,8 +197,13 @@ class Trainer:
         }
 
     def save(self, name: str) -> None:
+        """Write ``last.pt`` (everything a resume needs) or ``best.pt`` (what evaluation needs: no optimizer,
+        scheduler or scaler state, which is most of a checkpoint's size under Adam)."""
         if self.dist.is_main:
-            checkpoint.atomic_save(self._state(), self.run_dir / "checkpoints" / f"{name}.pt")
+            state = self._state()
+            if name == "best":
+                state.update(optimizers={}, schedulers={}, scaler=None)
+            checkpoint.atomic_save(state, self.run_dir / "checkpoints" / f"{name}.pt")
             self._status("running")
         distributed.barrier()
 
@@ -262,7 +276,7 @@ class Trainer:
         self._status("running")
         self._names = {id(p): f"{mod}.{name}" for mod, m in self._modules().items() for name, p in m.named_parameters()}
         bar = tqdm(total=self._total_steps(), initial=self.position.global_step, disable=not (self.dist.is_main and self.run.progress),
-                   desc=f"{self.loaded.task_name}/{self.loaded.stem}", dynamic_ncols=True, file=sys.stderr)
+                   desc=f"{self.loaded.domain}/{self.loaded.name}", dynamic_ncols=True, file=sys.stderr)
         try:
             while not self._finished():
                 self._run_epoch(bar)
@@ -353,6 +367,8 @@ class Trainer:
         self._plot_similarities()
         self.log.log({f"val/{k}": v for k, v in metrics.items()}, step=pos.global_step, epoch=pos.epoch)
         key = self.run.best_metric or next(iter(metrics), None)
+        if self.dist.is_main:
+            training_curves(self.log.path, self.run_dir / "plots" / "curves.png", key, f"{self.loaded.domain}/{self.loaded.name}")
         better = False
         if self.dist.is_main and key is not None:
             if key not in metrics:
@@ -376,7 +392,7 @@ class Trainer:
             pos_neg = similarity_samples(*pair) if pair is not None else None
         if pos_neg is not None and self.dist.is_main:
             path = self.run_dir / "plots" / f"similarity_step{self.position.global_step:07d}.png"
-            similarity_histogram(*pos_neg, path, f"{self.loaded.stem}, epoch {self.position.epoch}, step {self.position.global_step}")
+            similarity_histogram(*pos_neg, path, f"{self.loaded.name}, epoch {self.position.epoch}, step {self.position.global_step}")
 
     def test(self, which: str) -> dict[str, Any]:
         """Load ``best`` (or ``last``) modules and write ``eval_test.json`` from ``task.evaluate("test")``."""
@@ -400,12 +416,17 @@ def train(loaded: LoadedConfig) -> Path:
     """Train a loaded config; ``run.resume=auto`` continues the newest unfinished run of it, a path resumes that run."""
     mode = loaded.run.resume
     if mode == "auto":
-        found = latest_unfinished(loaded.run.output_root, loaded.domain, loaded.stem)
+        found = latest_unfinished(loaded.run.output_root, loaded.domain, loaded.name)
         if found is not None:
             return resume(found)
     elif mode != "never":
         return resume(Path(mode))
     return Trainer(loaded).fit()
+
+
+def saved_run_name(run_dir: Path) -> str:
+    """The run name a run folder was made under (``environment.json``), else the folder above it."""
+    return read_json(run_dir / "environment.json").get("run_name") or run_dir.parent.name
 
 
 def resume(run_dir: Path, overrides: Sequence[str] = ()) -> Path:
@@ -419,7 +440,7 @@ def resume(run_dir: Path, overrides: Sequence[str] = ()) -> Path:
     if read_json(run_dir / "status.json").get("state") == "finished" and not overrides:
         print(f"{run_dir} already finished", file=sys.stderr)
         return run_dir
-    loaded = load_config(run_dir / "config.yaml", overrides)
+    loaded = load_config(run_dir / "config.yaml", overrides, name=saved_run_name(run_dir))
     path = run_dir / "checkpoints" / "last.pt"
     lock = RunLock(run_dir) if distributed.env_info().is_main else None
     if lock is not None:
@@ -453,6 +474,6 @@ def evaluate(run_dir: Path, which: str | None = None) -> dict[str, Any]:
 
     It takes no lock: it only reads atomically written checkpoints, so a live run may be evaluated."""
     run_dir = Path(run_dir)
-    loaded = load_config(run_dir / "config.yaml")
+    loaded = load_config(run_dir / "config.yaml", name=saved_run_name(run_dir))
     trainer = Trainer(loaded, run_dir=run_dir, lock=False)
     return trainer.test(which or loaded.run.eval_checkpoint)

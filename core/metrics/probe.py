@@ -145,13 +145,15 @@ def linear_probe(
     val_fraction: float = 0.1,
     seed: int = 0,
     device: torch.device | str = "cpu",
+    progress: Callable[[Iterable[float]], Iterable[float]] = iter,
 ) -> ProbeResult:
     """Logistic regression on frozen features; L2 weight and epoch selected on a validation split.
 
     Adam (``lr``) with weight decay ``wd`` added as the L2 penalty ``wd/2 * |W|^2`` on the loss;
     ``batch_size = 0`` means full-batch steps. For each ``wd`` the model is trained ``epochs`` epochs on
     the fitting split and scored on the validation split after every epoch; the (``wd``, epoch) with the
-    best validation accuracy (ties: earlier in the grid) is scored once on ``test``.
+    best validation accuracy (ties: earlier in the grid) is scored once on ``test``. ``progress`` wraps the
+    loop over weight decays (e.g. a progress bar).
     """
     _check_features("train_feats", train_feats, train_labels)
     _check_features("test_feats", test_feats, test_labels)
@@ -176,7 +178,7 @@ def linear_probe(
     step_size = batch_size if batch_size > 0 else len(x_fit)
 
     best: tuple[float, float, int, nn.Module] = (-1.0, 0.0, 0, nn.Identity())
-    for wd in weight_decays:
+    for wd in progress(weight_decays):
         torch.manual_seed(seed)
         gen = torch.Generator().manual_seed(seed)
         model = nn.Linear(x_fit.shape[1], num_classes).to(device)

@@ -143,7 +143,7 @@ class GraphTask:
     def setup(self, ctx: TaskContext) -> None:
         cfg: GraphConfig = ctx.config
         spec = cfg.dataset
-        self.cfg, self.seed, self.device = cfg, ctx.seed, ctx.device
+        self.cfg, self.seed, self.device, self.ctx = cfg, ctx.seed, ctx.device, ctx
         _check(cfg, len(spec.metapaths))
         data = load_hetero(spec, ctx.data_root)
         counts = metapath_counts(data, list(spec.metapaths))
@@ -297,7 +297,8 @@ class GraphTask:
             probe = ProbeSettings(probe.lr, probe.weight_decay, probe.iterations, self.cfg.val_probe_runs, probe.cluster_runs)
         out: dict[str, float] = {}
         per_ratio = {}
-        for r in self.cfg.eval_ratios:
+        for r in self.ctx.progress(self.cfg.eval_ratios, f"{split} probes ({probe.runs} runs per label ratio)",
+                                   total=len(self.cfg.eval_ratios)):
             per_ratio[r] = linear_probe(
                 emb, target.y, target[f"train_{r}"], target[f"val_{r}"], target[f"test_{r}"], probe, seed=self.seed
             )

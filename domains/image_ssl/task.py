@@ -363,10 +363,11 @@ class ImageSSLTask:
 
     # -- evaluation ---------------------------------------------------------------------------
 
-    def features(self, images: Tensor) -> Tensor:
+    def features(self, images: Tensor, what: str = "images") -> Tensor:
         """Encoder features ``h`` of uint8 ``images`` with BatchNorm in eval mode (fp32, CPU)."""
         size = self.cfg.eval.batch_size
-        chunks = (images[i : i + size] for i in range(0, len(images), size))
+        chunks = self.ctx.progress((images[i : i + size] for i in range(0, len(images), size)),
+                                   f"embedding {len(images)} {what}", total=-(-len(images) // size))
         with self.ctx.autocast():
             return extract_features(self.model.encoder, chunks, preprocess=self.normalize)
 
@@ -374,21 +375,24 @@ class ImageSSLTask:
         """``val``: kNN accuracy (%) on the held-out part of train; ``test``: kNN and linear probe (%) on test."""
         cfg = self.cfg.eval
         knn = {"k": cfg.knn_k, "temperature": cfg.knn_temperature, "num_classes": len(CLASSES)}
-        train_feats = self.features(self.train_images)
+        train_feats = self.features(self.train_images, "training images")
         if split == "val":
             bank, queries = train_feats[self.fit_idx], train_feats[self.val_idx]
             acc = knn_accuracy(bank, self.train_labels[self.fit_idx], queries, self.train_labels[self.val_idx], **knn)
             return {"knn_acc": 100.0 * acc}
         if split != "test":
             raise ValueError(f"evaluate: split must be 'val' or 'test', got {split!r}")
-        test_feats = self.features(self.test_images)
+        test_feats = self.features(self.test_images, "test images")
         out = {"knn_acc": 100.0 * knn_accuracy(train_feats, self.train_labels, test_feats, self.test_labels, **knn)}
         if cfg.linear:
+            decays = cfg.linear_weight_decays
             probe = linear_probe(
                 train_feats, self.train_labels, test_feats, self.test_labels,
-                weight_decays=tuple(cfg.linear_weight_decays), epochs=cfg.linear_epochs, lr=cfg.linear_lr,
+                weight_decays=tuple(decays), epochs=cfg.linear_epochs, lr=cfg.linear_lr,
                 batch_size=cfg.linear_batch_size, val_fraction=self.cfg.data.val_fraction,
                 seed=self.cfg.data.split_seed, device=self.ctx.device,
+                progress=lambda wds: self.ctx.progress(wds, f"linear probe, {cfg.linear_epochs} epochs per weight decay",
+                                                       total=len(decays)),
             )
             out.update(linear_acc=100.0 * probe.test_accuracy, linear_val_acc=100.0 * probe.val_accuracy,
                        linear_weight_decay=probe.weight_decay, linear_epoch=float(probe.epoch))

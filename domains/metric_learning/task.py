@@ -271,7 +271,8 @@ class MetricLearningTask:
         was_training = self.model.training
         self.model.eval()
         out = []
-        for chunk in self.cache[split].split(self.cfg.eval.batch_size):
+        chunks = self.cache[split].split(self.cfg.eval.batch_size)
+        for chunk in self.ctx.progress(chunks, f"embedding the {split} images", total=len(chunks)):
             with self.ctx.autocast():
                 out.append(self.model.from_stem(chunk).float())
         self.model.train(was_training)

@@ -226,7 +226,7 @@ class SuperResolutionTask:
         s = self.cfg.scale
         if split == "val":
             psnrs, ssims = [], []
-            for lr, hr in self.val:
+            for lr, hr in self.ctx.progress(self.val, f"validation crops x{s}", total=len(self.val)):
                 sr = self.super_resolve(lr[None]).cpu()
                 psnrs.append(float(psnr_y(sr, hr[None], s)))
                 ssims.append(float(ssim_y(sr, hr[None], s)))
@@ -238,7 +238,8 @@ class SuperResolutionTask:
         metrics: dict[str, float] = {}
         for name in self.cfg.test_sets:
             psnrs, ssims = [], []
-            for pair in eval_pairs(str(self.ctx.data_root), name, s):
+            pairs = eval_pairs(str(self.ctx.data_root), name, s)
+            for pair in self.ctx.progress(pairs, f"{name} x{s}", total=len(pairs)):
                 lr, hr = _rgb(pair.lr), _rgb(pair.hr)
                 sr = _like(self.super_resolve(lr[None]).cpu()[0], pair.hr)
                 psnrs.append(float(psnr_y(sr, pair.hr, s)))

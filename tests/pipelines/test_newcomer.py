@@ -1,0 +1,72 @@
+"""A newcomer's first hour: what the commands show, where runs go, what a run keeps on disk."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+from contrasuite.pipelines import trainer
+from contrasuite.pipelines.catalog import commands
+from contrasuite.pipelines.checkpoint import load
+from contrasuite.pipelines.cli import main
+from contrasuite.pipelines.config import config_root, load_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_list_names_tasks_objectives_with_parameters_configs_reports_and_benches(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "image_ssl          contrasuite.domains.image_ssl.task:ImageSSLTask" in out
+    assert "infonce                  temperature=0.1" in out and "weince" in out
+    assert "graph/reduced/meow_acm" in out and "image_ssl/infonce" in out
+    assert "compare (contrasuite compare NAME --help):" in out and "objectives " in out
+
+
+def test_bench_and_compare_help_list_their_names(capsys):
+    for verb, package in (("bench", "bench"), ("compare", "reports")):
+        out = subprocess.run([sys.executable, "-m", "contrasuite.pipelines.cli", verb, "--help"], capture_output=True,
+                             text=True, timeout=120).stdout
+        for name, summary in commands(package).items():
+            assert f"  {name:18s} {summary}" in out
+    assert set(commands("bench")) >= {"objectives", "gpu", "code_search"} and "cli_runs" not in commands("reports")
+
+
+def test_reduced_and_full_configs_write_to_different_run_folders():
+    reduced = load_config(config_root() / "graph" / "reduced" / "meow_acm.yaml")
+    full = load_config(config_root() / "graph" / "meow_acm.yaml")
+    assert (reduced.name, full.name) == ("reduced/meow_acm", "meow_acm")
+    assert load_config("image_ssl/reduced_infonce").name == "reduced_infonce"
+
+
+def test_a_resumed_run_keeps_its_name_and_best_pt_holds_no_optimizer_state(toy_yaml, capsys):
+    path = toy_yaml(run={"epochs": 2, "progress": True})
+    run_dir = trainer.train(load_config(path, ["run.max_steps=3"]))
+    assert run_dir.parent.name == "toy"
+    trainer.resume(run_dir, ["run.max_steps=null"])
+    err = capsys.readouterr().err
+    assert "ToyTask/toy" in err and "ToyTask/config" not in err  # the progress label after resume
+    best, last = load(run_dir / "checkpoints" / "best.pt"), load(run_dir / "checkpoints" / "last.pt")
+    assert best["optimizers"] == {} and best["schedulers"] == {} and last["optimizers"]["model"]["state"]
+    assert (run_dir / "checkpoints" / "best.pt").stat().st_size < (run_dir / "checkpoints" / "last.pt").stat().st_size
+    assert main(["eval", str(run_dir)]) == 0  # evaluation needs only the modules
+
+
+def test_training_writes_a_curve_of_the_loss_and_the_selection_metric(toy_yaml):
+    run_dir = trainer.train(load_config(toy_yaml(run={"epochs": 2})))
+    curves = run_dir / "plots" / "curves.png"
+    assert curves.is_file() and curves.stat().st_size > 5000
+
+
+def test_the_reduced_image_ssl_config_shows_progress(tmp_path):
+    data = Path(__import__("os").environ["CONTRASUITE_DATA"])
+    if not (data / "cifar10").is_dir():
+        import pytest
+
+        pytest.skip("needs CIFAR-10 under $CONTRASUITE_DATA")
+    out = subprocess.run([sys.executable, "-m", "contrasuite.pipelines.cli", "train", "image_ssl/reduced_infonce",
+                          "run.max_steps=2", f"run.output_root={tmp_path}", "config.data.train_subset=200",
+                          "config.data.test_subset=100", "config.batch_size=32", f"config.data.cache_dir={tmp_path / 'c'}"],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "image_ssl/reduced_infonce" in out.stderr and "2/2" in out.stderr  # the tqdm bar of training
+    assert "embedding" in out.stderr  # an evaluation stage
