@@ -47,7 +47,6 @@ def test_a_resumed_run_keeps_its_name_and_best_pt_holds_no_optimizer_state(toy_y
     assert "ToyTask/toy" in err and "ToyTask/config" not in err  # the progress label after resume
     best, last = load(run_dir / "checkpoints" / "best.pt"), load(run_dir / "checkpoints" / "last.pt")
     assert best["optimizers"] == {} and best["schedulers"] == {} and last["optimizers"]["model"]["state"]
-    assert (run_dir / "checkpoints" / "best.pt").stat().st_size < (run_dir / "checkpoints" / "last.pt").stat().st_size
     assert main(["eval", str(run_dir)]) == 0  # evaluation needs only the modules
 
 
