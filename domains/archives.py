@@ -67,6 +67,11 @@ def extract_once(archive: Path, target: Path) -> Path:
     return target
 
 
+def emoji_archive(emoji_root: Path, style: str) -> Path:
+    """``<emoji_root>/emoji-<style>-64.tar.gz``: any style packed that way works (twitter, google, openmoji, ...)."""
+    return Path(emoji_root) / f"emoji-{style}-64.tar.gz"
+
+
 def emoji_style_dirs(emoji_root: Path, cache: Path, styles: Iterable[str]) -> dict[str, Path]:
     """The extracted 64-px PNG folder of each style: ``<cache>/emoji/<style>-64-<hash>``."""
-    return {s: extract_once(emoji_root / f"emoji-{s}-64.tar.gz", cache / "emoji" / f"{s}-64") for s in styles}
+    return {s: extract_once(emoji_archive(emoji_root, s), cache / "emoji" / f"{s}-64") for s in styles}

@@ -24,11 +24,11 @@ from typing import Iterable, Sequence
 import numpy as np
 from PIL import Image
 
+from contrasuite.domains.archives import emoji_archive
 from contrasuite.domains.errors import DataError
 from contrasuite.domains.images import open_image
 from contrasuite.domains.image_text.captions import EmojiItem, build_items, load_metadata
 
-STYLES = {"twitter": "emoji-twitter-64.tar.gz", "google": "emoji-google-64.tar.gz"}
 """Emoji styles and their tarballs (``twitter`` = Twemoji, ``google`` = Noto)."""
 
 SPLITS = ("train", "val", "test")
@@ -66,12 +66,11 @@ def rgba_on_white(image: Image.Image, size: int | None = None) -> np.ndarray:
 
 
 def read_style(data_root: str | Path, style: str) -> dict[str, np.ndarray]:
-    """All images of one emoji ``style`` by file name, read from its tarball."""
-    if style not in STYLES:
-        raise ValueError(f"emoji style must be one of {sorted(STYLES)}, got {style!r}")
-    path = Path(data_root) / "emoji" / STYLES[style]
+    """All images of one emoji ``style`` by file name, read from its tarball ``emoji/emoji-<style>-64.tar.gz``."""
+    path = emoji_archive(Path(data_root) / "emoji", style)
     if not path.is_file():
-        raise FileNotFoundError(f"emoji images not found: {path} (npm emoji-datasource-{style} 16.0.0, img/{style}/64/)")
+        raise FileNotFoundError(f"emoji images of style {style!r} not found: {path} (config.data.style / unseen_style; "
+                                f"the shipped styles come from npm emoji-datasource-<style> 16.0.0, img/<style>/64/)")
     images = {}
     try:
         with tarfile.open(path) as tar:

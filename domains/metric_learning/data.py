@@ -24,11 +24,12 @@ import json
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from contrasuite.domains.archives import emoji_style_dirs
 
 EMOJI_STYLES = ("twitter", "google")
+"""The default ``config.data.styles``: every emoji is one class, drawn in each of these styles."""
 DATASETS = ("emoji", "cub200", "cars196", "sop", "inshop")
 
 
@@ -97,9 +98,10 @@ def emoji_groups(root: Path) -> list[tuple[str, list[tuple[str, str]]]]:
     return sorted(groups)
 
 
-def load_emoji(root: Path, cache: Path, train_fraction: float, split_seed: int) -> tuple[ImageList, ImageList]:
+def load_emoji(root: Path, cache: Path, train_fraction: float, split_seed: int,
+               styles: Sequence[str] = EMOJI_STYLES) -> tuple[ImageList, ImageList]:
     """(train classes, test classes) of the cross-style emoji benchmark; see the module docstring."""
-    dirs = emoji_style_dirs(root, cache, EMOJI_STYLES)
+    dirs = emoji_style_dirs(root, cache, styles)
     groups = emoji_groups(root)
     random.Random(split_seed).shuffle(groups)
     n_train = round(len(groups) * train_fraction)
@@ -109,7 +111,7 @@ def load_emoji(root: Path, cache: Path, train_fraction: float, split_seed: int) 
         paths, labels, names, bases = [], [], [], []
         for base, images in part:
             for image, name in images:
-                files = [dirs[s] / image for s in EMOJI_STYLES]
+                files = [dirs[s] / image for s in styles]
                 if not all(f.is_file() for f in files):
                     continue
                 paths += files
@@ -212,10 +214,11 @@ def load_splits(
     split_seed: int,
     train_fraction: float = 0.5,
     max_classes: int = 0,
+    styles: Sequence[str] = EMOJI_STYLES,
 ) -> Splits:
     """Train / val / test image lists of dataset ``name`` under ``root`` (classes disjoint across splits)."""
     if name == "emoji":
-        train, test = load_emoji(root / "emoji", cache, train_fraction, split_seed)
+        train, test = load_emoji(root / "emoji", cache, train_fraction, split_seed, styles)
     elif name == "cub200":
         train, test = load_cub200(root)
     elif name == "cars196":

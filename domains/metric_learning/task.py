@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from contrasuite.domains.config_fields import bounded, one_of
 from contrasuite.domains.archives import cache_root
 from contrasuite.domains.metric_learning.backbone import FEATURE_DIM
-from contrasuite.domains.metric_learning.data import DATASETS, ImageList, load_splits
+from contrasuite.domains.metric_learning.data import DATASETS, EMOJI_STYLES, ImageList, load_splits
 from contrasuite.domains.metric_learning.evaluate import retrieval_metrics, scorer_for
 from contrasuite.domains.metric_learning.images import ImageFiles, normalize, random_resized_crop
 from contrasuite.domains.metric_learning.model import EmbeddingNet
@@ -40,6 +40,9 @@ class DataConfig:
     """Data root; empty: the run's data root (``--data-root``, ``$CONTRASUITE_DATA``)."""
     cache_dir: str = ""
     """Where archives are extracted; empty: ``$CONTRASUITE_CACHE`` or ``~/.cache/contrasuite``."""
+    styles: list[str] = field(default_factory=lambda: list(EMOJI_STYLES))
+    """emoji only: the styles each emoji class is drawn in, each read from ``emoji/emoji-<style>-64.tar.gz``
+    (default Twemoji and Noto; a third style such as ``openmoji`` packed the same way works)."""
     image_size: int = bounded(64, ge=8)
     split_seed: int = 0
     """Seeds the emoji train/test split and the validation classes; fixed across training seeds."""
@@ -144,6 +147,7 @@ class MetricLearningTask:
             split_seed=cfg.data.split_seed,
             train_fraction=cfg.data.train_fraction,
             max_classes=cfg.data.max_classes,
+            styles=cfg.data.styles,
         )
         size, preload = cfg.data.image_size, cfg.data.preload
         self.sets = {

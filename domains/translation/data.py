@@ -30,8 +30,6 @@ from contrasuite.domains.images import open_image
 from contrasuite.domains.config_fields import bounded, one_of
 
 SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
-EMOJI_SOURCE = "twitter"
-EMOJI_TARGET = "google"
 
 
 @dataclass
@@ -40,6 +38,10 @@ class DataConfig:
     """``emoji`` or ``folders``."""
     path: str = "emoji"
     """Relative to the data root (or absolute): the emoji folder, or the folder holding trainA/ trainB/."""
+    source_style: str = "twitter"
+    """emoji: the style translated from (domain A), read from ``emoji-<style>-64.tar.gz`` in ``path``."""
+    target_style: str = "google"
+    """emoji: the style translated to (domain B); any style packed the same way (e.g. ``openmoji``) works."""
     load_size: Optional[int] = None
     """Square resize before cropping (CUT: 286); null keeps the image size (capped at ``max_side``)."""
     max_side: int = bounded(1024, ge=1)

@@ -214,16 +214,17 @@ class TranslationTask:
         dc = self.cfg.data
         root = Path(dc.path) if Path(dc.path).is_absolute() else data_root / dc.path
         if dc.kind == "emoji":
-            dirs = emoji_style_dirs(root, cache_root(dc.cache_dir), (D.EMOJI_SOURCE, D.EMOJI_TARGET))
-            names = sorted({p.name for p in dirs[D.EMOJI_SOURCE].glob("*.png")} & {p.name for p in dirs[D.EMOJI_TARGET].glob("*.png")})
+            source, target = dc.source_style, dc.target_style
+            dirs = emoji_style_dirs(root, cache_root(dc.cache_dir), (source, target))
+            names = sorted({p.name for p in dirs[source].glob("*.png")} & {p.name for p in dirs[target].glob("*.png")})
             if not names:
-                raise FileNotFoundError(f"no emoji PNGs shared by {dirs[D.EMOJI_SOURCE]} and {dirs[D.EMOJI_TARGET]}")
+                raise FileNotFoundError(f"no emoji PNGs shared by {dirs[source]} and {dirs[target]}")
             self.splits = D.split_emoji(D.emoji_groups(root / "emoji.json", names), dc.test_images, dc.val_images, dc.split_seed)
             cap = dc.max_train_images
-            self.train_a = D.ImageSet(stack=D.load_stack(dirs[D.EMOJI_SOURCE], self.splits.train_a[:cap]))
-            self.train_b = D.ImageSet(stack=D.load_stack(dirs[D.EMOJI_TARGET], self.splits.train_b[:cap]))
+            self.train_a = D.ImageSet(stack=D.load_stack(dirs[source], self.splits.train_a[:cap]))
+            self.train_b = D.ImageSet(stack=D.load_stack(dirs[target], self.splits.train_b[:cap]))
             if self.cfg.lambda_paired > 0:  # the true target drawings of the source emoji, same order
-                self.train_a_target = D.ImageSet(stack=D.load_stack(dirs[D.EMOJI_TARGET], self.splits.train_a[:cap]))
+                self.train_a_target = D.ImageSet(stack=D.load_stack(dirs[target], self.splits.train_a[:cap]))
             self._eval_names = {"val": self.splits.val, "test": self.splits.test}
             self._emoji_dirs = dirs
         else:
@@ -371,13 +372,12 @@ class TranslationTask:
 
     def _eval_images(self, split: str) -> tuple[Any, Tensor]:
         """``(inputs, targets)``: emoji ``uint8`` stacks; folders a list of images and target crops."""
-        cap = self.cfg.eval.max_images
-        if self.cfg.data.kind == "emoji":
+        cap, dc = self.cfg.eval.max_images, self.cfg.data
+        if dc.kind == "emoji":
             names = self._eval_names[split][:cap]
-            return (D.load_stack(self._emoji_dirs[D.EMOJI_SOURCE], names),
-                    D.load_stack(self._emoji_dirs[D.EMOJI_TARGET], names))
+            return (D.load_stack(self._emoji_dirs[dc.source_style], names),
+                    D.load_stack(self._emoji_dirs[dc.target_style], names))
         set_a, set_b = self._eval_sets
-        dc = self.cfg.data
         inputs = [set_a[i] for i in range(min(len(set_a), cap) if cap else len(set_a))]
         return inputs, D.fixed_crops(set_b, dc.crop_size, dc.eval_crops, seed=1)
 
