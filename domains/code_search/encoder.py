@@ -18,7 +18,7 @@ import importlib
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Iterable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -32,6 +32,15 @@ BUNDLED_MODELS: dict[str, tuple[str, str]] = {
 """Model name -> (installed module, function returning the local model folder)."""
 
 POOLINGS = ("mean", "cls", "pooler")
+Progress = Callable[..., Iterable]
+"""``progress(iterable, desc, total=None)``: the iterable, shown as a progress bar (``TaskContext.progress``)."""
+
+
+def console_progress(iterable: Iterable, desc: str = "", total: int | None = None) -> Iterable:
+    """A tqdm bar on stderr: the :data:`Progress` of commands that run outside the engine."""
+    from tqdm import tqdm
+
+    return tqdm(iterable, desc=desc, total=total, unit="batch", file=sys.stderr)
 
 
 @dataclass
@@ -111,21 +120,19 @@ class BiEncoder(nn.Module):
 
     @torch.no_grad()
     def embed(self, texts: Sequence[str], kind: str, batch_size: int = 64, device: torch.device | str = "cpu",
-              max_length: int | None = None, progress: str | None = None) -> Tensor:
+              max_length: int | None = None, progress: Progress | None = None, desc: str = "") -> Tensor:
         """``[len(texts), D]`` float32 embeddings without gradient, in batches sorted by length (faster).
 
-        ``progress``: the label of a tqdm bar on stderr counting the texts (None: no bar)."""
-        from tqdm import tqdm
-
+        ``progress`` (``TaskContext.progress``'s signature) shows the loop over batches, labelled ``desc``."""
         was_training = self.training
         self.eval()
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         out = torch.empty(len(texts), self.dim)
-        with tqdm(total=len(texts), desc=progress, unit="text", disable=progress is None, file=sys.stderr,
-                  mininterval=1.0 if sys.stderr.isatty() else 30.0) as bar:
-            for start in range(0, len(order), batch_size):
-                idx = order[start : start + batch_size]
-                out[idx] = self.encode_texts([texts[i] for i in idx], kind, device, max_length).float().cpu()
-                bar.update(len(idx))
+        starts: Iterable[int] = range(0, len(order), batch_size)
+        if progress is not None:
+            starts = progress(starts, desc, total=len(starts))
+        for start in starts:
+            idx = order[start : start + batch_size]
+            out[idx] = self.encode_texts([texts[i] for i in idx], kind, device, max_length).float().cpu()
         self.train(was_training)
         return out

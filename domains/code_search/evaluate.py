@@ -2,7 +2,7 @@
 
 MRR (ties count against the query, as CodeSearchNet's evaluation) and Recall@1/5/10 from
 :mod:`contrasuite.core.metrics.retrieval`, reported in percent. Scores are the encoder's dot
-products (cosine when it normalises). :class:`Embedder` shows a progress bar per embedding stage and
+products (cosine when it normalises). :class:`Embedder` shows each embedding stage through a progress callable and
 reads and writes :mod:`contrasuite.domains.code_search.embedding_cache`.
 """
 
@@ -16,7 +16,7 @@ import torch
 from contrasuite.core.metrics.retrieval import mean_reciprocal_rank, recall_at_k
 from contrasuite.domains.code_search.data import PairSet
 from contrasuite.domains.code_search.embedding_cache import EmbeddingCache, encoder_identity, texts_key
-from contrasuite.domains.code_search.encoder import BiEncoder
+from contrasuite.domains.code_search.encoder import BiEncoder, Progress
 
 
 @torch.no_grad()
@@ -38,7 +38,7 @@ class Embedder:
     Build one per evaluation (the weights are hashed once, at construction, when ``cache`` is set)."""
 
     def __init__(self, encoder: BiEncoder, *, batch_size: int = 64, device: torch.device | str = "cpu",
-                 progress: bool = False, cache: EmbeddingCache | None = None,
+                 progress: Progress | None = None, cache: EmbeddingCache | None = None,
                  log: Callable[[str], None] = lambda message: None) -> None:
         self.encoder, self.batch_size, self.device = encoder, batch_size, device
         self.progress, self.cache, self.log = progress, cache, log
@@ -51,8 +51,8 @@ class Embedder:
         if self.cache is not None and (emb := self.cache.load(key, len(texts))) is not None:
             self.log(f"{label}: {len(texts):,} embeddings from the cache ({self.cache.path(key)})")
             return emb
-        desc = f"{label} ({len(texts):,} texts, {max_length} tokens)" if self.progress else None
-        emb = self.encoder.embed(texts, kind, self.batch_size, self.device, max_length, progress=desc)
+        emb = self.encoder.embed(texts, kind, self.batch_size, self.device, max_length, progress=self.progress,
+                                 desc=f"{label} ({len(texts):,} texts, {max_length} tokens)")
         if self.cache is not None:
             self.cache.store(key, emb)
         return emb

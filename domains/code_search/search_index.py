@@ -16,7 +16,7 @@ from typing import Callable
 
 import torch
 
-from contrasuite.domains.code_search.encoder import BiEncoder, EncoderConfig
+from contrasuite.domains.code_search.encoder import BiEncoder, EncoderConfig, console_progress
 from contrasuite.domains.code_search.mine import Function, iter_functions, summary
 from contrasuite.domains.code_search.priors import load_encoder_checkpoint
 
@@ -46,7 +46,7 @@ def load_encoder(cfg: EncoderConfig, checkpoint: str | None) -> BiEncoder:
 
 def build_index(source: Path, out: Path, cfg: EncoderConfig, checkpoint: str | None = None, *,
                 batch_size: int = 64, device: str = "cpu", log: Callable[[str], None] = print) -> int:
-    """Embed every function under ``source`` into ``out``; returns the number of functions."""
+    """Embed every function under ``source`` into ``out`` (a progress bar on stderr); returns the number of functions."""
     from safetensors.torch import save_file
 
     source = Path(source).resolve()
@@ -62,7 +62,8 @@ def build_index(source: Path, out: Path, cfg: EncoderConfig, checkpoint: str | N
     if not functions:
         raise ValueError(f"code-search index: no Python functions under {source}")
     encoder = load_encoder(cfg, checkpoint).to(device)
-    emb = encoder.embed([f.source for f in functions], "code", batch_size, device)
+    emb = encoder.embed([f.source for f in functions], "code", batch_size, device, progress=console_progress,
+                        desc=f"code-search index ({len(functions):,} functions, {cfg.max_code_length} tokens)")
     tensors_path, meta_path = index_paths(out)
     tensors_path.parent.mkdir(parents=True, exist_ok=True)
     save_file({"embeddings": emb.contiguous()}, str(tensors_path))

@@ -9,7 +9,8 @@ encoder, or a frozen InfoNCE-trained model; :mod:`contrasuite.domains.code_searc
 ``grad_cache_chunk > 0`` runs the step with GradCache (the full-batch gradient, the activation memory
 of one chunk of pairs). ``evaluate("val")`` ranks the mined validation queries against all validation
 code (``mrr`` selects ``best.pt``); ``evaluate("test")`` does the same on the mined test split and, if
-``eval.cosqa``, on CoSQA (500 queries against 6,267 functions). CoSQA is never used for selection.
+``eval.cosqa``, on CoSQA (``eval.cosqa_*`` name its files). CoSQA is never used for selection.
+Each embedding stage is a progress bar (``ctx.progress``: ``run.progress``) and is cached on disk (``eval.cache``).
 """
 
 from __future__ import annotations
@@ -78,8 +79,6 @@ class EvalConfig:
     """The query file in ``cosqa_folder`` (``cosqa-retrieval-test-500.json`` for CoCLR's test split)."""
     cosqa_corpus: str = COSQA_CORPUS
     """The corpus file in ``cosqa_folder`` (a JSON object code -> index)."""
-    progress: bool = True
-    """A tqdm bar on stderr (rank 0) per embedding stage; the engine's ``run.progress`` is not seen by tasks."""
     cache: bool = True
     """Cache query and corpus embeddings on disk (``embedding_cache``), keyed by model, weights, lengths and texts."""
     cache_dir: str = ""
@@ -220,13 +219,13 @@ class CodeSearchTask:
         return self.encoder(**q_tok), self.encoder(**c_tok)
 
     def _embedder(self) -> Embedder:
-        """This evaluation's embedder: progress on rank 0, the cache (written by rank 0) unless disabled."""
+        """This evaluation's embedder: the engine's progress bars, the cache (written by rank 0) unless disabled."""
         e, main = self.cfg.eval, self.ctx.rank == 0
-        log = (lambda m: print(m, file=sys.stderr)) if e.progress and main else (lambda m: None)
+        log = (lambda m: print(m, file=sys.stderr)) if main else (lambda m: None)
         cache = None
         if e.cache:
             cache = EmbeddingCache(cache_root(e.cache_dir) / "code_search" / "embeddings", e.cache_max_mb, writable=main, log=log)
-        return Embedder(self.encoder, batch_size=e.batch_size, device=self.ctx.device, progress=e.progress and main,
+        return Embedder(self.encoder, batch_size=e.batch_size, device=self.ctx.device, progress=self.ctx.progress,
                         cache=cache, log=log)
 
     def evaluate(self, split: str = "val") -> Mapping[str, float]:

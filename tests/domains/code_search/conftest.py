@@ -154,7 +154,8 @@ def run_overrides(tiny_model, mined):
 
 @pytest.fixture()
 def make_task(run_overrides, tmp_path):
-    """``make_task(config_stem, extra_overrides)``: a set-up code_search task on the tiny model, data root ``tmp_path``."""
+    """``make_task(config_stem, extra_overrides, progress)``: a set-up code_search task on the tiny model, data root
+    ``tmp_path``; ``progress`` is the context's progress callable (default: none)."""
     import torch
 
     from contrasuite.domains.task import TaskContext
@@ -162,11 +163,14 @@ def make_task(run_overrides, tmp_path):
 
     configs = Path(__file__).resolve().parents[3] / "configs" / "code_search"
 
-    def build(stem: str = "reduced_infonce", extra=()):
+    def build(stem: str = "reduced_infonce", extra=(), progress=None):
         loaded = load_config(configs / f"{stem}.yaml", run_overrides(tmp_path) + list(extra))
         task = loaded.task_class()
-        task.setup(TaskContext(config=loaded.config, device=torch.device("cpu"), precision="fp32", run_dir=tmp_path,
-                               data_root=tmp_path, seed=0))
+        ctx = TaskContext(config=loaded.config, device=torch.device("cpu"), precision="fp32", run_dir=tmp_path,
+                          data_root=tmp_path, seed=0)
+        if progress is not None:
+            ctx.progress = progress
+        task.setup(ctx)
         return task
 
     return build

@@ -122,21 +122,37 @@ def test_cache_off_writes_nothing(make_task, cosqa, embed_calls, tmp_path):
     assert len(embed_calls) == 4 and not (tmp_path / "off").exists()
 
 
-def test_progress_names_each_stage_and_its_size(make_task, cosqa, capsys, tmp_path):
-    task = make_task(extra=cosqa_overrides(cosqa, f"config.eval.cache_dir={tmp_path / 'fresh'}"))
+def test_each_embedding_stage_is_a_progress_loop_named_with_its_size(make_task, cosqa, capsys, tmp_path):
+    stages = []
+
+    def progress(iterable, desc="", total=None):
+        stages.append((desc, total))
+        return iterable
+
+    task = make_task(extra=cosqa_overrides(cosqa, f"config.eval.cache_dir={tmp_path / 'fresh'}", "config.eval.batch_size=4"),
+                     progress=progress)
+    task.evaluate("test")
+    n = len(task.splits["test"].queries)
+    assert stages == [(f"mined test queries ({n:,} texts, 32 tokens)", -(-n // 4)),
+                      (f"mined test corpus ({n:,} texts, 64 tokens)", -(-n // 4)),
+                      ("cosqa queries (2 texts, 32 tokens)", 1), ("cosqa corpus (5 texts, 64 tokens)", 2)]
     capsys.readouterr()
     task.evaluate("test")
-    err = capsys.readouterr().err
-    n_test = len(task.splits["test"].queries)
-    for stage in (f"mined test queries ({n_test:,} texts, 32 tokens)", f"mined test corpus ({n_test:,} texts, 64 tokens)",
-                  "cosqa queries (2 texts, 32 tokens)", "cosqa corpus (5 texts, 64 tokens)"):
-        assert stage in err
-    task.evaluate("test")
+    assert len(stages) == 4  # all four from the cache, each said in one line
     assert "cosqa corpus: 5 embeddings from the cache (" in capsys.readouterr().err
-    quiet = make_task(extra=cosqa_overrides(cosqa, "config.eval.progress=false", "config.eval.cache=false"))
-    capsys.readouterr()
-    quiet.evaluate("test")
-    assert capsys.readouterr().err == ""
+
+
+def test_run_progress_shows_the_stages_on_stderr(run_overrides, cosqa, tmp_path, capsys):
+    from contrasuite.pipelines import trainer
+    from contrasuite.pipelines.config import load_config
+
+    config = "configs/code_search/reduced_infonce.yaml"
+    shown = [*run_overrides(tmp_path / "runs"), *cosqa_overrides(cosqa, f"config.eval.cache_dir={tmp_path / 'c'}")]
+    trainer.evaluate(trainer.train(load_config(config, shown + ["run.progress=true"])))
+    err = capsys.readouterr().err
+    assert "val corpus (" in err and "cosqa corpus (5 texts, 64 tokens)" in err
+    trainer.evaluate(trainer.train(load_config(config, shown + [f"config.eval.cache_dir={tmp_path / 'd'}"])))
+    assert "corpus (" not in capsys.readouterr().err  # run.progress=false
 
 
 def test_weights_digest_follows_every_tensor(tiny_model):

@@ -13,7 +13,9 @@ from contrasuite.pipelines.code_search_cli import main as cli
 def test_index_query_round_trip(source_tree, tiny_model, tmp_path, capsys):
     out = tmp_path / "idx" / "tree"
     assert cli(["index", str(source_tree), "--out", str(out), "--model", str(tiny_model), "--max-code-length", "128"]) == 0
-    assert "indexed 41 functions" in capsys.readouterr().out
+    printed = capsys.readouterr()
+    assert "indexed 41 functions" in printed.out
+    assert "code-search index (41 functions, 128 tokens): 100%" in printed.err
     tensors, meta_path = index_paths(out)
     meta = json.loads(meta_path.read_text())
     assert tensors.is_file() and meta["format"] == 1 and meta["checkpoint"] is None
