@@ -12,8 +12,16 @@ just before the first step (``resource.getrusage``), which includes allocator ca
 The texts are real functions (and their docstring summaries) of the standard library's ``email``
 package, cycled to fill the batch.
 
+The side-by-side embedding rows time inference on the same code texts: ``embed`` is this package's
+evaluation path (:meth:`BiEncoder.embed`: length-sorted batches of ``--embed-batch``, truncation at
+``--max-code-length``), ``sentence-transformers`` is plain ``SentenceTransformer.encode`` of the same
+model folder with the same batch size and ``max_seq_length``; the second row also gives the largest
+absolute difference between the two embeddings. ``--corpus cosqa`` embeds CoSQA's functions (from
+the data root), ``stdlib`` (default) ``--texts`` functions of ``email``.
+
     contrasuite bench code_search --batch 1024 --chunk 32          # a GPU
     contrasuite bench code_search --batch 64 --chunk 16 --steps 1  # a small CPU check
+    contrasuite bench code_search --modes embed sentence-transformers --corpus cosqa --texts 0 --steps 1 --threads 1
 """
 
 from __future__ import annotations
@@ -21,19 +29,25 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
 import platform
+from queue import Empty
 import resource
 import sysconfig
 import time
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
 import torch
 
 from contrasuite.core.gradcache import cached_backward
 from contrasuite.core.objectives import InfoNCE
-from contrasuite.domains.code_search.encoder import BiEncoder, EncoderConfig
+from contrasuite.domains.code_search.data import COSQA_FOLDER, load_cosqa
+from contrasuite.domains.code_search.encoder import BiEncoder, EncoderConfig, resolve_model_path
 from contrasuite.domains.code_search.mine import iter_functions, summary
+
+EMBED_MODES = ("embed", "sentence-transformers")
 
 
 def _texts(n: int) -> tuple[list[str], list[str]]:
@@ -48,12 +62,52 @@ def _rss_mb() -> float:
         return int(handle.read().split()[1]) * resource.getpagesize() / 2**20
 
 
+def _corpus(args: dict) -> list[str]:
+    """The code texts the embedding rows embed: ``--texts`` of them (0: all of CoSQA; 512 of ``email``)."""
+    if args["corpus"] == "cosqa":
+        code = load_cosqa(Path(args["data_root"]) / COSQA_FOLDER).code
+        return code[: args["texts"]] if args["texts"] else code
+    return _texts(args["texts"] or 512)[1]
+
+
+def _embed_rows(mode: str, args: dict, cfg: EncoderConfig, device: torch.device) -> tuple[dict, np.ndarray]:
+    """One embedding row (fastest of ``--steps`` passes over the corpus) and its embeddings."""
+    texts, batch, length = _corpus(args), args["embed_batch"], cfg.max_code_length
+    if mode == "embed":
+        enc = BiEncoder(cfg).to(device)
+        run = lambda items: enc.embed(items, "code", batch, device, length)
+    else:
+        from sentence_transformers import SentenceTransformer
+
+        st = SentenceTransformer(str(resolve_model_path(cfg.model)), device=str(device), local_files_only=True)
+        st.max_seq_length = length
+        run = lambda items: st.encode(items, batch_size=batch, convert_to_tensor=True, normalize_embeddings=cfg.normalize,
+                                      show_progress_bar=False)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args["precision"])
+    times = []
+    with torch.no_grad(), torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+        if args["warmup"]:
+            run(texts[:batch])
+        for _ in range(args["steps"]):
+            start = time.perf_counter()
+            emb = run(texts)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - start)
+    sec = min(times)
+    row = {"mode": mode, "texts": len(texts), "batch": batch, "seconds": sec, "texts_per_s": len(texts) / sec}
+    return row, emb.float().cpu().numpy()
+
+
 def _run(mode: str, args: dict, queue: mp.Queue) -> None:
     torch.manual_seed(0)
     if args["threads"]:
         torch.set_num_threads(args["threads"])
     device = torch.device(args["device"])
     cfg = EncoderConfig(model=args["model"], max_query_length=args["max_query_length"], max_code_length=args["max_code_length"])
+    if mode in EMBED_MODES:
+        queue.put(_embed_rows(mode, args, cfg, device))
+        return
     enc = BiEncoder(cfg).to(device).train()
     opt = torch.optim.AdamW(enc.parameters(), lr=1e-5)
     loss_fn = InfoNCE(temperature=0.05)
@@ -96,11 +150,30 @@ def _run(mode: str, args: dict, queue: mp.Queue) -> None:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - base_rss
         kind = "peak RSS above start"
     sec = min(times)
-    queue.put({"mode": mode, "batch": args["batch"], "chunk": args["chunk"] if mode == "gradcache" else args["batch"],
-               "seconds_per_step": sec, "pairs_per_s": args["batch"] / sec, "peak_mb": peak, "memory": kind})
+    queue.put(({"mode": mode, "batch": args["batch"], "chunk": args["chunk"] if mode == "gradcache" else args["batch"],
+                "seconds_per_step": sec, "pairs_per_s": args["batch"] / sec, "peak_mb": peak, "memory": kind}, None))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def table_line(r: dict) -> str:
+    """One markdown row of a result: an embedding mode (EMBED_HEADER) or a training step (STEP_HEADER)."""
+    embedding = r["mode"] in EMBED_MODES
+    if "error" in r:
+        failed = f"did not run: {r['error']}"
+        cells = ["-", "-", failed, "-", "-"] if embedding else [r["batch"], "-", failed, "-"]
+    elif embedding:
+        diff = f"{r['max_abs_diff']:.1e}" if "max_abs_diff" in r else "-"
+        cells = [f"{r['texts']:,}", r["batch"], f"{r['texts_per_s']:.1f}", f"{r['seconds']:.1f}", diff]
+    else:  # a plain step has no chunk
+        chunk = r.get("chunk", "-") if r["mode"] == "gradcache" else "-"
+        cells = [r["batch"], chunk, f"{r['pairs_per_s']:.1f}", f"{r['peak_mb']:.0f}"]
+    return "| " + " | ".join(str(c) for c in (r["mode"], *cells)) + " |"
+
+
+STEP_HEADER = "| mode | batch | chunk | pairs/s | peak MB |"
+EMBED_HEADER = "| embedding | texts | batch | texts/s | seconds | max abs diff |"
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="contrasuite bench code_search", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="all-MiniLM-L6-v2")
     parser.add_argument("--batch", type=int, default=1024)
@@ -112,32 +185,61 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--precision", choices=("bf16", "fp16", "fp32"), default="bf16")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--threads", type=int, default=0, help="torch threads on the CPU (0: default)")
-    parser.add_argument("--modes", nargs="+", choices=("plain", "gradcache"), default=["plain", "gradcache"])
+    parser.add_argument("--modes", nargs="+", choices=("plain", "gradcache", *EMBED_MODES), default=["plain", "gradcache", *EMBED_MODES])
+    parser.add_argument("--corpus", choices=("stdlib", "cosqa"), default="stdlib", help="code the embedding rows embed")
+    parser.add_argument("--texts", type=int, default=0, help="texts the embedding rows embed (0: all of CoSQA, 512 of email)")
+    parser.add_argument("--embed-batch", type=int, default=64, help="batch size of the embedding rows")
+    parser.add_argument("--data-root", default=os.environ.get("CONTRASUITE_DATA"), help="for --corpus cosqa")
     parser.add_argument("--out", type=Path, default=Path("runs/bench/code_search.json"))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.batch % args.chunk:
         parser.error(f"--batch {args.batch} must be a multiple of --chunk {args.chunk}")
+    if args.corpus == "cosqa" and not args.data_root:
+        parser.error("--corpus cosqa needs the data root: --data-root DIR or $CONTRASUITE_DATA")
     ctx = mp.get_context("spawn")
-    rows = []
+    rows, embeddings = [], {}
     for mode in args.modes:
         queue = ctx.Queue()
         proc = ctx.Process(target=_run, args=(mode, vars(args) | {"out": None}, queue))
         proc.start()
+        result = _result(proc, queue)
         proc.join()
-        if proc.exitcode != 0:
+        if result is None or proc.exitcode != 0:
             rows.append({"mode": mode, "batch": args.batch, "error": f"exit code {proc.exitcode} (out of memory?)"})
         else:
-            rows.append(queue.get())
+            rows.append(result[0])
+            if result[1] is not None:
+                embeddings[mode] = result[1]
+        if mode == "sentence-transformers" and {"embed", mode} <= embeddings.keys():
+            rows[-1]["max_abs_diff"] = float(np.abs(embeddings["embed"] - embeddings[mode]).max())
         print(json.dumps(rows[-1]))
     result = {"settings": {k: str(v) for k, v in vars(args).items()}, "torch": torch.__version__,
               "machine": platform.processor() or platform.machine(), "cpu_threads": torch.get_num_threads(), "rows": rows}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print("| mode | batch | chunk | pairs/s | peak MB |\n|---|---|---|---|---|")
-    for r in rows:
-        if "error" in r:
-            print(f"| {r['mode']} | {r['batch']} | - | {r['error']} | - |")
-        else:
-            print(f"| {r['mode']} | {r['batch']} | {r['chunk']} | {r['pairs_per_s']:.1f} | {r['peak_mb']:.0f} |")
+    steps = [table_line(r) for r in rows if r["mode"] not in EMBED_MODES]
+    if steps:
+        print(STEP_HEADER + "\n|---|---|---|---|---|\n" + "\n".join(steps))
+    embeds = [table_line(r) for r in rows if r["mode"] in EMBED_MODES]
+    if embeds:
+        print(EMBED_HEADER + "\n|---|---|---|---|---|---|\n" + "\n".join(embeds))
     print(f"wrote {args.out}")
     return 0
+
+
+def _result(proc: mp.Process, queue: mp.Queue) -> tuple[dict, np.ndarray | None] | None:
+    """The child's result, read before joining it (a large one blocks its exit), or None if it died without one."""
+    while True:
+        try:
+            return queue.get(timeout=1.0)
+        except Empty:
+            if proc.exitcode is not None:
+                try:
+                    return queue.get(timeout=1.0)
+                except Empty:
+                    return None

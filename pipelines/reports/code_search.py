@@ -85,9 +85,10 @@ def ensure_mined(args: argparse.Namespace) -> None:
 
 
 def zero_shot(args: argparse.Namespace) -> dict[str, Any]:
-    """Evaluate the untrained encoder of reduced_infonce.yaml on val and test (in this process)."""
+    """Evaluate the untrained encoder of reduced_infonce.yaml on val and test (in this process; a bar per stage)."""
     import torch
 
+    from contrasuite.domains.code_search.encoder import console_progress
     from contrasuite.domains.task import TaskContext
     from contrasuite.pipelines.config import load_config
 
@@ -97,7 +98,7 @@ def zero_shot(args: argparse.Namespace) -> dict[str, Any]:
     task = loaded.task_class()
     run_dir = args.cache / "zero_shot"
     task.setup(TaskContext(config=loaded.config, device=torch.device("cpu"), precision="fp32", run_dir=run_dir,
-                           data_root=data_root, seed=0))
+                           data_root=data_root, seed=0, progress=console_progress))
     started = time.time()
     val = dict(task.evaluate("val"))
     test = dict(task.evaluate("test"))
@@ -147,22 +148,27 @@ def _cell(values: list[float]) -> str:
 
 
 def bench_section(files: Sequence[Path]) -> str:
-    """The rows of every ``contrasuite bench code_search --out FILE`` result, with the settings that made them."""
-    rows = []
+    """The rows of every ``contrasuite bench code_search --out FILE`` result, with the settings that made them:
+    training steps (plain, GradCache) and the side-by-side embedding rows (ours, sentence-transformers)."""
+    from contrasuite.pipelines.bench.code_search import EMBED_HEADER, EMBED_MODES, STEP_HEADER, table_line
+
+    steps, embeds = [], []
     for path in files:
         result = json.loads(path.read_text())
         st = result["settings"]
-        where = f"{st['device']}, {st['threads']} thread(s), {st['precision']}, code {st['max_code_length']} / query {st['max_query_length']} tokens"
-        for r in result["rows"]:
-            if "error" in r:
-                rows.append(f"| {r['mode']} | {r['batch']} | - | did not run: {r['error']} | - | {where} |")
-            else:
-                chunk = r.get("chunk", "-") if r["mode"] == "gradcache" else "-"
-                rows.append(f"| {r['mode']} | {r['batch']} | {chunk} | {r['pairs_per_s']:.1f} | {r['peak_mb']:.0f} | {where} |")
-    if not rows:
-        return ""
-    return ("\n## Throughput and memory (`contrasuite bench code_search`)\n\n"
-            "| mode | batch | chunk | pairs/s | peak MB | setting |\n|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n")
+        where = f"{st['device']}, {st['threads']} thread(s), {st['precision']}"
+        rows = result["rows"]
+        steps += [f"{table_line(r)} {where}, code {st['max_code_length']} / query {st['max_query_length']} tokens |"
+                  for r in rows if r["mode"] not in EMBED_MODES]
+        embeds += [f"{table_line(r)} {where}, code {st['max_code_length']} tokens |" for r in rows if r["mode"] in EMBED_MODES]
+    text = ""
+    if steps:
+        text += ("\n## Throughput and memory (`contrasuite bench code_search`)\n\n"
+                 f"{STEP_HEADER} setting |\n|---|---|---|---|---|---|\n" + "\n".join(steps) + "\n")
+    if embeds:
+        text += ("\n## Embedding against plain sentence-transformers (`contrasuite bench code_search`)\n\n"
+                 f"{EMBED_HEADER} setting |\n|---|---|---|---|---|---|---|\n" + "\n".join(embeds) + "\n")
+    return text
 
 
 def write_report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> str:
