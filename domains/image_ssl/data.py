@@ -26,13 +26,14 @@ import urllib.request
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 
 from contrasuite.domains.archives import sha256_of
 from contrasuite.domains.errors import DataError
+from contrasuite.domains.images import open_image
 
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 """CIFAR-10 class names in the official label order (``batches.meta``)."""
@@ -133,19 +134,16 @@ def _jpeg_tar_members(archive: Path, split: str) -> list[tuple[str, int, bytes]]
 
 def decode_jpeg(data: bytes, name: str) -> np.ndarray:
     """Decode one 32x32 image to ``[32, 32, 3]`` uint8; errors name the file."""
-    try:
-        with Image.open(io.BytesIO(data)) as img:
-            array = np.asarray(img.convert("RGB"), dtype=np.uint8)
-    except (UnidentifiedImageError, OSError, ValueError) as err:
-        raise DataError(f"cannot decode image {name}: {err}") from err
+    with open_image(data, f"cannot decode image {name}") as img:
+        array = np.asarray(img.convert("RGB"), dtype=np.uint8)
     if array.shape != (32, 32, 3):
         raise DataError(f"image {name} has shape {array.shape}, expected (32, 32, 3)")
     return array
 
 
-def _folder_key(folder: Path) -> str:
+def _folder_key(folder: Path, pattern: str = "*.jpg") -> str:
     digest = hashlib.sha256()
-    for path in sorted(folder.rglob("*.jpg")):
+    for path in sorted(folder.rglob(pattern)):
         stat = path.stat()
         digest.update(f"{path.relative_to(folder)}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
     return digest.hexdigest()[:16]
@@ -161,24 +159,25 @@ def default_cache_dir() -> Path:
 
 def _cached(
     members: Iterable[tuple[str, int, bytes]], key: str, split: str, cache_dir: str | os.PathLike | None,
-    source: Path,
+    source: Path, *, decode: Callable[[bytes, str], np.ndarray] = decode_jpeg, prefix: str = "cifar10-jpg",
+    label: str = "CIFAR-10 (JPEG copy)",
 ) -> ImageSet:
-    """Decode ``members`` once and cache them as ``.npz`` (atomic write); later calls load the cache."""
+    """Decode ``members`` once and cache them as ``<prefix>-<split>-<key>.npz`` (atomic write); later calls load it."""
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
-    target = cache / f"cifar10-jpg-{split}-{key}.npz"
+    target = cache / f"{prefix}-{split}-{key}.npz"
     if target.is_file():
         try:
             with np.load(target, allow_pickle=False) as saved:
-                return ImageSet(saved["images"], saved["labels"].astype(np.int64), "CIFAR-10 (JPEG copy)")
+                return ImageSet(saved["images"], saved["labels"].astype(np.int64), label)
         except (OSError, ValueError, KeyError):
             target.unlink(missing_ok=True)  # a damaged cache is rebuilt from the source
     images, labels = [], []
-    for name, label, data in members:
-        images.append(decode_jpeg(data, name))
-        labels.append(label)
+    for name, index, data in members:
+        images.append(decode(data, name))
+        labels.append(index)
     if not images:
-        raise DataError(f"{source}: no JPEG images found for split {split!r}")
-    result = ImageSet(np.stack(images), np.asarray(labels, dtype=np.int64), "CIFAR-10 (JPEG copy)")
+        raise DataError(f"{source}: no images found for split {split!r}")
+    result = ImageSet(np.stack(images), np.asarray(labels, dtype=np.int64), label)
     cache.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=cache, prefix=target.name, suffix=".tmp")
     try:
@@ -189,6 +188,50 @@ def _cached(
         Path(tmp).unlink(missing_ok=True)
         raise
     return result
+
+
+# --- your own image folder -------------------------------------------------------------------------
+
+FOLDER_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
+
+
+def folder_classes(folder: Path) -> tuple[str, ...]:
+    """The class names of an image folder: the sub-folders of ``<folder>/train``, sorted."""
+    train = Path(folder) / "train"
+    if not train.is_dir():
+        raise DataError(f"image folder {folder}: expected {train}/<class>/<image> (config.data.folder)")
+    classes = tuple(sorted(p.name for p in train.iterdir() if p.is_dir()))
+    if not classes:
+        raise DataError(f"image folder {train} has no class sub-folders")
+    return classes
+
+
+def load_image_folder(folder: str | os.PathLike, split: str, size: int,
+                      cache_dir: str | os.PathLike | None = None) -> ImageSet:
+    """``<folder>/<split>/<class>/<image>`` as ``[N, size, size, 3]`` uint8 (RGB, bicubic resize), cached once.
+
+    Classes are the sub-folders of ``<folder>/train`` (sorted), the same indices for every split; a
+    class folder of another split that train does not have is an error naming it."""
+    folder = Path(folder)
+    classes = folder_classes(folder)
+    root = folder / split
+    if not root.is_dir():
+        raise DataError(f"image folder {folder}: split folder {root} not found")
+    members = []
+    for class_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        if class_dir.name not in classes:
+            raise DataError(f"{class_dir}: class {class_dir.name!r} is not among the training classes {list(classes)}")
+        for path in sorted(p for p in class_dir.iterdir() if p.suffix.lower() in FOLDER_SUFFIXES):
+            members.append((str(path), classes.index(class_dir.name), path.read_bytes()))
+
+    def decode(data: bytes, name: str) -> np.ndarray:
+        with open_image(data, name) as img:
+            rgb = img.convert("RGB")
+            return np.asarray(rgb if rgb.size == (size, size) else rgb.resize((size, size), Image.BICUBIC), dtype=np.uint8)
+
+    key = hashlib.sha256(f"{_folder_key(root, '*.*')}:{size}".encode()).hexdigest()[:16]
+    return _cached(members, key, split, cache_dir, root, decode=decode, prefix=f"folder-{folder.name}",
+                   label=f"image folder {folder}")
 
 
 # --- the official python archive -------------------------------------------------------------------

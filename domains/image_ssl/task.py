@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional
 
 import numpy as np
@@ -33,7 +34,7 @@ from contrasuite.core.metrics.probe import extract_features, knn_accuracy, linea
 from contrasuite.core.negatives.gather import distributed_objective
 from contrasuite.core.objectives import ObjectiveSum
 from contrasuite.domains.image_ssl.augment import AugmentConfig, Normalize, TwoViewAugment, batch_seed
-from contrasuite.domains.image_ssl.data import CLASSES, load_cifar10
+from contrasuite.domains.image_ssl.data import CLASSES, folder_classes, load_cifar10, load_image_folder
 from contrasuite.domains.image_ssl.encoders import ENCODERS, SSLModel, build_encoder
 from contrasuite.domains.image_ssl.negatives import QueueNegatives, build_negative_source
 from contrasuite.domains.task import SmokeSettings, StepContext, TaskContext
@@ -43,8 +44,13 @@ from contrasuite.domains.task import SmokeSettings, StepContext, TaskContext
 class DataConfig:
     """``config.data``: which CIFAR-10 files, and which part of them."""
 
-    source: str = one_of("auto", ("auto", "jpeg", "python"))
-    """``auto`` (JPEG copy if present, else the official archive), ``jpeg`` or ``python``."""
+    source: str = one_of("auto", ("auto", "jpeg", "python", "folder"))
+    """CIFAR-10: ``auto`` (JPEG copy if present, else the official archive), ``jpeg`` or ``python``;
+    ``folder``: your own images, ``data.folder`` laid out as ``{train,test}/<class>/<image>``."""
+    folder: Optional[str] = None
+    """``source: folder``: the image folder (absolute, or relative to the data root)."""
+    image_size: int = bounded(32, ge=8)
+    """``source: folder``: images are resized to this square size; the crops of the augmentation too."""
     cache_dir: Optional[str] = None
     """Where the decoded JPEG set is cached (default ``$CONTRASUITE_CACHE`` or ``~/.cache/contrasuite``)."""
     download: bool = True
@@ -231,15 +237,25 @@ class ImageSSLTask:
             self.negatives.to(ctx.device)
             if cfg.objective.views != "paired":
                 raise ValueError("config.negatives adds candidate columns: set config.objective.views=paired")
-        self.augment = TwoViewAugment(cfg.augment).to(ctx.device)
+        self.augment = TwoViewAugment(cfg.augment, size=cfg.data.image_size).to(ctx.device)
         self.normalize = Normalize().to(ctx.device)
         self._build_optimizer(cfg.optim)
 
     # -- construction -------------------------------------------------------------------------
 
     def _load_data(self, ctx: TaskContext, cfg: DataConfig) -> None:
-        train = load_cifar10(ctx.data_root, "train", source=cfg.source, cache_dir=cfg.cache_dir, download=cfg.download)
-        test = load_cifar10(ctx.data_root, "test", source=cfg.source, cache_dir=cfg.cache_dir, download=cfg.download)
+        if cfg.source == "folder":
+            if not cfg.folder:
+                raise ValueError("config.data.source=folder needs config.data.folder (a folder of {train,test}/<class>/<image>)")
+            folder = Path(cfg.folder) if Path(cfg.folder).is_absolute() else ctx.data_root / cfg.folder
+            self.classes = folder_classes(folder)
+            train, test = (load_image_folder(folder, split, cfg.image_size, cfg.cache_dir) for split in ("train", "test"))
+        else:
+            if cfg.image_size != 32:
+                raise ValueError(f"config.data.image_size={cfg.image_size}: CIFAR-10 images are 32 x 32")
+            self.classes = CLASSES
+            train = load_cifar10(ctx.data_root, "train", source=cfg.source, cache_dir=cfg.cache_dir, download=cfg.download)
+            test = load_cifar10(ctx.data_root, "test", source=cfg.source, cache_dir=cfg.cache_dir, download=cfg.download)
         self.data_source = train.source
         keep = balanced_subset(train.labels, cfg.train_subset, cfg.split_seed, "config.data.train_subset")
         keep_test = balanced_subset(test.labels, cfg.test_subset, cfg.split_seed, "config.data.test_subset")
@@ -374,7 +390,7 @@ class ImageSSLTask:
     def evaluate(self, split: str = "val") -> Mapping[str, float]:
         """``val``: kNN accuracy (%) on the held-out part of train; ``test``: kNN and linear probe (%) on test."""
         cfg = self.cfg.eval
-        knn = {"k": cfg.knn_k, "temperature": cfg.knn_temperature, "num_classes": len(CLASSES)}
+        knn = {"k": cfg.knn_k, "temperature": cfg.knn_temperature, "num_classes": len(self.classes)}
         train_feats = self.features(self.train_images, "training images")
         if split == "val":
             bank, queries = train_feats[self.fit_idx], train_feats[self.val_idx]

@@ -152,5 +152,46 @@ def test_jpeg_tarball_layout_and_truncated_archive(tmp_path):
 def test_empty_split_folder_is_named(tmp_path):
     empty = tmp_path / "cifar10" / "cifar10-jpg" / "test"
     empty.mkdir(parents=True)
-    with pytest.raises(DataError, match=f"{empty}: no JPEG images found for split 'test'"):
+    with pytest.raises(DataError, match=f"{empty}: no images found for split 'test'"):
         load_cifar10(tmp_path, "test", source="jpeg", cache_dir=tmp_path / "cache")
+
+
+def _folder(root, sizes):
+    """``root/{train,test}/{cat,dog}/k.png`` of the given sizes (a cat is red, a dog blue)."""
+    for split in ("train", "test"):
+        for cls, colour in (("cat", (220, 30, 30)), ("dog", (30, 30, 220))):
+            (root / split / cls).mkdir(parents=True)
+            for k, size in enumerate(sizes):
+                Image.new("RGB", (size, size + k), colour).save(root / split / cls / f"{k}.png")
+
+
+def test_own_image_folder_is_resized_labelled_by_folder_and_cached(tmp_path):
+    from contrasuite.domains.image_ssl.data import folder_classes, load_image_folder
+
+    _folder(tmp_path / "pets", (40, 50, 64))
+    assert folder_classes(tmp_path / "pets") == ("cat", "dog")
+    first = load_image_folder(tmp_path / "pets", "train", 24, cache_dir=tmp_path / "cache")
+    assert first.images.shape == (6, 24, 24, 3) and first.labels.tolist() == [0, 0, 0, 1, 1, 1]
+    assert first.images[0, 12, 12].tolist()[0] > 200 and first.images[5, 12, 12].tolist()[2] > 200
+    assert len(list((tmp_path / "cache").glob("folder-pets-train-*.npz"))) == 1
+    again = load_image_folder(tmp_path / "pets", "train", 24, cache_dir=tmp_path / "cache")
+    assert np.array_equal(again.images, first.images)
+    (tmp_path / "pets" / "test" / "bird").mkdir()
+    with pytest.raises(DataError, match="class 'bird' is not among the training classes"):
+        load_image_folder(tmp_path / "pets", "test", 24, cache_dir=tmp_path / "cache")
+
+
+def test_image_ssl_trains_and_evaluates_on_an_own_folder(tmp_path):
+    from contrasuite.pipelines import trainer
+    from contrasuite.pipelines.config import load_config
+
+    _folder(tmp_path / "pets", (40, 48, 56, 64, 36, 44, 52, 60))
+    overrides = ["run.max_steps=2", "run.progress=false", f"run.output_root={tmp_path / 'runs'}", "config.batch_size=8",
+                 "config.data.source=folder", f"config.data.folder={tmp_path / 'pets'}", "config.data.image_size=24",
+                 "config.data.train_subset=0", "config.data.test_subset=0",
+                 f"config.data.cache_dir={tmp_path / 'cache'}", "config.data.val_fraction=0.25", "config.eval.knn_k=3",
+                 "config.eval.linear_epochs=2", "config.model.width=8"]
+    run_dir = trainer.train(load_config(Path(__file__).resolve().parents[3] / "configs" / "image_ssl" / "reduced_infonce.yaml",
+                                        overrides, data_root=str(tmp_path)))
+    result = trainer.evaluate(run_dir, "last")["metrics"]
+    assert 0 <= result["knn_acc"] <= 100 and 0 <= result["linear_acc"] <= 100
