@@ -419,9 +419,11 @@ class ImageTextTask:
         bs, model = self.cfg.eval_batch_size, self.model_ema  # the weight average when there is one
         imgs, txts = [], []
         with self.ctx.autocast():
-            for s in range(0, len(rows), bs):
+            starts = range(0, len(rows), bs)
+            for s in self.ctx.progress(starts, f"embedding {len(rows)} images", total=len(starts)):
                 imgs.append(self._embed_images(self._images_in(style, rows[s: s + bs]), model).float())
-            for s in range(0, len(texts), bs):
+            starts = range(0, len(texts), bs)
+            for s in self.ctx.progress(starts, f"embedding {len(texts)} texts", total=len(starts)):
                 txts.append(self._embed_texts(self._texts_in(texts[s: s + bs]), model).float())
         return F.normalize(torch.cat(imgs), dim=-1).cpu(), F.normalize(torch.cat(txts), dim=-1).cpu()
 

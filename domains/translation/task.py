@@ -392,7 +392,8 @@ class TranslationTask:
             rows = [[inputs[i], outputs[i], targets[i]] for i in range(min(rows_n, len(inputs)))]
         else:
             dc = self.cfg.data
-            outputs = [self.translate(x[None])[0] for x in inputs]
+            outputs = [self.translate(x[None])[0]
+                       for x in self.ctx.progress(inputs, f"translating {len(inputs)} {split} images", total=len(inputs))]
             crops = lambda images: torch.cat([D.fixed_crops(_Single(x), dc.crop_size, dc.eval_crops, seed=2) for x in images])  # noqa: E731
             metrics = self._metrics(split, crops(inputs), crops(outputs), targets, paired=False)
             rows = [[inputs[i], outputs[i]] for i in range(min(rows_n, len(inputs)))]
