@@ -50,3 +50,21 @@ def test_ssim_drops_with_noise():
     assert 1 > s_little > s_lots
     with pytest.raises(ValueError, match="same shape"):
         psnr_y(x, x[..., :-1], 2)
+
+
+def test_separable_grouped_ssim_equals_the_direct_window_and_kornia():
+    """The fast ssim_y against the textbook 11x11 window (the bench's baseline) and kornia's SSIM."""
+    import kornia
+
+    from contrasuite.pipelines.bench.super_resolution import ssim_direct
+
+    g = torch.Generator().manual_seed(0)
+    hr = torch.rand(3, 3, 41, 57, generator=g)
+    hr[1, :, 10:30, 10:30] = 0.5  # flat patches: the variances there are where float32 would cancel
+    sr = (hr + 0.05 * torch.randn(hr.shape, generator=g)).clamp(0, 1)
+    fast = ssim_y(sr, hr, 2)
+    for i in range(3):
+        y1, y2 = (crop_border(rgb_to_y(x[i]), 2)[None, None] for x in (sr, hr))
+        assert abs(fast[i].item() - ssim_direct(y1, y2)) < 1e-12
+        theirs = kornia.metrics.ssim(y1 / 255, y2 / 255, 11, max_val=1.0, padding="valid").mean().item()
+        assert abs(fast[i].item() - theirs) < 1e-6
