@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import numpy as np
 from PIL import Image
 
 from contrasuite.domains.errors import DataError
@@ -24,3 +25,20 @@ def open_image(source: Path | bytes, name: str | Path | None = None) -> Image.Im
     except Exception as err:  # noqa: BLE001 - PIL raises many types for a bad file; each means "unusable"
         raise DataError(f"{label}: not a readable image ({' '.join(str(err).split()) or type(err).__name__})") from None
     return image
+
+
+def rgb_on_white(image: Image.Image, size: int | None = None) -> np.ndarray:
+    """``[H, W, 3]`` uint8: transparency composited on white, optionally resized (bicubic) to ``size`` square."""
+    rgba = image.convert("RGBA")
+    canvas = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+    canvas.alpha_composite(rgba)
+    rgb = canvas.convert("RGB")
+    if size is not None and rgb.size != (size, size):
+        rgb = rgb.resize((size, size), Image.BICUBIC)
+    return np.array(rgb, dtype=np.uint8)  # a writable copy (torch.from_numpy shares it)
+
+
+def read_rgb_array(path: Path, size: int | None = None) -> np.ndarray:
+    """The image file at ``path`` as :func:`rgb_on_white` returns it; a bad file raises DataError naming it."""
+    with open_image(path) as image:
+        return rgb_on_white(image, size)

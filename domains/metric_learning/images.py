@@ -9,29 +9,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-import numpy as np
 import torch
 import torch.nn.functional as F
-from PIL import Image
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from contrasuite.domains.images import open_image
+from contrasuite.domains.images import read_rgb_array
 from contrasuite.domains.metric_learning.backbone import INPUT_MEAN, INPUT_STD
 
 
 def read_rgb(path: Path, size: int) -> Tensor:
     """``uint8 [3, size, size]``: transparent pixels composited on white, bicubic resize."""
-    image = open_image(path)
-    if image.mode in ("RGBA", "LA", "P"):
-        rgba = image.convert("RGBA")
-        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
-        background.alpha_composite(rgba)
-        image = background
-    image = image.convert("RGB")
-    if image.size != (size, size):
-        image = image.resize((size, size), Image.BICUBIC)
-    return torch.from_numpy(np.asarray(image).copy()).permute(2, 0, 1)
+    return torch.from_numpy(read_rgb_array(path, size)).permute(2, 0, 1)
 
 
 def normalize(images: Tensor) -> Tensor:

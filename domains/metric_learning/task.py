@@ -20,8 +20,9 @@ from typing import Any, Iterator, Mapping
 import torch
 from torch import Tensor, nn
 
-from contrasuite.domains.config_fields import bounded, one_of
 from contrasuite.domains.archives import cache_root
+from contrasuite.domains.config_fields import bounded, one_of
+from contrasuite.domains.image_loading import EpochBatches, OnDiskImages, albumentations_transform, epoch_batches, image_loader
 from contrasuite.domains.metric_learning.backbone import FEATURE_DIM
 from contrasuite.domains.metric_learning.data import DATASETS, EMOJI_STYLES, ImageList, load_splits
 from contrasuite.domains.metric_learning.evaluate import retrieval_metrics, scorer_for
@@ -53,7 +54,10 @@ class DataConfig:
     max_classes: int = bounded(0, ge=0)
     """Keep only the first N classes of each split (smoke tests); 0 keeps all."""
     preload: bool = True
-    """Decode every image once into memory (small datasets)."""
+    """Decode every image once into memory (small datasets); false: training images are read from disk by
+    ``workers`` DataLoader processes (``contrasuite.domains.image_loading``, albumentations on the CPU)."""
+    workers: int = bounded(0, ge=0)
+    """``preload: false``: DataLoader worker processes (0 reads in the training process); results do not depend on it."""
     augment: bool = False
     """Random resized crop (area 0.7-1, no flips) on training images."""
 
@@ -176,6 +180,7 @@ class MetricLearningTask:
         self.cache: dict[str, Tensor] = {}
         if cfg.model.cache_frozen:
             self.cache = {name: self._cached_stem(name) for name in self.sets}
+        self.loader = None if preload or self.cache else self._disk_loader(train)
 
     # -- engine protocol -------------------------------------------------------------------------
 
@@ -201,7 +206,27 @@ class MetricLearningTask:
             with open(Path(self.ctx.run_dir) / "epoch_seconds.jsonl", "a") as f:
                 f.write(json.dumps({"epoch": epoch, "seconds": round(seconds, 3)}) + "\n")
 
+    def _rank_batches(self, epoch: int) -> list[list[int]]:
+        """This rank's index batches of ``epoch`` (every ``world_size``-th batch of the class sampler)."""
+        self.sampler.set_epoch(epoch)
+        return [idx for i, idx in enumerate(self.sampler) if i % self.ctx.world_size == self.ctx.rank]
+
+    def _disk_loader(self, train: Any) -> Any:
+        """Training images read by DataLoader workers: resize (and the random resized crop) with albumentations."""
+        import albumentations as A
+
+        size = self.cfg.data.image_size
+        steps = [A.Resize(size, size, interpolation=2)]  # cv2.INTER_CUBIC, as read_rgb's bicubic resize
+        if self.cfg.data.augment:
+            steps.append(A.RandomResizedCrop(size=(size, size), scale=(0.7, 1.0), ratio=(1.0, 1.0), interpolation=1))
+        dataset = OnDiskImages(train.paths, train.labels, albumentations_transform(*steps), self.ctx.seed)
+        return image_loader(dataset, EpochBatches(self._rank_batches), self.cfg.data.workers, self.device)
+
     def _batches(self, epoch: int, g: torch.Generator) -> Iterator[tuple[Tensor, Tensor]]:
+        if self.loader is not None:
+            for images, labels in epoch_batches(self.loader, epoch):
+                yield normalize(images), labels
+            return
         for i, idx in enumerate(self.sampler):
             if i % self.ctx.world_size != self.ctx.rank:
                 continue

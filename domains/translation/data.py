@@ -18,15 +18,15 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from PIL import Image
 from torch import Tensor
 
-from contrasuite.domains.images import open_image
+from contrasuite.domains.image_loading import albumentations_transform
+from contrasuite.domains.images import read_rgb_array
 from contrasuite.domains.config_fields import bounded, one_of
 
 SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
@@ -55,6 +55,9 @@ class DataConfig:
     val_images: int = bounded(150, ge=0)
     max_train_images: Optional[int] = None
     """Use at most this many training images per domain (tests, quick runs)."""
+    workers: int = bounded(0, ge=0)
+    """Folders of more than ``DISK_FOLDER`` training images are read from disk in the training loop by this
+    many DataLoader workers (``contrasuite.domains.image_loading``); the batches do not depend on it."""
     eval_crops: int = 16
     """Folders: fixed random crops per evaluation image for FD/KID (a single image gives one image)."""
     cache_dir: str = ""
@@ -67,13 +70,7 @@ def missing(path: Path, what: str) -> FileNotFoundError:
 
 def read_rgb(path: Path) -> Tensor:
     """``uint8 [3, H, W]``; transparency composited on white."""
-    with open_image(path) as im:
-        if im.mode in ("RGBA", "LA", "P", "PA"):
-            rgba = im.convert("RGBA")
-            white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
-            im = Image.alpha_composite(white, rgba)
-        arr = np.asarray(im.convert("RGB"), dtype=np.uint8)
-    return torch.from_numpy(arr.copy()).permute(2, 0, 1)
+    return torch.from_numpy(read_rgb_array(path)).permute(2, 0, 1)
 
 
 def to_float(images: Tensor) -> Tensor:
@@ -196,6 +193,26 @@ class ImageSet:
                 return image
             self._cache[i] = image
         return self._cache[i]
+
+
+DISK_FOLDER = 64
+"""Training folders up to this many images are decoded once and kept; larger ones are read per step."""
+
+
+def disk_transform(load_size: Optional[int], max_side: int, crop_size: int, flip: bool) -> Callable[[np.ndarray, int], np.ndarray]:
+    """The folder pipeline for DataLoader workers: :func:`resize`, then albumentations' random crop and flip."""
+    import albumentations as A
+
+    crop = albumentations_transform(A.RandomCrop(crop_size, crop_size), *([A.HorizontalFlip()] if flip else []))
+
+    def run(image: np.ndarray, seed: int) -> np.ndarray:
+        resized = resize(torch.from_numpy(image).permute(2, 0, 1), load_size, max_side).permute(1, 2, 0).numpy()
+        h, w = resized.shape[:2]
+        if h < crop_size or w < crop_size:
+            raise ValueError(f"config.data.crop_size={crop_size} is larger than an image of {h}x{w} (after load_size)")
+        return crop(np.ascontiguousarray(resized), seed)
+
+    return run
 
 
 def fixed_crops(images: ImageSet, size: int, per_image: int, seed: int) -> Tensor:

@@ -47,6 +47,7 @@ from contrasuite.domains.config_fields import bounded, one_of
 from contrasuite.core.objectives import ObjectiveSum
 from contrasuite.domains.archives import cache_root, emoji_style_dirs
 from contrasuite.domains.averaging import check_decay, start_average, update_average
+from contrasuite.domains.image_loading import EpochBatches, OnDiskImages, epoch_batches, image_loader
 from contrasuite.domains.task import SmokeSettings, StepContext, TaskContext
 from contrasuite.domains.translation import data as D
 from contrasuite.domains.translation.augment import DiffAugment
@@ -174,6 +175,7 @@ class TranslationTask:
         if ctx.world_size > 1:
             raise ValueError("the translation task runs in one process (batch size 1 is the paper's setting)")
         self.cfg, self.ctx, self.device = cfg, ctx, ctx.device
+        self.loader = None
         self._load_data(Path(ctx.data_root))
         self.generator = build_generator(cfg).to(self.device)
         self.discriminator = PatchDiscriminator(cfg.discriminator.ndf, cfg.discriminator.n_layers).to(self.device)
@@ -237,13 +239,31 @@ class TranslationTask:
                                   load_size=dc.load_size, max_side=dc.max_side)
 
             self.train_a, self.train_b = folder("trainA"), folder("trainB")
+            if max(len(self.train_a), len(self.train_b)) > D.DISK_FOLDER:
+                dataset = OnDiskImages([*self.train_a.paths, *self.train_b.paths], None,
+                                       D.disk_transform(dc.load_size, dc.max_side, dc.crop_size, dc.flip), self.ctx.seed)
+                self.loader = image_loader(dataset, EpochBatches(self._disk_batches), dc.workers, self.device)
             has_test = (root / "testA").is_dir() and (root / "testB").is_dir()
             self._eval_sets = (folder("testA"), folder("testB")) if has_test else (self.train_a, self.train_b)
         bs = dc.batch_size
         self.steps_per_epoch = dc.steps_per_epoch or max(1, -(-max(len(self.train_a), len(self.train_b)) // bs))
 
+    def _disk_batches(self, epoch: int) -> list[list[int]]:
+        """Indices into train A + train B per step: a pass over A in a seeded order, B drawn at random."""
+        bs, n_a = self.cfg.data.batch_size, len(self.train_a)
+        gen = torch.Generator().manual_seed(self.ctx.seed * 1_000_003 + epoch)
+        order = torch.randperm(n_a, generator=gen)
+        return [[int(order[(i * bs + j) % n_a]) for j in range(bs)]
+                + [n_a + k for k in torch.randint(0, len(self.train_b), (bs,), generator=gen).tolist()]
+                for i in range(self.steps_per_epoch)]
+
     def batches(self, epoch: int) -> Iterator[tuple[Tensor, ...]]:
         """``(x, y)`` uint8 crops; with ``lambda_paired``, ``(x, y, y_x)``: ``y_x`` cropped and flipped like ``x``."""
+        if self.loader is not None:
+            bs = self.cfg.data.batch_size
+            for images, _ in epoch_batches(self.loader, epoch):
+                yield images[:bs], images[bs:]
+            return
         dc = self.cfg.data
         gen = torch.Generator().manual_seed(self.ctx.seed * 1_000_003 + epoch)
         order = torch.randperm(len(self.train_a), generator=gen)
