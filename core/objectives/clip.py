@@ -31,9 +31,9 @@ from torch import Tensor
 from contrasuite.core.numerics import full_precision, upcast
 from contrasuite.core.objectives.base import ContrastiveObjective, Distributed, reduce_mean, register_scalar
 from contrasuite.core.objectives.infonce import tiled_weighted_infonce, weighted_infonce
-from contrasuite.core.tiling import check_tile_size
 from contrasuite.core.objectives.siglip import MAX_LOGIT_SCALE, normalised
 from contrasuite.core.pairs import Blocks, Pairs, check_shapes, resolve_pairs
+from contrasuite.core.tiling import check_tile_size
 
 
 def with_extra_columns(logits: Tensor, pairs: Pairs, weight: Tensor | None, extra: Tensor | None) -> tuple[Tensor, Pairs, Tensor | None]:

@@ -24,7 +24,6 @@ from typing import Any, Iterator, Mapping
 import torch
 from torch import Tensor
 
-from contrasuite.domains.config_fields import bounded
 from contrasuite.core.objectives import ObjectiveSum
 from contrasuite.domains.archives import cache_root
 from contrasuite.domains.code_search.data import COSQA_CORPUS, COSQA_FOLDER, COSQA_QUERIES, PairSet, load_cosqa, load_split
@@ -32,6 +31,7 @@ from contrasuite.domains.code_search.embedding_cache import EmbeddingCache
 from contrasuite.domains.code_search.encoder import BiEncoder, EncoderConfig
 from contrasuite.domains.code_search.evaluate import Embedder, evaluate_pairs
 from contrasuite.domains.code_search.priors import build_prior
+from contrasuite.domains.config_fields import bounded
 from contrasuite.domains.task import SmokeSettings, StepContext, TaskContext
 
 

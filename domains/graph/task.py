@@ -26,10 +26,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from contrasuite.domains.config_fields import bounded, one_of
 from contrasuite.core.negatives.cluster_weights import ClusterWeights
 from contrasuite.core.negatives.learned_weights import LearnedNegativeWeights
 from contrasuite.core.objectives import InfoNCE, ObjectiveSum
+from contrasuite.domains.config_fields import bounded, one_of
 from contrasuite.domains.graph.data import DatasetSpec, load_hetero, metapath_counts
 from contrasuite.domains.graph.evaluate import ProbeSettings, clustering_scores, linear_probe
 from contrasuite.domains.graph.graphs import GATHER, WEIGHTS, context_chains, mean_adjacency, pathsim_topk

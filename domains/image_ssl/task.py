@@ -29,10 +29,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from contrasuite.domains.config_fields import bounded, one_of
 from contrasuite.core.metrics.probe import extract_features, knn_accuracy, linear_probe, stratified_split
 from contrasuite.core.negatives.gather import distributed_objective
 from contrasuite.core.objectives import ObjectiveSum
+from contrasuite.domains.config_fields import bounded, one_of
 from contrasuite.domains.image_ssl.augment import AugmentConfig, Normalize, TwoViewAugment, batch_seed
 from contrasuite.domains.image_ssl.data import CLASSES, folder_classes, load_cifar10, load_image_folder
 from contrasuite.domains.image_ssl.encoders import ENCODERS, SSLModel, build_encoder

@@ -36,9 +36,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from contrasuite.domains.config_fields import bounded, one_of
 from contrasuite.core.objectives import ObjectiveSum
 from contrasuite.domains.averaging import check_decay, start_average, update_average
+from contrasuite.domains.config_fields import bounded, one_of
 from contrasuite.domains.image_text.captions import normalise
 from contrasuite.domains.image_text.data import PairSet, join_groups, load_captions, load_emoji, split_groups
 from contrasuite.domains.image_text.evaluate import image_side, retrieval, text_side

@@ -21,16 +21,20 @@ the ``[0, 1]`` scale used here). ``contrastive: false`` is plain EDSR-baseline w
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from contrasuite.domains.config_fields import bounded, one_of
 from contrasuite.core.objectives import ObjectiveSum
+from contrasuite.domains.config_fields import bounded, one_of
+from contrasuite.domains.image_loading import EpochBatches, epoch_batches, image_loader
+from contrasuite.domains.images import read_rgb_array
 from contrasuite.domains.super_resolution import frequency
 from contrasuite.domains.super_resolution.data import PatchSampler, degrade, eval_pairs, load_set, modcrop
+from contrasuite.domains.super_resolution.disk import FolderPatches
 from contrasuite.domains.super_resolution.frequency import FrequencyConfig
 from contrasuite.domains.super_resolution.imresize import quantize
 from contrasuite.domains.super_resolution.inference import upscale
@@ -53,6 +57,15 @@ class DataConfig:
     """LR side of the centre crop of each validation image."""
     max_train_images: Optional[int] = None
     """Use only the first N training images (tests)."""
+    train_folder: Optional[str] = None
+    """A folder of HR training images (absolute, or relative to the data root), e.g. DIV2K's
+    ``DIV2K_train_HR``: patches are then read from disk by ``workers`` DataLoader processes
+    (``disk.py``) instead of from ``train_set`` decoded in memory."""
+    train_lr_folder: Optional[str] = None
+    """``train_folder`` only: its LR images under the same file names (e.g. ``DIV2K_train_LR_bicubic/X2``);
+    null: made from each HR image by the MATLAB bicubic degradation, as for ``train_set``."""
+    workers: int = bounded(0, ge=0)
+    """``train_folder`` only: DataLoader worker processes (0: read in the training process)."""
 
 
 @dataclass
@@ -110,13 +123,14 @@ class SuperResolutionTask:
     def setup(self, ctx: TaskContext) -> None:
         cfg: SRConfig = ctx.config
         self.cfg, self.ctx, self.device = cfg, ctx, ctx.device
-        images = [img for _, img in load_set(str(ctx.data_root), cfg.data.train_set)]
-        images = [img if img.shape[0] == 3 else img.expand(3, -1, -1) for img in images]
-        if cfg.data.max_train_images is not None:
-            images = images[: cfg.data.max_train_images]
-        val = [img for i, img in enumerate(images) if i % cfg.data.val_every == cfg.data.val_every - 1]
-        train = [img for i, img in enumerate(images) if i % cfg.data.val_every != cfg.data.val_every - 1]
-        self.sampler = PatchSampler(train, cfg.scale, cfg.data.patch_size)
+        self.loader = None
+        if cfg.data.train_folder:
+            val = self._disk_training(Path(ctx.data_root))
+        else:
+            images = [img for _, img in load_set(str(ctx.data_root), cfg.data.train_set)]
+            images = [img if img.shape[0] == 3 else img.expand(3, -1, -1) for img in images]
+            train, val = self._hold_out(images)
+            self.sampler = PatchSampler(train, cfg.scale, cfg.data.patch_size)
         self.val = [self._val_crop(img) for img in val]
         self.generator = ctx.wrap(EDSR(cfg.scale, cfg.model.n_resblocks, cfg.model.n_feats, cfg.model.res_scale).to(self.device))
         self._optimizers: dict[str, torch.optim.Optimizer] = {}
@@ -157,7 +171,40 @@ class SuperResolutionTask:
     def schedulers(self) -> Mapping[str, Any]:
         return self._schedulers
 
+    def _hold_out(self, items: list) -> tuple[list, list]:
+        """``(train, val)``: every ``val_every``-th of the first ``max_train_images`` items is held out."""
+        items, every = items[: self.cfg.data.max_train_images], self.cfg.data.val_every
+        return ([x for i, x in enumerate(items) if i % every != every - 1],
+                [x for i, x in enumerate(items) if i % every == every - 1])
+
+    def _disk_training(self, data_root: Path) -> list[Tensor]:
+        """Set up the on-disk patch loader of ``data.train_folder``; returns the decoded validation images."""
+        dc = self.cfg.data
+        folder = Path(dc.train_folder) if Path(dc.train_folder).is_absolute() else data_root / dc.train_folder
+        if not folder.is_dir():
+            raise FileNotFoundError(f"config.data.train_folder: {folder} is not a folder")
+        files = sorted(p for p in folder.iterdir() if p.suffix.lower() in (".png", ".bmp", ".jpg", ".jpeg", ".tif", ".tiff"))
+        if not files:
+            raise FileNotFoundError(f"config.data.train_folder: no images in {folder}")
+        train, val = self._hold_out(files)
+        lr_folder = None
+        if dc.train_lr_folder:
+            lr_folder = Path(dc.train_lr_folder) if Path(dc.train_lr_folder).is_absolute() else data_root / dc.train_lr_folder
+        dataset = FolderPatches(train, self.cfg.scale, dc.patch_size, self.ctx.seed, lr_folder)
+        self.loader = image_loader(dataset, EpochBatches(self._disk_batches), dc.workers, self.device)
+        return [torch.from_numpy(read_rgb_array(p)).permute(2, 0, 1).float() / 255.0 for p in val]
+
+    def _disk_batches(self, epoch: int) -> list[list[int]]:
+        """Image indices per step (one random image per patch), seeded by ``(seed, epoch, rank)``."""
+        gen = torch.Generator().manual_seed(self.ctx.seed * 100_003 + epoch + self.ctx.rank * 7919)
+        n, bs = len(self.loader.dataset), self.cfg.data.batch_size
+        return [torch.randint(n, (bs,), generator=gen).tolist() for _ in range(self.cfg.data.steps_per_epoch)]
+
     def batches(self, epoch: int) -> Iterator[tuple[Tensor, Tensor]]:
+        if self.loader is not None:
+            for lr, hr in epoch_batches(self.loader, epoch):
+                yield lr.float() / 255.0, hr.float() / 255.0
+            return
         gen = torch.Generator().manual_seed(self.ctx.seed * 100_003 + epoch + self.ctx.rank * 7919)
         for _ in range(self.cfg.data.steps_per_epoch):
             yield self.sampler.batch(self.cfg.data.batch_size, gen)

@@ -25,9 +25,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from contrasuite.domains.config_fields import bounded, one_of
 from contrasuite.domains.image_loading import albumentations_transform
 from contrasuite.domains.images import read_rgb_array
-from contrasuite.domains.config_fields import bounded, one_of
 
 SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
 

@@ -9,9 +9,9 @@ import pytest
 import torch
 from PIL import Image
 
+from contrasuite.pipelines import checkpoint
 from contrasuite.pipelines.config import load_config
 from contrasuite.pipelines.trainer import Trainer, evaluate
-from contrasuite.pipelines import checkpoint
 from contrasuite.pipelines.translate import load_generator, main as translate_main
 
 CONFIGS = sorted((Path(__file__).resolve().parents[3] / "configs" / "translation").glob("*.yaml"))

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from contrasuite.domains.averaging import update_average
 from contrasuite.domains.task import TaskContext
 from contrasuite.domains.translation.data import DataConfig, emoji_groups, split_emoji
-from contrasuite.domains.averaging import update_average
 from contrasuite.domains.translation.task import TranslationConfig, TranslationTask
 
 
