@@ -13,7 +13,6 @@ in the training process), measured in the same run. Wall time: workers are other
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import time
@@ -24,6 +23,7 @@ import torch
 
 from contrasuite.domains.archives import cache_root, extract_once
 from contrasuite.domains.image_loading import EpochBatches, OnDiskImages, albumentations_transform, epoch_batches, image_loader
+from contrasuite.pipelines.bench import write_output
 
 
 def b100_files(data_root: Path) -> list[Path]:
@@ -66,7 +66,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("| workers | images/s | vs 0 workers |\n|---|---|---|")
     for r in rows:
         print(f"| {r['workers']} | {r['images_per_second']:.0f} | {r['vs_0_workers']:.2f} |")
-    if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps({"cores": os.cpu_count(), "rows": rows}, indent=2))
+    write_output(args.output, {"cores": os.cpu_count(), "rows": rows})
     return 0

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import platform
 import time
@@ -31,6 +30,7 @@ import torch
 
 from contrasuite.domains.super_resolution.task import SRConfig, SuperResolutionTask
 from contrasuite.domains.task import TaskContext
+from contrasuite.pipelines.bench import write_output
 from contrasuite.pipelines.precision import make_scaler, pick_device
 from contrasuite.pipelines.step import Step
 
@@ -130,9 +130,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"| {row['set']} x{args.scale} | {row['images']} | {row['ours_cpu_s']:.2f} | {row['direct_cpu_s']:.2f} | "
               f"{row['direct_over_ours']:.2f} | {row['kornia_cpu_s']:.2f} | {row['kornia_over_ours']:.2f} | "
               f"{row['max_diff_direct']:.1e} | {row['max_diff_kornia']:.1e} |")
-        if args.output:
-            args.output.parent.mkdir(parents=True, exist_ok=True)
-            args.output.write_text(json.dumps(row, indent=2))
+        write_output(args.output, row)
         return 0
     device = pick_device(args.device, 0)
     data_root = Path(args.data_root or os.environ.get("CONTRASUITE_DATA", "data"))
@@ -144,7 +142,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("| mode | precision | s/step | patches/s | CPU s/step |\n|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['mode']} | {r['precision']} | {r['seconds_per_step']:.3f} | {r['patches_per_second']:.1f} | {r['cpu_seconds_per_step']:.3f} |")
-    if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps({"device": name, "threads": torch.get_num_threads(), "rows": rows}, indent=2))
+    write_output(args.output, {"device": name, "threads": torch.get_num_threads(), "rows": rows})
     return 0
