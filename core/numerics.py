@@ -1,6 +1,6 @@
 """Numerics shared by every objective: fp32 loss math under any autocast, finite masking.
 
-Policy (DESIGN.md): similarities are upcast before ``exp``/``log``/``logsumexp``; masks never use
+Policy (docs/architecture.md, from the agreed design): similarities are upcast before ``exp``/``log``/``logsumexp``; masks never use
 ``-inf`` or magic constants; clamps use an epsilon that exists in the working dtype.
 """
 

@@ -1,4 +1,4 @@
-"""The dependency rule of DESIGN.md, checked by reading every module's imports."""
+"""The dependency rule of docs/architecture.md, checked by reading every module's imports."""
 
 import ast
 import sys
