@@ -4,7 +4,7 @@ What this proves and what it cannot (docs/engine.md, "CUDA without a GPU"):
 
 * static: ``core/`` and ``domains/`` never call ``.cuda()``, touch ``torch.cuda`` only where listed
   below (with the reason), and create no tensor without ``device=`` inside the functions that run
-  every step (``forward``, ``train_step``, losses);
+  every step (``forward``, ``train_step``, losses) or in the functions of their module they call;
 * dynamic: every registered objective runs forward and backward on the ``meta`` device, which keeps
   CUDA's rule that tensors of two devices never meet in one op (a CPU factory inside a loss fails
   there as it would on a GPU); objectives with host-synchronising fast paths (``.item()``, ``bool()``
@@ -64,12 +64,31 @@ def test_no_cuda_calls_outside_the_listed_places():
     assert not found, "device placement belongs to the engine (ctx.device): " + ", ".join(found)
 
 
+def _reachable_per_step(tree: ast.Module) -> list[ast.FunctionDef]:
+    """The module's per-step functions and every function of the same module they call, transitively."""
+    funcs = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+    seen: set[str] = set()
+    todo = [name for name in funcs if name.startswith(PER_STEP)]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for node in ast.walk(funcs[name]):
+            if isinstance(node, ast.Call):
+                fn = node.func
+                callee = (fn.attr if isinstance(fn, ast.Attribute) and isinstance(fn.value, ast.Name) and fn.value.id == "self"
+                          else fn.id if isinstance(fn, ast.Name) else None)
+                if callee in funcs:
+                    todo.append(callee)
+    return [funcs[name] for name in sorted(seen)]
+
+
 def test_per_step_code_creates_tensors_on_a_given_device():
+    """Factories without ``device=`` in per-step functions and in what they call within their module."""
     found = []
     for rel, tree in _sources():
-        for fn in ast.walk(tree):
-            if not (isinstance(fn, ast.FunctionDef) and fn.name.startswith(PER_STEP)):
-                continue
+        for fn in _reachable_per_step(tree):
             for node in ast.walk(fn):
                 if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in FACTORIES
                         and isinstance(node.func.value, ast.Name) and node.func.value.id == "torch"
