@@ -9,6 +9,10 @@ class DataError(RuntimeError):
     """A missing, corrupt or undecodable data file; the message names the file."""
 
 
+class SetupError(RuntimeError):
+    """A run the task cannot do as set up (e.g. more processes than it supports); the message says why."""
+
+
 def one_line(err: BaseException) -> str:
     """An error's message folded onto one line (what the CLI prints before exiting with status 2)."""
     return " ".join(str(err).split()) or type(err).__name__

@@ -14,7 +14,7 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, TypeVar, runtime_checkable
 
 import torch
 from torch import Tensor, nn
@@ -120,3 +120,14 @@ class SmokeSettings:
     overrides: tuple[str, ...] = ()
     live_batch: Callable[[Any], int] | None = None
     """Full config -> samples alive in one backward (None: the value at ``batch_key``)."""
+
+
+T = TypeVar("T")
+
+
+def rank_share(items: Sequence[T], rank: int, world_size: int) -> list[T]:
+    """This rank's equal share: every ``world_size``-th item from ``rank``, after dropping the tail that
+    does not split evenly, so every rank gets as many (batches, samples) as the others and none waits
+    alone in a collective."""
+    usable = len(items) - len(items) % world_size
+    return list(items[rank:usable:world_size])

@@ -142,7 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from contrasuite.domains.errors import DataError, one_line
+    from contrasuite.domains.errors import DataError, SetupError, one_line
     from contrasuite.pipelines import distributed, trainer  # heavy imports only for commands that need them
     from contrasuite.pipelines.checkpoint import CheckpointError
     from contrasuite.pipelines.config import ConfigError, config_root, load_config
@@ -189,7 +189,7 @@ def _run(args: argparse.Namespace) -> int:
         else:
             package = "bench" if args.command == "bench" else "reports"
             return _dispatch(package, args.name, args.args)
-    except (ConfigError, CheckpointError, FileNotFoundError, DataError, RunLockedError) as err:
+    except (ConfigError, CheckpointError, FileNotFoundError, DataError, RunLockedError, SetupError) as err:
         print(f"contrasuite {args.command}: {one_line(err)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except NonFiniteStepError as err:

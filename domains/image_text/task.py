@@ -44,7 +44,7 @@ from contrasuite.domains.image_text.data import PairSet, join_groups, load_capti
 from contrasuite.domains.image_text.evaluate import image_side, retrieval, text_side
 from contrasuite.domains.image_text.models import ModelConfig, TopAndHead, build_model
 from contrasuite.domains.image_text.negatives import NegativesConfig, generate, read_negatives
-from contrasuite.domains.task import SmokeSettings, StepContext, TaskContext
+from contrasuite.domains.task import SmokeSettings, StepContext, TaskContext, rank_share
 
 
 OTHER_TOWER = {"images": {"text_model", "text_segments", "context_length"},
@@ -328,7 +328,7 @@ class ImageTextTask:
         rng = random.Random(f"{self.ctx.seed}-{epoch}")
         order = list(self.splits["train"])
         rng.shuffle(order)
-        order = order[self.ctx.rank:: self.ctx.world_size]
+        order = rank_share(order, self.ctx.rank, self.ctx.world_size)
         by_key: dict[str, list[int]] = {}
         for j, rec in enumerate(style.neg_records):
             if not style.neg_truths[j] & self.held_out:

@@ -30,7 +30,7 @@ from contrasuite.domains.metric_learning.images import ImageFiles, normalize, ra
 from contrasuite.domains.metric_learning.model import EmbeddingNet
 from contrasuite.domains.metric_learning.objectives import PML_TERMS, MetricObjective
 from contrasuite.domains.metric_learning.sampler import MPerClassBatches
-from contrasuite.domains.task import SmokeSettings, StepContext, TaskContext
+from contrasuite.domains.task import SmokeSettings, StepContext, TaskContext, rank_share
 
 
 @dataclass
@@ -209,7 +209,7 @@ class MetricLearningTask:
     def _rank_batches(self, epoch: int) -> list[list[int]]:
         """This rank's index batches of ``epoch`` (every ``world_size``-th batch of the class sampler)."""
         self.sampler.set_epoch(epoch)
-        return [idx for i, idx in enumerate(self.sampler) if i % self.ctx.world_size == self.ctx.rank]
+        return rank_share(list(self.sampler), self.ctx.rank, self.ctx.world_size)
 
     def _disk_loader(self, train: Any) -> Any:
         """Training images read by DataLoader workers: resize (and the random resized crop) with albumentations."""
@@ -227,9 +227,7 @@ class MetricLearningTask:
             for images, labels in epoch_batches(self.loader, epoch):
                 yield normalize(images), labels
             return
-        for i, idx in enumerate(self.sampler):
-            if i % self.ctx.world_size != self.ctx.rank:
-                continue
+        for idx in rank_share(list(self.sampler), self.ctx.rank, self.ctx.world_size):
             labels = self.sets["train"].labels[idx]
             if self.cache:
                 yield self.cache["train"][idx], labels

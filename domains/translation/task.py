@@ -47,6 +47,7 @@ from contrasuite.domains.config_fields import bounded, one_of
 from contrasuite.core.objectives import ObjectiveSum
 from contrasuite.domains.archives import cache_root, emoji_style_dirs
 from contrasuite.domains.averaging import check_decay, start_average, update_average
+from contrasuite.domains.errors import SetupError
 from contrasuite.domains.image_loading import EpochBatches, OnDiskImages, epoch_batches, image_loader
 from contrasuite.domains.task import SmokeSettings, StepContext, TaskContext
 from contrasuite.domains.translation import data as D
@@ -173,7 +174,8 @@ class TranslationTask:
     def setup(self, ctx: TaskContext) -> None:
         cfg: TranslationConfig = ctx.config
         if ctx.world_size > 1:
-            raise ValueError("the translation task runs in one process (batch size 1 is the paper's setting)")
+            raise SetupError(f"translation runs in one process, not {ctx.world_size}: data-parallel CUT is not "
+                             "built yet (run it without torchrun)")
         self.cfg, self.ctx, self.device = cfg, ctx, ctx.device
         self.loader = None
         self._load_data(Path(ctx.data_root))
