@@ -16,14 +16,22 @@ from PIL import Image
 from contrasuite.domains.errors import DataError
 
 
+class UnreadableImage(DataError):
+    """An image file PIL cannot decode; ``reason`` is PIL's own words, on one line."""
+
+    def __init__(self, label: object, reason: str) -> None:
+        super().__init__(f"{label}: not a readable image ({reason})")
+        self.reason = reason
+
+
 def open_image(source: Path | bytes, name: str | Path | None = None) -> Image.Image:
-    """The fully decoded image at ``source`` (a path, or bytes named ``name``); DataError if unreadable."""
+    """The fully decoded image at ``source`` (a path, or bytes named ``name``); :class:`UnreadableImage` if not."""
     label = name if name is not None else source
     try:
         image = Image.open(io.BytesIO(source) if isinstance(source, bytes) else source)
         image.load()
     except Exception as err:  # noqa: BLE001 - PIL raises many types for a bad file; each means "unusable"
-        raise DataError(f"{label}: not a readable image ({' '.join(str(err).split()) or type(err).__name__})") from None
+        raise UnreadableImage(label, " ".join(str(err).split()) or type(err).__name__) from None
     return image
 
 

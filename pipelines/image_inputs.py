@@ -10,18 +10,16 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from PIL import Image
-
 from contrasuite.domains.errors import DataError
+from contrasuite.domains.images import UnreadableImage, open_image
 
 
 def image_problem(path: Path) -> str | None:
     """Why ``path`` is not a readable image (PIL's own words), or None when it decodes."""
     try:
-        with Image.open(path) as im:
-            im.load()
-    except Exception as err:  # noqa: BLE001 - PIL raises many types for a bad file; each means "unusable"
-        return " ".join(str(err).split()) or type(err).__name__
+        open_image(path).close()
+    except UnreadableImage as err:
+        return err.reason
     return None
 
 

@@ -227,7 +227,7 @@ class MetricLearningTask:
             for images, labels in epoch_batches(self.loader, epoch):
                 yield normalize(images), labels
             return
-        for idx in rank_share(list(self.sampler), self.ctx.rank, self.ctx.world_size):
+        for idx in self._rank_batches(epoch):
             labels = self.sets["train"].labels[idx]
             if self.cache:
                 yield self.cache["train"][idx], labels

@@ -97,9 +97,7 @@ def markdown(result: dict[str, Any]) -> str:
     for r in result["objectives"]:
         ratio = r.get("time_vs_bare") or r.get("time_vs_dense")
         lines.append(f"| {r['kind']} | {r['precision']} | {r['objective']} | {r.get('form', '-')} | {r['n']} | "
-                     f"{r['ms']:.2f} | {r.get('peak_mb') or 0:.0f} | {ratio:.2f} |" if ratio else
-                     f"| {r['kind']} | {r['precision']} | {r['objective']} | {r.get('form', '-')} | {r['n']} | "
-                     f"{r['ms']:.2f} | {r.get('peak_mb') or 0:.0f} | - |")
+                     f"{r['ms']:.2f} | {r.get('peak_mb') or 0:.0f} | {f'{ratio:.2f}' if ratio else '-'} |")
     lines += ["", f"## Pipelines: {result['steps']} steps at each config's own batch", "",
               "| config | precision | state | steps/s | peak GiB (last step) | params (M) | note |", "|---|---|---|---|---|---|---|"]
     for r in result["pipelines"]:
