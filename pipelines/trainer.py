@@ -310,7 +310,7 @@ class Trainer:
             self._last_batch = batch
             bar.update(1)
             if run.log_every_steps and pos.global_step % run.log_every_steps == 0:
-                values = {f"train/{k}": float(v) for k, v in out.items()} | step.stats | self._lrs_and_temperatures()
+                values = {f"train/{k}": float(v) for k, v in out.items()} | step.stats | self._lrs_and_objective_state()
                 self.log.log(values, step=pos.global_step, epoch=pos.epoch)
                 if "loss" in out:
                     bar.set_postfix(loss=f"{float(out['loss']):.4f}")
@@ -336,12 +336,16 @@ class Trainer:
                 f"{self._consecutive_skips} consecutive steps skipped (run.max_consecutive_skips="
                 f"{self.run.max_consecutive_skips}); the last: {step.skip_reasons[-1]}")
 
-    def _lrs_and_temperatures(self) -> dict[str, float]:
+    def _lrs_and_objective_state(self) -> dict[str, float]:
         values = {f"lr/{k}": float(o.param_groups[0]["lr"]) for k, o in self.task.optimizers().items()}
         for mod_name, mod in self._modules().items():
             for name, p in mod.named_parameters():
                 if p.numel() == 1 and name.split(".")[-1] in TEMPERATURE_NAMES:
                     values[f"param/{mod_name}.{name}"] = float(p.detach())
+            for name, sub in mod.named_modules():
+                if callable(log_values := getattr(sub, "log_values", None)):
+                    prefix = ".".join(filter(None, (mod_name, name)))
+                    values |= {f"state/{prefix}.{k}": v for k, v in log_values().items()}
         return values
 
     def _embed_for_health(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:

@@ -452,7 +452,7 @@ class WEINCE(ContrastiveObjective):
         gate: ``"both"`` (default), ``"rho"`` or ``"aic"``.
         eps: shortfall clamp ``s <= 1 - eps`` (raised to the dtype's resolution). Default 1e-6.
 
-    After each call ``last_lambda`` holds the detached gate ``[N]`` (for logging).
+    After each call ``last_lambda`` holds the detached gate ``[N]``; :meth:`log_values` summarises it.
     """
 
     distributed: ClassVar[Distributed] = Distributed.GLOBAL_STATISTICS
@@ -504,6 +504,14 @@ class WEINCE(ContrastiveObjective):
         )
         self.last_lambda = lam
         return lam, stats
+
+    def log_values(self) -> dict[str, float]:
+        """The last gate's mean, spread and share of anchors with ``lambda > 0.5`` (empty before a call)."""
+        if self.last_lambda is None:
+            return {}
+        lam = self.last_lambda.float()
+        return {"lambda_mean": float(lam.mean()), "lambda_std": float(lam.std(correction=0)),
+                "lambda_active": float((lam > 0.5).float().mean())}
 
     def per_anchor(self, anchors: Tensor, candidates: Tensor, pairs: Pairs, neg_weight: Tensor | None) -> Tensor:
         sim = cosine(anchors, candidates)
@@ -570,6 +578,10 @@ class WEINCERepro(WEINCE):
                 m = self.beta_momentum
                 self.beta_ema.fill_(m * float(self.beta_ema) + (1.0 - m) * clamped)
         return float(self.beta_ema)
+
+    def log_values(self) -> dict[str, float]:
+        """:meth:`WEINCE.log_values` and the auxiliary terms' ``beta_t`` EMA."""
+        return super().log_values() | {"beta_ema": float(self.beta_ema)}
 
     def per_anchor(self, anchors: Tensor, candidates: Tensor, pairs: Pairs, neg_weight: Tensor | None) -> Tensor:
         sim = cosine(anchors, candidates)

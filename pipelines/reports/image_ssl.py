@@ -10,12 +10,14 @@ exact command, and the WEINCE-vs-InfoNCE sentence computed from the numbers.
     contrasuite compare image_ssl                        # everything: 10 configs x 3 seeds
     contrasuite compare image_ssl --configs infonce,weince --seeds 0
     contrasuite compare image_ssl --quick                # tiny smoke version (not written to docs/)
+    contrasuite compare image_ssl --configs infonce,weince,weince_repro --epochs 20   # a longer protocol
     python -m contrasuite.pipelines.reports.image_ssl --help
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
 import shlex
@@ -50,6 +52,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", default=",".join(map(str, SEEDS)), help="comma-separated training seeds (default: 0,1,2)")
     p.add_argument("--jobs", type=int, default=2, help="runs at a time, one thread each (default 2)")
     p.add_argument("--quick", action="store_true", help="tiny smoke protocol; results go to <results-dir>/quick")
+    p.add_argument("--epochs", type=int, default=None,
+                   help="train this many epochs instead of the reduced protocol's (cached and written separately: "
+                        "<results-dir>/reduced_epochsN, docs/results/image_ssl_epochsN.md)")
     p.add_argument("--results-dir", type=Path, default=ROOT / "runs" / "compare" / "image_ssl",
                    help="run folders, logs and per-run result JSON (resumable cache)")
     p.add_argument("--output", type=Path, default=None, help=f"markdown page (default {OUTPUT.relative_to(ROOT)}; quick: in results dir)")
@@ -76,6 +81,7 @@ def run_one(name: str, seed: int, args: argparse.Namespace, cache: Path) -> dict
     overrides = [f"run.seed={seed}", f"run.output_root={cache / 'runs'}"]
     if args.quick:
         overrides += [*QUICK_OVERRIDES, *PER_CONFIG_QUICK.get(name, ())]
+    overrides += epoch_overrides(args)
     train_args = ["train", str(config), *overrides, *data_root_args(args.data_root)]
     env, log = thread_env(1), cache / "logs" / f"{name}_seed{seed}.log"
     log.unlink(missing_ok=True)
@@ -89,11 +95,28 @@ def run_one(name: str, seed: int, args: argparse.Namespace, cache: Path) -> dict
         "knn_acc": metrics["knn_acc"], "linear_acc": metrics.get("linear_acc"),
         "wall_s": round(time.time() - started, 1), "cpu_s": round(train.cpu_seconds + evaluation.cpu_seconds, 1),
         "run_dir": str(run_dir), "command": shlex.join(["contrasuite", *train_args]),
+        "objective_state": objective_state_per_epoch(run_dir / "metrics.csv"),
     }
     write_json(result, result_path)
     print(f"{name} seed {seed}: kNN {result['knn_acc']:.2f}  linear {result['linear_acc'] or float('nan'):.2f}  "
           f"({result['wall_s']:.0f} s wall, {result['cpu_s']:.0f} s CPU)", flush=True)
     return result
+
+
+def epoch_overrides(args: argparse.Namespace) -> list[str]:
+    return [] if args.epochs is None else [f"run.epochs={args.epochs}"]
+
+
+def objective_state_per_epoch(metrics_csv: Path) -> dict[str, list[float]]:
+    """The objectives' logged state (``state/...``, e.g. WEINCE's gate ``lambda_mean``) averaged per epoch."""
+    sums: dict[str, dict[int, list[float]]] = {}
+    if metrics_csv.is_file():
+        with metrics_csv.open() as f:
+            for row in csv.DictReader(f):
+                if row["name"].startswith("state/"):
+                    key = row["name"].rsplit(".", 1)[-1]
+                    sums.setdefault(key, {}).setdefault(int(row["epoch"]), []).append(float(row["value"]))
+    return {k: [statistics.fmean(by_epoch[e]) for e in sorted(by_epoch)] for k, by_epoch in sums.items()}
 
 
 def random_init_reference(seed: int, args: argparse.Namespace, cache: Path) -> dict[str, Any]:
@@ -163,7 +186,8 @@ def protocol(args: argparse.Namespace) -> str:
     """The reduced protocol in words, read from the resolved ``reduced_infonce.yaml`` (plus quick overrides)."""
     from contrasuite.pipelines.config import load_config
 
-    loaded = load_config(CONFIG_DIR / "reduced_infonce.yaml", list(QUICK_OVERRIDES) if args.quick else [])
+    overrides = [*(QUICK_OVERRIDES if args.quick else ()), *epoch_overrides(args)]
+    loaded = load_config(CONFIG_DIR / "reduced_infonce.yaml", overrides)
     c, run = loaded.config, loaded.run
     subset = f"a class-balanced {c.data.train_subset:,}-image training subset" if c.data.train_subset else "all 50,000 training images"
     test = f"{c.data.test_subset:,}-image class-balanced test subset" if c.data.test_subset else "full 10,000-image test set"
@@ -178,12 +202,40 @@ def protocol(args: argparse.Namespace) -> str:
     )
 
 
+def gate_section(rows: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """How WEINCE's gate evolves: per-epoch means over seeds of the logged ``lambda`` statistics."""
+    lines: list[str] = []
+    for name in ("weince", "weince_repro"):
+        states = [r.get("objective_state") or {} for r in rows.get(name, [])]
+        states = [st for st in states if st.get("lambda_mean")]
+        if not states:
+            continue
+        keys = [k for k in ("lambda_mean", "lambda_std", "lambda_active", "beta_ema") if all(k in st for st in states)]
+        epochs = min(len(st["lambda_mean"]) for st in states)
+        shown = sorted({0, epochs // 4, epochs // 2, 3 * epochs // 4, epochs - 1})
+        lines += [f"`{name}` ({len(states)} seeds; `lambda_active` is the share of anchors with lambda > 0.5):", "",
+                  "| epoch | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
+        for e in shown:
+            cells = [_cell([st[k][e] for st in states]) if k == "beta_ema" else
+                     " ± ".join(f"{v:.3f}" for v in _stats([st[k][e] for st in states]) if v is not None)
+                     for k in keys]
+            lines.append(f"| {e + 1} | " + " | ".join(cells) + " |")
+        lines.append("")
+    if lines:
+        lines = ["## WEINCE's gate during training", "",
+                 "The gate lambda (per anchor, no gradient) logged every `run.log_every_steps` steps as "
+                 "`state/objective.terms.0.*` in each run's metrics.csv, averaged per epoch, mean ± std over seeds.",
+                 "", *lines]
+    return lines
+
+
 def write_report(results: list[dict[str, Any]], baseline: list[dict[str, Any]], args: argparse.Namespace,
-                 seeds: list[int], output: Path, command: str) -> None:
+                 names: list[str], seeds: list[int], output: Path, command: str) -> None:
     rows: dict[str, list[dict[str, Any]]] = {}
     for r in results:
         rows.setdefault(r["config"], []).append(r)
     n_seeds = len(seeds)
+    names = [c for c in CONFIGS if c in names or c in rows]
     source = baseline[0]["data_source"] if baseline else "CIFAR-10 (JPEG copy)"
     lines = [
         "# image_ssl: reduced CPU comparison of the objectives" + (" (QUICK smoke version)" if args.quick else ""),
@@ -198,7 +250,7 @@ def write_report(results: list[dict[str, Any]], baseline: list[dict[str, Any]], 
         "| objective | config | seeds | kNN acc | linear acc | wall time per run (s) | CPU time per run (s) |",
         "|---|---|---|---|---|---|---|",
     ]
-    for name in CONFIGS:
+    for name in names:
         got = sorted(rows.get(name, []), key=lambda r: r["seed"])
         if not got:
             lines.append(f"| {name} | `reduced_{name}.yaml` | 0/{n_seeds} | - | - | - | - |")
@@ -213,15 +265,15 @@ def write_report(results: list[dict[str, Any]], baseline: list[dict[str, Any]], 
             f"| random init (no training) | `reduced_infonce.yaml` | {len(baseline)}/{n_seeds} | "
             f"{_cell([b['knn_acc'] for b in baseline])} | {_cell([b['linear_acc'] for b in baseline])} | - | - |"
         )
-    missing = [f"{c} ({len(rows.get(c, []))}/{n_seeds})" for c in CONFIGS if len(rows.get(c, [])) < n_seeds]
+    missing = [f"{c} ({len(rows.get(c, []))}/{n_seeds})" for c in names if len(rows.get(c, [])) < n_seeds]
     total_wall = sum(r["wall_s"] for r in results)
     lines += [
         "",
         f"Sum of per-run wall times: {total_wall / 60:.1f} min (runs overlap when `--jobs` > 1). "
         + (f"Each run is single-threaded, so its CPU time is about its wall time on an otherwise idle core: at the "
            f"mean {statistics.fmean(r['cpu_s'] for r in results):.0f} s of CPU per run, the full table "
-           f"({len(CONFIGS)} configs x {len(SEEDS)} seeds) needs about "
-           f"{statistics.fmean(r['cpu_s'] for r in results) * len(CONFIGS) * len(SEEDS) / 2 / 60:.0f} min "
+           f"({len(names)} configs x {n_seeds} seeds) needs about "
+           f"{statistics.fmean(r['cpu_s'] for r in results) * len(names) * n_seeds / 2 / 60:.0f} min "
            "with the default `--jobs 2` on an idle 2-core machine, plus about a minute for the random-init references."
            if results else ""),
         "",
@@ -229,6 +281,7 @@ def write_report(results: list[dict[str, Any]], baseline: list[dict[str, Any]], 
         "",
         weince_sentence(rows),
         "",
+        *gate_section(rows),
     ]
     if missing:
         lines += ["**Incomplete**: missing seeds for " + ", ".join(missing) + ". Rerun the command to resume; "
@@ -251,9 +304,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     names = _names(args.configs, CONFIGS, "config")
     seeds = [int(s) for s in _names(args.seeds, [str(s) for s in range(10_000)], "seed")]
-    cache = args.results_dir / ("quick" if args.quick else "reduced")
+    suffix = "" if args.epochs is None else f"_epochs{args.epochs}"
+    cache = args.results_dir / (("quick" if args.quick else "reduced") + suffix)
     cache.mkdir(parents=True, exist_ok=True)
-    output = args.output or (cache / "image_ssl.md" if args.quick else OUTPUT)
+    default_output = OUTPUT.with_name(f"{OUTPUT.stem}{suffix}.md")
+    output = args.output or (cache / "image_ssl.md" if args.quick else default_output)
     command = shlex.join(["contrasuite", "compare", "image_ssl", *argv])
     errors: list[BaseException] = []
     if not args.report_only:
@@ -266,9 +321,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         for seed in seeds:
             random_init_reference(seed, args, cache)
     results = [json.loads(p.read_text()) for p in sorted(cache.glob("*_seed*.json"))]
-    runs = [r for r in results if r["config"] in CONFIGS and r["seed"] in seeds]
+    runs = [r for r in results if r["config"] in names and r["seed"] in seeds]
     baseline = [r for r in results if r["config"] == "random_init" and r["seed"] in seeds]
-    write_report(runs, baseline, args, seeds, output, command)
+    write_report(runs, baseline, args, names, seeds, output, command)
     return 1 if errors else 0
 
 
