@@ -4,9 +4,10 @@ Each source turns (anchors = one view's projections, positives = the other view'
 contract's ``(anchors, candidates, neg_weight)`` with the positive of anchor ``i`` at candidate ``i``:
 
 * ``queue`` (MoCo, He et al. 2020): ``candidates = [positives; queue]``; after each step both views'
-  (normalised, detached) projections are enqueued. Keys are gathered over ranks, so every rank holds
-  the same queue; rank ``r`` appends the slice ``queue[r::W]``, so the gathered candidates hold every
-  queued key exactly once.
+  (normalised, detached) keys are enqueued. Keys are gathered over ranks, so every rank holds the
+  same queue; rank ``r`` appends the slice ``queue[r::W]``, so the gathered candidates hold every
+  queued key exactly once. ``in_batch: false`` keeps MoCo's logits ``[q.k+, q.queue]``: the other
+  anchors' positives (of every rank) get ``neg_weight`` 0, so the queue holds the only negatives.
 * ``mochi`` (Kalantidis et al. 2020): the queue plus, after ``warmup_epochs``, ``s`` negative-negative
   and ``s_prime`` query mixes of each anchor's ``n_hard`` hardest queued keys, appended as that
   anchor's own columns (``neg_weight`` 0 for every other anchor), so it needs an objective that honours
@@ -14,6 +15,10 @@ contract's ``(anchors, candidates, neg_weight)`` with the positive of anchor ``i
 * ``feature_transformation`` (Zhu et al. 2021): positive extrapolation of (anchor, positive) and
   negative interpolation of the queued keys; mixed features are not renormalised, so pair it with a
   ``similarity: dot`` objective on the (already normalised) projections to keep the paper's logits.
+  The official code runs it in MoCo: detached keys from a momentum encoder
+  (``config.model.key_momentum``) and ``in_batch: false``. With a shared encoder the extrapolated
+  key ``k^ = lambda k + (1 - lambda) q`` carries gradient, and every negative logit then pulls the
+  keys toward the negatives (the representation collapses).
 
 Mixing draws come from a generator seeded by the step's augmentation seed, so resume is exact.
 """
@@ -41,9 +46,10 @@ class Extended:
 class QueueNegatives(nn.Module):
     """``candidates = [positives; this rank's slice of the queue]``."""
 
-    def __init__(self, dim: int, size: int = 4096) -> None:
+    def __init__(self, dim: int, size: int = 4096, in_batch: bool = True) -> None:
         super().__init__()
         self.queue = NegativeQueue(size, dim)
+        self.in_batch = in_batch
 
     def queued(self, rank: int, world: int) -> Tensor:
         if self.queue.size % world:
@@ -52,7 +58,19 @@ class QueueNegatives(nn.Module):
 
     def forward(self, anchors: Tensor, positives: Tensor, *, epoch: int, seed: int, rank: int = 0, world: int = 1) -> Extended:
         negatives = self.queued(rank, world).to(positives.dtype)
-        return Extended(anchors, torch.cat([positives, negatives]))
+        return self._extended(anchors, positives, negatives, rank, world)
+
+    def _extended(self, anchors: Tensor, positives: Tensor, negatives: Tensor, rank: int, world: int) -> Extended:
+        """``[positives; negatives]``, with the other anchors' positives weighted 0 unless ``in_batch``."""
+        candidates = torch.cat([positives, negatives])
+        if self.in_batch:
+            return Extended(anchors, candidates)
+        n = positives.shape[0]
+        local = torch.ones(anchors.shape[0], candidates.shape[0], dtype=candidates.dtype, device=candidates.device)
+        local[:, :n] = torch.eye(anchors.shape[0], n, dtype=candidates.dtype, device=candidates.device)
+        remote = torch.ones_like(local)
+        remote[:, :n] = 0.0
+        return Extended(anchors, candidates, torch.cat([local if r == rank else remote for r in range(world)], dim=1))
 
     @torch.no_grad()
     def update(self, *keys: Tensor) -> None:
@@ -100,9 +118,11 @@ class FeatureTransformationNegatives(QueueNegatives):
     """Positive extrapolation and queue interpolation (``size=0``: in-batch negatives only)."""
 
     def __init__(self, dim: int, size: int = 4096, pos_alpha: float = 2.0, neg_alpha: float = 1.6,
-                 extrapolate: bool = True, interpolate: bool = True) -> None:
-        super().__init__(dim, max(size, 1))
-        self.use_queue = size > 0
+                 extrapolate: bool = True, interpolate: bool = True, in_batch: bool = True) -> None:
+        if size == 0 and not in_batch:
+            raise ValueError("in_batch=false with size=0 leaves no negatives")
+        super().__init__(dim, max(size, 1), in_batch)
+        self.use_queue, self.extrapolates = size > 0, extrapolate
         self.transform = FeatureTransformation(pos_alpha, neg_alpha, extrapolate=extrapolate, interpolate=interpolate)
 
     def forward(self, anchors: Tensor, positives: Tensor, *, epoch: int, seed: int, rank: int = 0, world: int = 1) -> Extended:
@@ -114,7 +134,9 @@ class FeatureTransformationNegatives(QueueNegatives):
         # CPU (a few vectors) so the CPU generator serves every device. Gradients flow through .to().
         out = self.transform(anchors.cpu(), positives.cpu(), None if negatives is None else negatives.cpu(),
                              generator=_generator(seed))
-        return Extended(out.anchors.to(device), out.candidates.to(device))
+        n = positives.shape[0]
+        return self._extended(out.anchors.to(device), out.candidates[:n].to(device), out.candidates[n:].to(device),
+                              rank, world)
 
     def update(self, *keys: Tensor) -> None:
         if self.use_queue:

@@ -8,6 +8,8 @@ projection head on both, then the configured objective terms on the projections 
 * ``objective.views = "paired"``: anchors are view 1, candidates view 2 (diagonal positives) plus any
   extra negatives from ``negatives``; ``objective.symmetric`` averages both directions. DHEL, KCL and
   SigLIP need this form; the negative sources (queue, MoCHi, Feature Transformation) use it.
+  With ``model.key_momentum > 0`` (MoCo) the positives and the queued keys come from a momentum
+  copy of the model, without gradient.
 
 Across ranks every term runs through :func:`contrasuite.core.negatives.gather.distributed_objective`,
 which applies the objective's declared behaviour (local rows against gathered columns, ring, or the
@@ -19,10 +21,11 @@ reports on the test set.
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Optional
+from typing import Any, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
@@ -74,6 +77,10 @@ class ModelConfig:
     width: int = bounded(64, ge=1)
     proj_hidden: int = bounded(512, ge=1)
     proj_dim: int = bounded(128, ge=1)
+    key_momentum: float = bounded(0.0, ge=0, lt=1)
+    """> 0: MoCo's key encoder, an EMA copy ``theta_k <- m theta_k + (1 - m) theta_q`` after every step
+    that embeds the positives (and the queued keys) without gradient; needs ``objective.views: paired``.
+    0: one shared encoder, both views carry gradient (SimCLR)."""
 
 
 @dataclass
@@ -229,6 +236,12 @@ class ImageSSLTask:
         encoder, feature_dim = build_encoder(cfg.model.encoder, cfg.model.width)
         self.model = SSLModel(encoder, feature_dim, cfg.model.proj_hidden, cfg.model.proj_dim).to(ctx.device)
         self.train_model = ctx.wrap(self.model)
+        self.key_model: SSLModel | None = None
+        if cfg.model.key_momentum > 0:
+            if cfg.objective.views != "paired":
+                raise ValueError("config.model.key_momentum > 0 embeds the positives with a key encoder: "
+                                 "set config.objective.views=paired")
+            self.key_model = copy.deepcopy(self.model).requires_grad_(False)
         self.objective = ObjectiveSum(cfg.objective.terms).to(ctx.device)
         if ctx.world_size > 1:
             _average_gradients_over_ranks(self.objective)
@@ -237,6 +250,11 @@ class ImageSSLTask:
             self.negatives.to(ctx.device)
             if cfg.objective.views != "paired":
                 raise ValueError("config.negatives adds candidate columns: set config.objective.views=paired")
+            if getattr(self.negatives, "extrapolates", False) and self.key_model is None:
+                raise ValueError(
+                    "config.negatives: Feature Transformation's positive extrapolation needs detached keys (with a "
+                    "shared encoder the mixed key pulls toward every negative and the features collapse): set "
+                    "config.model.key_momentum > 0 (MoCo, as the official code) or config.negatives.extrapolate=false")
         self.augment = TwoViewAugment(cfg.augment, size=cfg.data.image_size).to(ctx.device)
         self.normalize = Normalize().to(ctx.device)
         self._build_optimizer(cfg.optim)
@@ -286,6 +304,8 @@ class ImageSSLTask:
 
     def modules(self) -> Mapping[str, nn.Module]:
         out: dict[str, nn.Module] = {"model": self.model, "objective": self.objective}
+        if self.key_model is not None:
+            out["key_model"] = self.key_model
         if self.negatives is not None:
             out["negatives"] = self.negatives
         return out
@@ -312,11 +332,32 @@ class ImageSSLTask:
         with step.autocast():
             _, z = self.train_model(torch.cat([view1, view2]))
         z1, z2 = F.normalize(z.float(), dim=1).chunk(2)
-        loss = self.loss(z1, z2, epoch=step.epoch, seed=batch.seed)
+        keys = self._keys([(view1, view2)], step)
+        loss = self.loss(z1, z2, keys=keys, epoch=step.epoch, seed=batch.seed)
         step.optimize("model", loss, terms=self.last_terms)
-        if self.negatives is not None:
-            self.negatives.update(z1, z2)
+        self._after_step(keys or (z1, z2))
         return {"loss": float(loss.detach())}
+
+    @torch.no_grad()
+    def _keys(self, chunks: Sequence[tuple[Tensor, Tensor]], step: StepContext) -> tuple[Tensor, Tensor] | None:
+        """The key encoder's normalised ``(k1, k2)`` of both views, chunk by chunk; ``None`` without one."""
+        if self.key_model is None:
+            return None
+        parts = []
+        for chunk in chunks:
+            with step.autocast():
+                _, k = self.key_model(torch.cat(chunk))
+            parts.append(F.normalize(k.float(), dim=1).chunk(2))
+        return torch.cat([k1 for k1, _ in parts]), torch.cat([k2 for _, k2 in parts])
+
+    @torch.no_grad()
+    def _after_step(self, keys: tuple[Tensor, Tensor]) -> None:
+        """Move the key encoder toward the model (EMA) and enqueue this step's keys."""
+        if self.key_model is not None:
+            torch._foreach_lerp_(list(self.key_model.parameters()), list(self.model.parameters()),
+                                 1.0 - self.cfg.model.key_momentum)
+        if self.negatives is not None:
+            self.negatives.update(*keys)
 
     def _cached_step(self, view1: Tensor, view2: Tensor, batch: SSLBatch, step: StepContext) -> Mapping[str, float]:
         k = self.cfg.gradcache_chunk
@@ -330,24 +371,30 @@ class ImageSSLTask:
         def loss_fn(z1: Tensor, z2: Tensor) -> Tensor:
             z1, z2 = F.normalize(z1.float(), dim=1), F.normalize(z2.float(), dim=1)
             projected[:] = [z1.detach(), z2.detach()]
-            return self.loss(z1, z2, epoch=step.epoch, seed=batch.seed)
+            return self.loss(z1, z2, keys=keys, epoch=step.epoch, seed=batch.seed)
 
+        keys = self._keys(chunks, step)
         loss = step.optimize_cached("model", embed, chunks, loss_fn, terms=self.last_terms)
-        if self.negatives is not None and projected:
-            self.negatives.update(*projected)
+        if keys or projected:
+            self._after_step(keys or tuple(projected))
         return {"loss": float(loss.detach())}
 
-    def loss(self, z1: Tensor, z2: Tensor, *, epoch: int = 0, seed: int = 0) -> Tensor:
-        """The objective terms on L2-normalised projections ``z1, z2 [n, d]`` of this rank's batch."""
+    def loss(self, z1: Tensor, z2: Tensor, *, keys: tuple[Tensor, Tensor] | None = None, epoch: int = 0,
+             seed: int = 0) -> Tensor:
+        """The objective terms on L2-normalised projections ``z1, z2 [n, d]`` of this rank's batch.
+
+        ``keys``: the key encoder's ``(k1, k2)``, the positives of the paired form in place of ``(z1, z2)``.
+        """
         if self.cfg.objective.views == "two_view":
             n = z1.shape[0]
             anchors = torch.cat([z1, z2])
             labels = (torch.arange(n, device=z1.device) + self.ctx.rank * n).repeat(2)
             return self._terms(anchors, None, labels=labels)
-        forward = self._paired(z1, z2, epoch, seed)
+        p1, p2 = keys or (z1, z2)
+        forward = self._paired(z1, p2, epoch, seed)
         if not self.cfg.objective.symmetric:
             return forward
-        return 0.5 * (forward + self._paired(z2, z1, epoch, seed + 1))
+        return 0.5 * (forward + self._paired(z2, p1, epoch, seed + 1))
 
     def _paired(self, anchors: Tensor, positives: Tensor, epoch: int, seed: int) -> Tensor:
         if self.negatives is None:

@@ -35,7 +35,8 @@ from contrasuite.pipelines.run_dir import write_json
 
 CONFIG_DIR = ROOT / "configs" / "image_ssl"
 CONFIGS = (
-    "infonce", "dcl", "dhel", "kcl", "weince", "weince_repro", "siglip", "infonce_ft", "infonce_mochi", "infonce_queue",
+    "infonce", "dcl", "dhel", "kcl", "weince", "weince_repro", "siglip", "moco", "infonce_ft", "infonce_mochi",
+    "infonce_queue",
 )
 SEEDS = (0, 1, 2)
 QUICK_OVERRIDES = (
