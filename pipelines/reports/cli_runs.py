@@ -5,6 +5,8 @@ names the command and the log."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shlex
 import subprocess
@@ -20,6 +22,22 @@ ROOT = Path(__file__).resolve().parents[2]
 def data_root_args(data_root: str | None) -> list[str]:
     """``--data-root`` for a child command, made absolute (the children run in :data:`ROOT`), or nothing."""
     return ["--data-root", str(Path(data_root).resolve())] if data_root else []
+
+
+RESULT_KEYS = ("epochs", "max_steps", "seed", "precision", "deterministic")
+"""The ``run.*`` settings that change a run's result (with the whole ``config:`` section)."""
+
+
+def config_digest(config: Path, overrides: Sequence[str]) -> str:
+    """SHA-256 of what determines a run's result: the resolved ``config:`` section and :data:`RESULT_KEYS`.
+
+    A cached result is reused only while this matches, so editing a config reruns its cached runs."""
+    from contrasuite.pipelines.config import load_config
+
+    resolved = load_config(config, list(overrides)).resolved
+    run = resolved.get("run", {})
+    key = {"config": resolved.get("config", {}), "run": {k: run.get(k) for k in RESULT_KEYS}}
+    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def thread_env(threads: int, extra: Mapping[str, str] | None = None) -> dict[str, str]:

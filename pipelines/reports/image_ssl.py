@@ -30,7 +30,9 @@ from typing import Any, Sequence
 
 import torch
 
-from contrasuite.pipelines.reports.cli_runs import ROOT, data_root_args, run_cli, run_folder, thread_env
+from contrasuite.pipelines.reports.cli_runs import (
+    ROOT, config_digest, data_root_args, run_cli, run_folder, thread_env,
+)
 from contrasuite.pipelines.run_dir import write_json
 
 CONFIG_DIR = ROOT / "configs" / "image_ssl"
@@ -76,13 +78,17 @@ def _names(text: str, allowed: Sequence[str], what: str) -> list[str]:
 def run_one(name: str, seed: int, args: argparse.Namespace, cache: Path) -> dict[str, Any]:
     """Train and evaluate one (config, seed) through the CLI; returns (and caches) its result."""
     result_path = cache / f"{name}_seed{seed}.json"
-    if result_path.is_file() and not args.rerun:
-        return json.loads(result_path.read_text())
     config = CONFIG_DIR / f"reduced_{name}.yaml"
     overrides = [f"run.seed={seed}", f"run.output_root={cache / 'runs'}"]
     if args.quick:
         overrides += [*QUICK_OVERRIDES, *PER_CONFIG_QUICK.get(name, ())]
     overrides += epoch_overrides(args)
+    digest = config_digest(config, overrides)
+    if result_path.is_file() and not args.rerun:
+        cached = json.loads(result_path.read_text())
+        if cached.get("config_sha256") == digest:
+            return cached
+        print(f"{name} seed {seed}: the config changed since the cached run; running it again", flush=True)
     train_args = ["train", str(config), *overrides, *data_root_args(args.data_root)]
     env, log = thread_env(1), cache / "logs" / f"{name}_seed{seed}.log"
     log.unlink(missing_ok=True)
@@ -96,7 +102,7 @@ def run_one(name: str, seed: int, args: argparse.Namespace, cache: Path) -> dict
         "knn_acc": metrics["knn_acc"], "linear_acc": metrics.get("linear_acc"),
         "wall_s": round(time.time() - started, 1), "cpu_s": round(train.cpu_seconds + evaluation.cpu_seconds, 1),
         "run_dir": str(run_dir), "command": shlex.join(["contrasuite", *train_args]),
-        "objective_state": objective_state_per_epoch(run_dir / "metrics.csv"),
+        "objective_state": objective_state_per_epoch(run_dir / "metrics.csv"), "config_sha256": digest,
     }
     write_json(result, result_path)
     print(f"{name} seed {seed}: kNN {result['knn_acc']:.2f}  linear {result['linear_acc'] or float('nan'):.2f}  "

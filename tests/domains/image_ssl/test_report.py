@@ -3,6 +3,8 @@
 import json
 from types import SimpleNamespace
 
+import pytest
+
 from contrasuite.pipelines.reports import image_ssl as report
 
 
@@ -37,9 +39,15 @@ def test_report_only_builds_a_partial_table_from_cache(tmp_path, monkeypatch):
     assert "contrasuite compare image_ssl --report-only" in page
 
 
-def test_cached_run_is_not_repeated(tmp_path, monkeypatch):
-    cached = {"config": "dcl", "seed": 1, "knn_acc": 1.0}
+def test_cached_run_is_reused_only_while_its_config_is_unchanged(tmp_path, monkeypatch):
+    args = SimpleNamespace(rerun=False, quick=False, data_root=None, epochs=None)
+    overrides = ["run.seed=1", f"run.output_root={tmp_path / 'runs'}"]
+    digest = report.config_digest(report.CONFIG_DIR / "reduced_dcl.yaml", overrides)
+    cached = {"config": "dcl", "seed": 1, "knn_acc": 1.0, "config_sha256": digest}
     (tmp_path / "dcl_seed1.json").write_text(json.dumps(cached))
     monkeypatch.setattr(report, "run_cli", lambda *a, **k: (_ for _ in ()).throw(AssertionError("ran again")))
-    args = SimpleNamespace(rerun=False, quick=False, data_root=None)
     assert report.run_one("dcl", 1, args, tmp_path) == cached
+    assert digest != report.config_digest(report.CONFIG_DIR / "reduced_dcl.yaml", [*overrides, "run.epochs=7"])
+    assert digest == report.config_digest(report.CONFIG_DIR / "reduced_dcl.yaml", [*overrides, "run.progress=false"])
+    with pytest.raises(AssertionError, match="ran again"):  # a longer protocol is another run
+        report.run_one("dcl", 1, SimpleNamespace(**{**vars(args), "epochs": 7}), tmp_path)
