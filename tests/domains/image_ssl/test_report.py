@@ -1,4 +1,4 @@
-"""The comparison report: the WEINCE sentence from numbers, tables from cached results, resume."""
+"""The comparison report: the paper-claim sections from numbers, tables from cached results, resume."""
 
 import json
 from types import SimpleNamespace
@@ -13,16 +13,20 @@ def rows(**values):
                    for i, v in enumerate(vals)] for name, vals in values.items()}
 
 
-def test_weince_sentence_reports_difference_and_spread():
-    text = report.weince_sentence(rows(infonce=[50.0, 51.0, 52.0], weince=[55.0, 56.0, 57.0], weince_repro=[51.0, 50.0, 52.0]))
-    assert "+3.3 points" in text  # the paper's claim is quoted
-    assert "`weince`: linear 56.00 ± 1.00 vs InfoNCE 51.00 ± 1.00" in text and "+5.00 points" in text
-    assert "above InfoNCE by more than 2 standard errors" in text
+def test_claim_sections_report_difference_and_spread():
+    text = "\n".join(report.claim_sections(rows(infonce=[50.0, 51.0, 52.0], weince=[55.0, 56.0, 57.0],
+                                                 weince_repro=[51.0, 50.0, 52.0])))
+    assert "## WEINCE against InfoNCE" in text and "+3.3 points" in text  # the paper's claim is quoted
+    assert "`weince`: linear 56.00 ± 1.00 vs `infonce` 51.00 ± 1.00" in text and "+5.00 points" in text
+    assert "above `infonce` by more than 2 standard errors" in text
     assert "`weince_repro`: linear 51.00" in text and "within the seed spread" in text
+    assert "Feature Transformation" not in text  # neither side of that claim was run
 
 
-def test_weince_sentence_without_runs():
-    assert "no finished runs" in report.weince_sentence(rows(weince=[1.0]))
+def test_claim_sections_name_a_missing_side():
+    text = "\n".join(report.claim_sections(rows(moco=[40.0, 41.0])))
+    assert "`infonce_ft` or `moco` has no finished runs yet" in text
+    assert "`weince` or `infonce` has no finished runs yet" in "\n".join(report.claim_sections(rows(weince=[1.0])))
 
 
 def test_report_only_builds_a_partial_table_from_cache(tmp_path, monkeypatch):
