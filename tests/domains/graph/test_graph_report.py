@@ -45,3 +45,19 @@ def test_several_seeds_give_mean_and_std_over_seeds(tmp_path):
     out = tmp_path / "graph.md"
     assert report.main(["--table-only", "--cache", str(cache), "--out", str(out)]) == 0
     assert "| MEOW (ours) | 0, 1, 2 | 92.00 ± 2.00 |" in out.read_text()  # std over seeds, not the probe std 0.5
+
+
+def test_meow_against_infonce_gives_difference_standard_error_and_verdict():
+    def seeds(method, values):
+        return [fake_record(method, "acm", v) | {"seed": s} for s, v in enumerate(values)]
+
+    close = {("meow", "acm"): seeds("meow", [90.0, 91.0, 92.0]), ("infonce", "acm"): seeds("infonce", [89.0, 91.0, 90.0])}
+    text = report.versus(close, "acm")
+    assert "+1.00 ± 0.82 at 20 labels per class" in text and "does not measurably beat" in text
+    apart = {**close, ("infonce", "acm"): seeds("infonce", [80.0, 81.0, 82.0])}
+    assert "(beyond 2 standard errors)" in report.versus(apart, "acm")
+    assert "does not measurably" not in report.versus(apart, "acm")
+    assert report.versus({("meow", "acm"): close[("meow", "acm")][:1]}, "acm") == ""  # one seed: no comparison
+    page = report.render(close, None, True, ["--full"])
+    assert "(full length)" in page and "mean 60 s to the checkpoint selected on validation" in page
+    assert "272 s" in page and "## DBLP" not in page and "Not yet run" not in page
