@@ -68,6 +68,8 @@ class RunSettings:
     """``torch.use_deterministic_algorithms(True)`` and cuDNN benchmark off."""
     grad_clip: Optional[float] = bounded(None, gt=0)
     """Clip the global gradient norm of each optimizer's parameters to this value."""
+    grad_clip_value: Optional[float] = bounded(None, gt=0)
+    """Clip every gradient element to ``[-v, v]`` before the norm clip (EDSR-PyTorch's ``--gclip``)."""
     non_finite: str = one_of("stop", ("stop", "skip"))
     """What a non-finite loss or gradient does: ``stop`` (raise) or ``skip`` (drop the step)."""
     max_consecutive_skips: int = bounded(10, ge=0)

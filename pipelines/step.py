@@ -48,11 +48,12 @@ class Step:
         no_sync: Callable[[], AbstractContextManager],
         chunk_size: int | None = None,
         param_names: Mapping[int, str] | None = None,
+        grad_clip_value: float | None = None,
     ) -> None:
         self.epoch, self.step = epoch, step
         self._optimizers, self._schedulers = optimizers, schedulers
         self._autocast, self._scaler = autocast, scaler
-        self._grad_clip, self._non_finite = grad_clip, non_finite
+        self._grad_clip, self._grad_clip_value, self._non_finite = grad_clip, grad_clip_value, non_finite
         self._no_sync = no_sync
         self.chunk_size = chunk_size
         self._param_names = param_names or {}
@@ -132,8 +133,7 @@ class Step:
         if self._scaler is not None:
             self._scaler.unscale_(optimizer)
         params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
-        max_norm = self._grad_clip if self._grad_clip else math.inf
-        norm = nn.utils.clip_grad_norm_(params, max_norm) if params else torch.zeros(())
+        norm = self._clip(params)
         self.stats[f"grad_norm/{name}"] = float(norm)
         if self._scaler is None and not _finite_everywhere(norm):
             self._fail(name, f"gradient norm {float(norm)}", optimizer)
@@ -147,6 +147,19 @@ class Step:
         if name in self._schedulers:
             self._schedulers[name].step()
         optimizer.zero_grad(set_to_none=True)
+
+    def _clip(self, params: Sequence[Tensor]) -> Tensor:
+        """Clip by ``grad_clip_value`` then ``grad_clip``; returns the unclipped global norm (checked, logged)."""
+        if not params:
+            return torch.zeros(())
+        if not self._grad_clip_value:
+            return nn.utils.clip_grad_norm_(params, self._grad_clip or math.inf)
+        norm = nn.utils.clip_grad_norm_(params, math.inf)  # before clamping, which would hide an infinite gradient
+        if _finite_everywhere(norm):
+            nn.utils.clip_grad_value_(params, self._grad_clip_value)
+            if self._grad_clip:
+                nn.utils.clip_grad_norm_(params, self._grad_clip)
+        return norm
 
     def _check_weights(self, name: str, params: Sequence[Tensor]) -> None:
         """Raise when the update just made a weight non-finite, or so large that its norm overflows."""

@@ -301,7 +301,8 @@ class Trainer:
             step = Step(epoch=pos.epoch, step=pos.global_step, optimizers=self.task.optimizers(),
                         schedulers=self.task.schedulers(), autocast=self.autocast, scaler=self.scaler,
                         grad_clip=run.grad_clip, non_finite=run.non_finite,
-                        no_sync=lambda: distributed.no_sync(self._wrapped), param_names=self._names)
+                        no_sync=lambda: distributed.no_sync(self._wrapped), param_names=self._names,
+                        grad_clip_value=run.grad_clip_value)
             out = self.task.train_step(batch, step)
             step.finish()
             self._count_skips(step)

@@ -44,6 +44,7 @@ from contrasuite.domains.image_text.data import PairSet, join_groups, load_capti
 from contrasuite.domains.image_text.evaluate import image_side, retrieval, text_side
 from contrasuite.domains.image_text.models import ModelConfig, TopAndHead, build_model
 from contrasuite.domains.image_text.negatives import NegativesConfig, generate, read_negatives
+from contrasuite.domains.init_from import load_weights
 from contrasuite.domains.task import SmokeSettings, StepContext, TaskContext, rank_share
 
 
@@ -168,7 +169,7 @@ class ImageTextTask:
         self.model = build_model(cfg.model).to(ctx.device)
         self.objective = ObjectiveSum(cfg.objective.terms).to(ctx.device)
         if cfg.init_from:
-            self._init_from(Path(cfg.init_from))
+            load_weights(cfg.init_from, {"model": self.model, "objective": self.objective}, which="last")
         self.net = ctx.wrap(self.model)
         check_decay(cfg.ema)
         self.model_ema = None
@@ -222,17 +223,6 @@ class ImageTextTask:
                            *([normalise(pairs.captions[index[copy]])] if copy in index else [])})
         images = np.concatenate([pairs.images, np.stack(generated)]) if generated else pairs.images
         return StyleData(pairs, images, kept, rows, truths)
-
-    def _init_from(self, path: Path) -> None:
-        file = path / "checkpoints" / "last.pt" if path.is_dir() else path
-        if not file.is_file():
-            raise FileNotFoundError(f"config.init_from: no checkpoint at {file}")
-        state = torch.load(file, map_location="cpu", weights_only=True)
-        modules = state.get("modules", state)
-        for name, module in (("model", self.model), ("objective", self.objective)):
-            if name not in modules:
-                raise KeyError(f"config.init_from: {file} has no module {name!r}")
-            module.load_state_dict(modules[name])
 
     # ---------------------------------------------------------------- features
     def _cache_file(self, kind: str, extra: Any) -> Path | None:

@@ -7,12 +7,17 @@ One training step (``contrastive: true``), in a fixed order through ``step.optim
 2. ``discriminator``: the dual contrastive loss, reals = {HR, sharpened HR}, fakes =
    {SR (detached), negatives} (:func:`~contrasuite.domains.super_resolution.losses.dual_contrastive_d_loss`).
 3. ``generator``: ``L1(SR, HR) + objective(phi(SR), [phi(positives); phi(negatives)], pos_mask)``
-   with D's parameters frozen but **the gradient flowing through phi(SR) into G** (the official code
-   computes phi(SR) under ``no_grad``, so its contrastive term never reaches the generator).
+   with D's parameters frozen. ``contrastive_gradient: gradient`` lets **the gradient flow through
+   phi(SR) into G**, the loss the paper writes; ``official`` computes the term without gradient, as
+   the released code does (Aitical/PCL-SISR ``src/loss/adversarial.py`` embeds SR under ``no_grad``),
+   so G's gradient is that of L1 alone. ``embed_passes: per_group`` embeds SR, positives and
+   negatives in separate discriminator passes (BatchNorm statistics per group), as the official code.
 
 The objective is any core objective built from ``config.objective.terms`` (default InfoNCE, t = 1
 as in the paper, weight 0.02: the paper's ``1*L1 + 5*CL`` on the 0-255 scale is ``L1 + 5/255 CL`` on
-the ``[0, 1]`` scale used here). ``contrastive: false`` is plain EDSR-baseline with L1.
+the ``[0, 1]`` scale used here). ``contrastive: false`` is plain EDSR-baseline with L1. PCL-SR's protocol fine-tunes a trained model:
+``init_from`` (a run folder or checkpoint: its generator's weights), ``cosine_steps`` (cosine decay of
+both learning rates) and ``run.grad_clip_value`` (the official ``--gclip 1``).
 
 ``evaluate("val")`` measures PSNR/SSIM on Y on held-out T91 crops (checkpoint selection);
 ``evaluate("test")`` on Set5, Set14, B100 (``config.test_sets``).
@@ -20,6 +25,7 @@ the ``[0, 1]`` scale used here). ``contrastive: false`` is plain EDSR-baseline w
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional
@@ -32,6 +38,7 @@ from contrasuite.core.objectives import ObjectiveSum
 from contrasuite.domains.config_fields import bounded, one_of
 from contrasuite.domains.image_loading import EpochBatches, epoch_batches, image_loader
 from contrasuite.domains.images import read_rgb_array
+from contrasuite.domains.init_from import load_weights
 from contrasuite.domains.super_resolution import frequency
 from contrasuite.domains.super_resolution.data import PatchSampler, degrade, eval_pairs, load_set, modcrop
 from contrasuite.domains.super_resolution.disk import FolderPatches
@@ -100,6 +107,17 @@ class SRConfig:
     """Steps at which both learning rates are halved (EDSR: every 200k)."""
     contrastive: bool = True
     in_batch_negatives: bool = True
+    """Other images' positives and negatives are negatives too; false: each image's own negatives only (official)."""
+    contrastive_gradient: str = one_of("gradient", ("gradient", "official"))
+    """``gradient``: phi(SR) carries the term's gradient into G (the paper's loss); ``official``: no gradient
+    from the term reaches G (the released code), so it only shows in the logged loss."""
+    embed_passes: str = one_of("joint", ("joint", "per_group"))
+    """``joint``: one discriminator pass over SR, positives and negatives; ``per_group``: one pass per group."""
+    init_from: Optional[str] = None
+    """A run folder (its best.pt, else last.pt) or checkpoint whose generator weights start this run."""
+    cosine_steps: int = bounded(0, ge=0)
+    """> 0: cosine decay of both learning rates to ``min_lr`` over this many steps (``milestones`` unused)."""
+    min_lr: float = bounded(0.0, ge=0)
     discriminator: DiscriminatorConfig = field(default_factory=DiscriminatorConfig)
     frequency: FrequencyConfig = field(default_factory=FrequencyConfig)
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
@@ -133,6 +151,8 @@ class SuperResolutionTask:
             self.sampler = PatchSampler(train, cfg.scale, cfg.data.patch_size)
         self.val = [self._val_crop(img) for img in val]
         self.generator = ctx.wrap(EDSR(cfg.scale, cfg.model.n_resblocks, cfg.model.n_feats, cfg.model.res_scale).to(self.device))
+        if cfg.init_from:
+            load_weights(cfg.init_from, {"generator": self.generator})
         self._optimizers: dict[str, torch.optim.Optimizer] = {}
         self._modules: dict[str, nn.Module] = {"generator": self.generator}
         betas = tuple(cfg.betas)
@@ -148,10 +168,13 @@ class SuperResolutionTask:
         # A learnable objective (SigLIP's scale and bias, ...) trains with the generator.
         g_params = list(self.generator.parameters()) + (list(self.objective.parameters()) if cfg.contrastive else [])
         self._optimizers["generator"] = torch.optim.Adam(g_params, lr=cfg.lr, betas=betas)
-        self._schedulers = {
-            k: torch.optim.lr_scheduler.MultiStepLR(o, milestones=list(cfg.milestones), gamma=0.5)
-            for k, o in self._optimizers.items()
-        }
+        self._schedulers = {k: self._scheduler(o) for k, o in self._optimizers.items()}
+
+    def _scheduler(self, optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler:
+        cfg = self.cfg
+        if cfg.cosine_steps:
+            return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=cfg.cosine_steps, eta_min=cfg.min_lr)
+        return torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=list(cfg.milestones), gamma=0.5)
 
     def _val_crop(self, img: Tensor) -> tuple[Tensor, Tensor]:
         s, c = self.cfg.scale, self.cfg.data.val_crop
@@ -219,9 +242,15 @@ class SuperResolutionTask:
         return pos, neg
 
     def contrastive_loss(self, sr: Tensor, pos: Tensor, neg: Tensor) -> Tensor:
-        """The objective on ``phi(SR)`` against ``phi`` of every positive and negative (gradient into ``sr``)."""
+        """The objective on ``phi(SR)`` against ``phi`` of every positive and negative (gradient into ``sr``
+        unless ``contrastive_gradient: official``)."""
         b = sr.shape[0]
-        emb = self.embedder.embed(torch.cat([sr, pos.flatten(0, 1), neg.flatten(0, 1)]))
+        groups = [sr, pos.flatten(0, 1), neg.flatten(0, 1)]
+        with torch.no_grad() if self.cfg.contrastive_gradient == "official" else nullcontext():
+            if self.cfg.embed_passes == "per_group":
+                emb = torch.cat([self.embedder.embed(g) for g in groups])
+            else:
+                emb = self.embedder.embed(torch.cat(groups))
         anchors, candidates = emb[:b], emb[b:]
         pos_mask, neg_weight = contrastive_layout(b, pos.shape[0], neg.shape[0], self.cfg.in_batch_negatives, sr.device)
         extra = {} if neg_weight is None else {"neg_weight": neg_weight}

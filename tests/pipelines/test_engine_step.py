@@ -10,14 +10,14 @@ from contrasuite.domains.task import StepContext
 from contrasuite.pipelines.step import NonFiniteStepError, Step
 
 
-def _setup(grad_clip=None, non_finite="stop", scaler=None):
+def _setup(grad_clip=None, non_finite="stop", scaler=None, grad_clip_value=None):
     torch.manual_seed(0)
     model = nn.Linear(4, 3)
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
     step = Step(epoch=0, step=5, optimizers={"net": opt}, schedulers={"net": sched},
                 autocast=contextlib.nullcontext, scaler=scaler, grad_clip=grad_clip, non_finite=non_finite,
-                no_sync=contextlib.nullcontext)
+                no_sync=contextlib.nullcontext, grad_clip_value=grad_clip_value)
     return model, opt, sched, step
 
 
@@ -39,6 +39,20 @@ def test_grad_clip_bounds_the_update():
     change = torch.sqrt(sum((p.detach() - b).pow(2).sum() for p, b in zip(model.parameters(), before)))
     assert change.item() == pytest.approx(0.01, rel=1e-4)  # lr 1 * clipped norm 0.01
     assert step.stats["grad_norm/net"] > 0.01  # the logged norm is the one before clipping
+
+
+def test_grad_clip_value_clamps_each_element_and_keeps_infinite_gradients_visible():
+    model, _, _, step = _setup(grad_clip_value=0.5)
+    before = [p.detach().clone() for p in model.parameters()]
+    step.optimize("net", 1000 * model(torch.randn(8, 4)).sum())
+    change = torch.cat([(p.detach() - b).flatten() for p, b in zip(model.parameters(), before)])
+    assert change.abs().max().item() == pytest.approx(0.5) and step.stats["grad_norm/net"] > 100
+    model, _, _, step = _setup(grad_clip_value=0.5)
+    with torch.no_grad():
+        model.weight[0, 0] = 0.0
+    loss = model.weight[0, 0].sqrt()  # 0, with gradient +inf
+    with pytest.raises(NonFiniteStepError, match="non-finite gradient norm"):  # clamping inf to 0.5 must not hide it
+        step.optimize("net", loss)
 
 
 def test_unknown_optimizer_is_named():

@@ -111,3 +111,60 @@ def test_evaluate_val_and_test(sr_data_root, tmp_path):
     assert set(test) == {"Set5/psnr_y", "Set5/ssim_y"}
     with pytest.raises(ValueError, match="split"):
         task.evaluate("train")
+
+
+def test_official_mode_sends_no_contrastive_gradient_to_the_generator(sr_data_root, tmp_path):
+    grads = {}
+    for mode in ("gradient", "official"):
+        task = make_task(sr_data_root, tmp_path, contrastive_gradient=mode)
+        lr, hr = next(iter(task.batches(0)))
+        pos, neg = task.variants(lr, hr)
+
+        def loss():
+            sr = task.generator(lr)
+            return torch.nn.functional.l1_loss(sr, hr) + task.contrastive_loss(sr, pos, neg)
+
+        grads[mode] = generator_grad(task, loss)
+        grads["l1"] = generator_grad(task, lambda: torch.nn.functional.l1_loss(task.generator(lr), hr))
+    torch.testing.assert_close(grads["official"], grads["l1"])
+    assert (grads["gradient"] - grads["l1"]).norm() > 1e-4 * grads["l1"].norm()
+
+
+def test_per_group_passes_use_each_groups_batchnorm_statistics(sr_data_root, tmp_path):
+    losses = {}
+    for passes in ("joint", "per_group"):
+        task = make_task(sr_data_root, tmp_path, embed_passes=passes)
+        lr, hr = next(iter(task.batches(0)))
+        pos, neg = task.variants(lr, hr)
+        losses[passes] = float(task.contrastive_loss(task.generator(lr), pos, neg))
+        task.discriminator.eval()  # running statistics: the grouping no longer matters
+        losses[passes + "_eval"] = float(task.contrastive_loss(task.generator(lr), pos, neg))
+    assert losses["joint"] != pytest.approx(losses["per_group"], rel=1e-6)
+    assert losses["joint_eval"] == pytest.approx(losses["per_group_eval"], rel=1e-5)
+
+
+def test_init_from_loads_the_generator_and_cosine_decays(sr_data_root, tmp_path):
+    source = make_task(sr_data_root, tmp_path)
+    (tmp_path / "run" / "checkpoints").mkdir(parents=True)
+    torch.save({"modules": {"generator": source.generator.state_dict()}}, tmp_path / "run" / "checkpoints" / "last.pt")
+    torch.manual_seed(1)  # a different initialisation, overwritten by init_from
+    task = SuperResolutionTask()
+    task.setup(TaskContext(config=tiny_config(init_from=str(tmp_path / "run"), cosine_steps=4, min_lr=1e-6),
+                           device=torch.device("cpu"), precision="fp32", run_dir=tmp_path, data_root=sr_data_root, seed=0))
+    for a, b in zip(task.generator.state_dict().values(), source.generator.state_dict().values()):
+        torch.testing.assert_close(a, b)
+    opt, sched = task.optimizers()["generator"], task.schedulers()["generator"]
+    for _ in range(4):
+        opt.step()
+        sched.step()
+    assert opt.param_groups[0]["lr"] == pytest.approx(1e-6)
+
+
+def test_init_from_errors_name_the_key_and_file(sr_data_root, tmp_path):
+    from contrasuite.domains.errors import DataError
+
+    with pytest.raises(DataError, match="config.init_from: no checkpoint at .*missing"):
+        make_task(sr_data_root, tmp_path, init_from=str(tmp_path / "missing"))
+    torch.save({"modules": {"model": {}}}, tmp_path / "other.pt")
+    with pytest.raises(DataError, match="has no module 'generator'"):
+        make_task(sr_data_root, tmp_path, init_from=str(tmp_path / "other.pt"))
