@@ -3,10 +3,15 @@
 * :class:`ResnetGenerator`: ``c7s1-ngf, d(2ngf), d(4ngf), R(4ngf) x n_blocks, u(2ngf), u(ngf), c7s1-3``
   with instance norm, reflection padding and tanh. Anti-aliased down-sampling (stride-1 conv, then a
   [1, 2, 1]^2 blur with stride 2; Zhang, ICML 2019) as CUT's default; up-sampling is bilinear x2 then a
-  conv. The layers form one ``nn.Sequential`` indexed like CUT's, so ``nce_layers = 0, 4, 8, 12, 16``
-  are the padded input, the first and second down-sampling convolutions, and the 1st and 5th residual
-  blocks. The paper uses 9 blocks at 256 px; fewer blocks suit smaller images (4 at 64 px here).
-* :class:`PatchDiscriminator`: the 70x70 PatchGAN (``n_layers = 3``), instance norm, LeakyReLU 0.2.
+  conv, which is CUT's default up-sampling too (its ``Upsample``, a transposed convolution with the fixed
+  ``[1, 3, 3, 1]^2 / 16`` filter after replicate padding, computes the same bilinear interpolation); CUT's
+  ``--no_antialias_up`` (a learned transposed convolution) is not built. The layers form one
+  ``nn.Sequential`` indexed like CUT's, so ``nce_layers = 0, 4, 8, 12, 16`` are the padded input, the
+  first and second down-sampling convolutions, and the 1st and 5th residual blocks. The paper uses 9 blocks
+  at 256 px; fewer blocks suit smaller images (4 at 64 px here).
+* :class:`PatchDiscriminator`: the 70x70 PatchGAN (``n_layers = 3``), instance norm, LeakyReLU 0.2,
+  anti-aliased as CUT's default (each stride-2 convolution becomes a stride-1 convolution, the
+  activation, then the same blur with stride 2; ``antialias=False`` is CUT's ``--no_antialias``).
 * :class:`PatchHead`: per layer, ``Linear(C_l, 256) - ReLU - Linear(256, 256)`` on sampled patch
   features (CUT's ``mlp_sample``), built up front from the generator's channel counts, so no
   data-dependent initialisation pass is needed.
@@ -123,17 +128,30 @@ def default_nce_layers(n_blocks: int) -> list[int]:
 
 
 class PatchDiscriminator(nn.Module):
-    """70x70 PatchGAN: ``C64 (no norm) - C128 - C256 - C512 (stride 1) - conv to 1``, 4x4 kernels."""
+    """70x70 PatchGAN: ``C64 (no norm) - C128 - C256 - C512 (stride 1) - conv to 1``, 4x4 kernels.
 
-    def __init__(self, ndf: int = 64, n_layers: int = 3) -> None:
+    ``antialias`` (CUT's default): every stride-2 convolution is a stride-1 convolution followed by
+    its norm and LeakyReLU, then :class:`BlurDownsample`; the map is as large as without it (30x30 at
+    256 px), and the layers are indexed as in CUT's ``NLayerDiscriminator``, so its weights load by name.
+    """
+
+    def __init__(self, ndf: int = 64, n_layers: int = 3, antialias: bool = True) -> None:
         super().__init__()
-        layers: list[nn.Module] = [nn.Conv2d(3, ndf, 4, stride=2, padding=1), nn.LeakyReLU(0.2, True)]
+        self.antialias = antialias
+
+        def down(c_in: int, c_out: int, norm: bool) -> list[nn.Module]:
+            conv = nn.Conv2d(c_in, c_out, 4, stride=1 if antialias else 2, padding=1)
+            block = [conv, *([nn.InstanceNorm2d(c_out)] if norm else []), nn.LeakyReLU(0.2, True)]
+            return block + [BlurDownsample(c_out)] if antialias else block
+
+        layers: list[nn.Module] = down(3, ndf, norm=False)
         mult = 1
-        for n in range(1, n_layers + 1):
+        for n in range(1, n_layers):
             prev, mult = mult, min(2**n, 8)
-            stride = 2 if n < n_layers else 1
-            layers += [nn.Conv2d(ndf * prev, ndf * mult, 4, stride=stride, padding=1),
-                       nn.InstanceNorm2d(ndf * mult), nn.LeakyReLU(0.2, True)]
+            layers += down(ndf * prev, ndf * mult, norm=True)
+        prev, mult = mult, min(2**n_layers, 8)
+        layers += [nn.Conv2d(ndf * prev, ndf * mult, 4, stride=1, padding=1), nn.InstanceNorm2d(ndf * mult),
+                   nn.LeakyReLU(0.2, True)]
         layers.append(nn.Conv2d(ndf * mult, 1, 4, stride=1, padding=1))
         self.model = nn.Sequential(*layers)
         init_weights(self)

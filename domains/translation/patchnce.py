@@ -13,16 +13,48 @@ With ``negatives="image"`` (CUT and FastCUT) the objective is called once per im
 never cross images; with ``negatives="batch"`` (CUT's ``nce_includes_all_negatives_from_minibatch``,
 used for single-image training) one call takes all ``B * S`` patches. The objective is any core
 objective built from config terms (InfoNCE by default; DHEL, WEINCE, DCL, ... by name).
+
+The head hands over ``z / (|z| + 1e-7)`` (CUT's ``Normalize``). With ``patch_norm="official"`` (the
+default) the logits are the dot products of those vectors, as in CUT: :func:`objective_terms` gives
+every term that takes a ``similarity`` (InfoNCE) ``similarity: dot``. With ``patch_norm="unit"`` the
+terms keep their own similarity, InfoNCE's ``cosine``, which renormalises the patches to unit length
+(the behaviour before the official one became the default). Objectives without a ``similarity``
+option (DCL, DHEL, WEINCE, ...) compare by cosine, i.e. renormalise, under either setting.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+import inspect
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 from torch import Tensor
 
+from contrasuite.core.objectives.compose import OBJECTIVES
+
 NEGATIVE_SOURCES = ("image", "batch")
+PATCH_NORMS = ("official", "unit")
+
+
+def objective_terms(terms: Sequence[Mapping[str, Any]], patch_norm: str = "official") -> list[dict[str, Any]]:
+    """``config.objective.terms`` for PatchNCE under ``config.nce.patch_norm`` (module docstring).
+
+    ``official``: ``similarity: dot`` for every term whose objective takes a ``similarity``; a term that
+    asks for ``cosine`` contradicts it and is refused. ``unit``: the terms unchanged."""
+    if patch_norm not in PATCH_NORMS:
+        raise ValueError(f"config.nce.patch_norm must be one of {PATCH_NORMS}, got {patch_norm!r}")
+    out = [dict(t) for t in terms]
+    if patch_norm == "unit":
+        return out
+    for i, term in enumerate(out):
+        cls = OBJECTIVES.get(term.get("name"))
+        if cls is None or "similarity" not in inspect.signature(cls).parameters:
+            continue
+        if term.setdefault("similarity", "dot") != "dot":
+            raise ValueError(f"config.objective.terms.{i}.similarity={term['similarity']!r} renormalises the patches, "
+                             "which contradicts config.nce.patch_norm=official (CUT's z / (|z| + 1e-7) and dot "
+                             "products); drop it or set config.nce.patch_norm=unit")
+    return out
 
 
 def patch_nce_layer(objective: Callable[..., Tensor], q: Tensor, k: Tensor, negatives: str = "image") -> Tensor:

@@ -35,6 +35,7 @@ output and target is written to ``RUN_DIR/samples/`` at every evaluation.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional
@@ -59,7 +60,7 @@ from contrasuite.domains.translation.networks import (
     PatchDiscriminator, PatchHead, ResnetGenerator, default_nce_layers, gather_patches, sample_locations,
     translate_any_size,
 )
-from contrasuite.domains.translation.patchnce import NEGATIVE_SOURCES, patch_nce
+from contrasuite.domains.translation.patchnce import NEGATIVE_SOURCES, PATCH_NORMS, objective_terms, patch_nce
 
 
 @dataclass
@@ -76,6 +77,9 @@ class GeneratorConfig:
 class DiscriminatorConfig:
     ndf: int = bounded(64, ge=1)
     n_layers: int = bounded(3, ge=1)
+    antialias: bool = True
+    """CUT's default: stride-1 convolutions then a [1, 2, 1]^2 blur with stride 2; false is CUT's ``--no_antialias``
+    (stride-2 convolutions, this discriminator's only form before the option existed)."""
     augment: list[str] = field(default_factory=list)
     """DiffAugment policies applied to every image the discriminator sees (``colour``, ``hue``,
     ``translation``, ``cutout``; :mod:`~contrasuite.domains.translation.augment`); empty: off (CUT)."""
@@ -95,6 +99,9 @@ class NCEConfig:
     flip_equivariance: bool = False
     negatives: str = one_of("image", NEGATIVE_SOURCES)
     """``image`` (negatives from the same image) or ``batch`` (every patch of the mini-batch)."""
+    patch_norm: str = one_of("official", PATCH_NORMS)
+    """``official``: logits are dot products of the head's ``z / (|z| + 1e-7)``, as CUT; ``unit``: InfoNCE's cosine
+    renormalises them to unit length (the behaviour before ``official`` became the default)."""
 
 
 @dataclass
@@ -180,7 +187,9 @@ class TranslationTask:
         self.loader = None
         self._load_data(Path(ctx.data_root))
         self.generator = build_generator(cfg).to(self.device)
-        self.discriminator = PatchDiscriminator(cfg.discriminator.ndf, cfg.discriminator.n_layers).to(self.device)
+        keep_former_architecture(cfg, Path(ctx.run_dir))
+        self.discriminator = PatchDiscriminator(cfg.discriminator.ndf, cfg.discriminator.n_layers,
+                                                cfg.discriminator.antialias).to(self.device)
         self.augment = DiffAugment(cfg.discriminator.augment)
         self.layers = list(cfg.nce.layers) if cfg.nce.layers is not None else default_nce_layers(cfg.generator.n_blocks)
         betas = tuple(cfg.betas)
@@ -197,7 +206,7 @@ class TranslationTask:
         if cfg.nce.weight > 0:
             channels = [self.generator.channels[i] for i in self.layers]
             self.head = PatchHead(channels, cfg.nce.head_dim, cfg.nce.use_mlp).to(self.device)
-            self.objective = ObjectiveSum(cfg.objective.terms).to(self.device)
+            self.objective = ObjectiveSum(objective_terms(cfg.objective.terms, cfg.nce.patch_norm)).to(self.device)
             self._modules |= {"head": self.head, "objective": self.objective}
             head_params = list(self.head.parameters()) + list(self.objective.parameters())
             if head_params:
@@ -463,6 +472,26 @@ class _Single:
 
     def __getitem__(self, i: int) -> Tensor:
         return self.image
+
+
+def keep_former_architecture(cfg: TranslationConfig, run_dir: Path) -> None:
+    """Build the discriminator an older run folder was trained with.
+
+    ``config.discriminator.antialias`` (default true, CUT's) did not exist before; the discriminator was
+    then the stride-2 one. A run folder's ``config.yaml`` holds the resolved config, so one that lacks
+    the key predates it: evaluating such a run builds ``antialias=false`` (with a warning), so its
+    checkpoint loads into the network it was trained with. A fresh run writes the key before this runs;
+    resuming an old run is refused by the engine until the key is passed (``'<absent>' -> True``)."""
+    saved = run_dir / "config.yaml"
+    if not saved.is_file():
+        return
+    import yaml
+
+    section = ((yaml.safe_load(saved.read_text()) or {}).get("config") or {}).get("discriminator") or {}
+    if "antialias" not in section and cfg.discriminator.antialias:
+        warnings.warn(f"{saved} has no config.discriminator.antialias (written before the option existed): "
+                      "building its discriminator without anti-aliasing, as it was trained", stacklevel=2)
+        cfg.discriminator.antialias = False
 
 
 def build_generator(cfg: TranslationConfig) -> ResnetGenerator:

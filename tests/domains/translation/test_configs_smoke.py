@@ -83,3 +83,28 @@ def test_objective_swap_test_eval_and_translate(data_root, cache, tiny_overrides
     assert [p.name for p in outs] == ["img0.png", "img1.png"]
     assert all(Image.open(p).size == (22, 30) and Image.open(p).mode == "RGB" for p in outs)
     assert translate_main([str(run_dir), str(tmp_path / "missing"), str(dst)]) == 2
+
+
+def test_run_folder_from_before_discriminator_antialias_evaluates_as_trained(data_root, cache, tiny_overrides, tmp_path):
+    # A run trained with the stride-2 discriminator (the only one before config.discriminator.antialias existed),
+    # its config.yaml then stripped of the key as such a folder has it.
+    config = next(p for p in CONFIGS if p.stem == "reduced_gan_emoji")
+    run_dir = run(config, data_root, tmp_path / "runs", cache, tiny_overrides, ("config.discriminator.antialias=false",))
+    saved = run_dir / "config.yaml"
+    text = saved.read_text()
+    assert "antialias: false" in text
+    saved.write_text(text.replace("    antialias: false\n", "", 1))
+    assert "antialias: false" not in saved.read_text()
+    with pytest.warns(UserWarning, match="without anti-aliasing"):
+        result = evaluate(run_dir, "last")  # the checkpoint's discriminator loads: same network
+    assert math.isfinite(result["metrics"]["kid"])
+    # A folder that names the new default is built with it, and its old checkpoint is refused, not loaded.
+    saved.write_text(text.replace("    antialias: false\n", "    antialias: true\n", 1))
+    with pytest.raises(checkpoint.CheckpointError, match="discriminator"):
+        evaluate(run_dir, "last")
+    # Resuming the stripped folder is refused until the key is given (the checkpoint's config has it).
+    from contrasuite.pipelines.trainer import resume
+
+    saved.write_text(text.replace("    antialias: false\n", "", 1))
+    with pytest.raises(checkpoint.CheckpointError, match="config.discriminator.antialias"):
+        resume(run_dir, ["run.epochs=2"])

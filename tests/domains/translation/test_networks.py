@@ -31,10 +31,17 @@ def test_default_layers_scale_with_blocks():
     assert default_nce_layers(4) == [0, 4, 8, 12, 15]
 
 
-def test_patchgan_is_70x70_with_30x30_map_at_256():
-    d = PatchDiscriminator(ndf=4, n_layers=3)
+@pytest.mark.parametrize("antialias", [True, False])
+def test_patchgan_is_70x70_with_30x30_map_at_256(antialias):
+    d = PatchDiscriminator(ndf=4, n_layers=3, antialias=antialias)
     assert d(torch.randn(1, 3, 256, 256)).shape == (1, 1, 30, 30)
     assert d(torch.randn(2, 3, 64, 64)).shape == (2, 1, 6, 6)
+    # the same parameters either way (CUT's layer indices differ), so neither form's checkpoint loads into the other
+    shapes = [p.shape for p in d.parameters()]
+    other = PatchDiscriminator(ndf=4, n_layers=3, antialias=not antialias)
+    assert shapes == [p.shape for p in other.parameters()]
+    with pytest.raises(RuntimeError, match="Missing key"):
+        other.load_state_dict(d.state_dict())
 
 
 def test_head_sampling_and_unit_outputs():
@@ -45,9 +52,11 @@ def test_head_sampling_and_unit_outputs():
     patches = gather_patches(feat, idx)
     assert patches.shape == (2, 7, 6)
     torch.testing.assert_close(patches[1, 3], feat[1, :, idx[3] // 5, idx[3] % 5])
-    z = PatchHead([6], dim=16)([patches])[0]
+    head = PatchHead([6], dim=16)
+    z = head([patches])[0]
     assert z.shape == (2, 7, 16)
-    torch.testing.assert_close(z.norm(dim=-1), torch.ones(2, 7), atol=1e-3, rtol=0)  # CUT: z / (|z| + 1e-7)
+    raw = head.mlps[0](patches)  # CUT's Normalize: z / (|z| + 1e-7), a little under unit length when |z| is small
+    torch.testing.assert_close(z, raw / (raw.norm(dim=-1, keepdim=True) + 1e-7))
 
 
 def test_any_size_translation_keeps_size():
