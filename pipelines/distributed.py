@@ -69,6 +69,15 @@ def broadcast_object(obj: Any) -> Any:
     return box[0]
 
 
+def all_gather_object(obj: Any) -> list[Any]:
+    """Every rank's ``obj``, in rank order (``[obj]`` on one process)."""
+    if not dist.is_initialized():
+        return [obj]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
 def gather_with_grad(x: Tensor) -> Tensor:
     """All-gather along dim 0; the gradient of every rank's copy flows back to its local slice."""
     if not dist.is_initialized() or dist.get_world_size() == 1:

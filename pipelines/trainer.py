@@ -179,7 +179,7 @@ class Trainer:
 
     # -- checkpoints --------------------------------------------------------------------------
 
-    def _state(self) -> dict[str, Any]:
+    def _state(self, rank_rngs: list[tuple[dict[str, Any], dict[str, Any] | None]]) -> dict[str, Any]:
         task_state = self.task.state_dict() if hasattr(self.task, "state_dict") else None
         return {
             "modules": {k: m.state_dict() for k, m in self._modules().items()},
@@ -187,8 +187,9 @@ class Trainer:
             "schedulers": {k: s.state_dict() for k, s in self.task.schedulers().items()},
             "scaler": self.scaler.state_dict() if self.scaler is not None else None,
             "task": task_state,
-            "rng": checkpoint.rng_state(),
-            "epoch_rng": self._epoch_rng,
+            "rng": rank_rngs[0][0],
+            "epoch_rng": rank_rngs[0][1],
+            "rank_rngs": rank_rngs if len(rank_rngs) > 1 else None,
             "position": asdict(self.position),
             "best": self.best,
             "last_eval_step": self._last_eval_step,
@@ -199,8 +200,10 @@ class Trainer:
     def save(self, name: str) -> None:
         """Write ``last.pt`` (everything a resume needs) or ``best.pt`` (what evaluation needs: no optimizer,
         scheduler or scaler state, which is most of a checkpoint's size under Adam)."""
+        # every rank's (RNG, epoch-start RNG): each rank draws its own augmentations, so each resumes its own
+        rank_rngs = distributed.all_gather_object((checkpoint.rng_state(), self._epoch_rng))
         if self.dist.is_main:
-            state = self._state()
+            state = self._state(rank_rngs)
             if name == "best":
                 state.update(optimizers={}, schedulers={}, scaler=None)
             checkpoint.atomic_save(state, self.run_dir / "checkpoints" / f"{name}.pt")
@@ -221,10 +224,21 @@ class Trainer:
             raise
         self.position = Position(**state["position"])
         self.best = state["best"]
-        self._epoch_rng, self._resume_rng = state["epoch_rng"], state["rng"]
+        self._resume_rng, self._epoch_rng = self._own_rng(state)
         self._last_eval_step = state["last_eval_step"]
         self._consecutive_skips = state.get("consecutive_skips", 0)
         self.log.truncate_after(self.position.global_step)
+
+    def _own_rng(self, state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """This rank's ``(rng, epoch_rng)`` from a checkpoint; rank 0's when it was written by another world size."""
+        ranks = state.get("rank_rngs") or [(state["rng"], state["epoch_rng"])]
+        if len(ranks) == self.dist.world_size:
+            return ranks[self.dist.rank]
+        if self.dist.is_main:
+            print(f"resume: the checkpoint holds RNG states of {len(ranks)} process(es), this run has "
+                  f"{self.dist.world_size}; every rank restores rank 0's, so augmentations will not repeat the "
+                  "original run's", file=sys.stderr)
+        return ranks[0]
 
     def _status(self, state: str, **extra: Any) -> None:
         if self.dist.is_main:
