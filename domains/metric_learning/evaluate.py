@@ -56,6 +56,8 @@ def retrieval_metrics(
     """Recall@K and MAP@R; ``same_set``: queries are the gallery, each query's own entry is excluded."""
     if same_set and len(queries) != len(gallery):
         raise ValueError(f"same_set needs queries == gallery, got {len(queries)} and {len(gallery)}")
+    device = queries.device
+    query_labels, gallery_labels = query_labels.to(device), gallery_labels.to(device)
     relevant = (query_labels[:, None] == gallery_labels[None, :]).sum(dim=1) - int(same_set)
     keep = relevant > 0
     depth = min(len(gallery) - int(same_set), max(max(ks), int(relevant.max().clamp_min(1))))
@@ -65,7 +67,7 @@ def retrieval_metrics(
         stop = min(start + chunk, len(queries))
         scores = scorer(queries[start:stop], gallery).float()
         if same_set:
-            rows = torch.arange(stop - start)
+            rows = torch.arange(stop - start, device=device)
             scores[rows, rows + start] = -torch.inf  # drop self from the ranking (not a loss: plain sort)
         top = scores.topk(depth, dim=1).indices
         match = (gallery_labels[top] == query_labels[start:stop, None]).float()
@@ -73,7 +75,7 @@ def retrieval_metrics(
         for k in ks:
             hits[k] += float(match[:, :k].amax(dim=1)[k_keep].sum())
         r = relevant[start:stop].clamp_min(1)
-        ranks = torch.arange(1, depth + 1, dtype=torch.float32)
+        ranks = torch.arange(1, depth + 1, dtype=torch.float32, device=device)
         within_r = (ranks[None, :] <= r[:, None]).float()
         precision = match.cumsum(dim=1) / ranks
         ap = (precision * match * within_r).sum(dim=1) / r

@@ -19,7 +19,7 @@ def data(seed=0, n_classes=12, per_class=(1, 2, 3, 4)):
 
 
 def test_matches_pml_accuracy_calculator_leave_one_out():
-    pml = pytest.importorskip("pytorch_metric_learning")
+    pytest.importorskip("pytorch_metric_learning")
     from pytorch_metric_learning.distances import CosineSimilarity
     from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
     from pytorch_metric_learning.utils.inference import CustomKNN
@@ -65,3 +65,17 @@ def test_hyperbolic_objective_ranks_by_poincare_distance():
     assert torch.allclose(scores[:, 3:], expected[:, 3:], atol=1e-4)  # off self: fp32 cancellation at d=0
     cos = scorer_for(MetricObjective([{"name": "circle"}]))(emb[:3], emb)
     assert torch.allclose(cos, F.normalize(emb[:3], dim=1) @ F.normalize(emb, dim=1).T)
+
+
+@pytest.mark.parametrize("same_set", [True, False])
+def test_embeddings_on_cuda_with_labels_on_the_cpu(same_set):
+    """The task's evaluation: embeddings on the device, labels on the CPU (checked on the fake CUDA device)."""
+    from contrasuite.pipelines.fake_cuda import fake_cuda
+
+    emb, labels = data(2)
+    q = torch.arange(len(labels)) % 3 == 0
+    args = (emb, labels, emb, labels) if same_set else (emb[q], labels[q], emb[~q], labels[~q])
+    on_cpu = retrieval_metrics(*args, same_set=same_set, chunk=7)
+    with fake_cuda():
+        on_cuda = retrieval_metrics(*(t.to("cuda") if i % 2 == 0 else t for i, t in enumerate(args)), same_set=same_set, chunk=7)
+    assert on_cuda == pytest.approx(on_cpu, abs=1e-6)
