@@ -68,6 +68,11 @@ class RunSettings:
     """``torch.use_deterministic_algorithms(True)`` and cuDNN benchmark off."""
     grad_clip: Optional[float] = bounded(None, gt=0)
     """Clip the global gradient norm of each optimizer's parameters to this value."""
+    sync_batchnorm: bool = False
+    """Under several CUDA processes, BatchNorm layers of the modules the task wraps normalise with the
+    statistics of the global batch (``nn.SyncBatchNorm``); PyTorch's SyncBatchNorm has no CPU kernel."""
+    dist_timeout_minutes: float = bounded(60.0, gt=0)
+    """Longest wait of any collective, e.g. of ranks 1.. while rank 0 evaluates."""
     grad_clip_value: Optional[float] = bounded(None, gt=0)
     """Clip every gradient element to ``[-v, v]`` before the norm clip (EDSR-PyTorch's ``--gclip``)."""
     non_finite: str = one_of("stop", ("stop", "skip"))

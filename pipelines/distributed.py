@@ -7,6 +7,7 @@ address; without it everything is a no-op on one process.
 from __future__ import annotations
 
 import contextlib
+import datetime
 import os
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -43,11 +44,14 @@ def env_info() -> DistInfo:
     )
 
 
-def init(info: DistInfo, device: torch.device) -> None:
-    """Join the process group (env://) when several processes run and none is initialised yet."""
+def init(info: DistInfo, device: torch.device, timeout_minutes: float = 60.0) -> None:
+    """Join the process group (env://) when several processes run and none is initialised yet.
+
+    ``timeout_minutes`` bounds every collective, including the wait of ranks 1.. while rank 0 evaluates."""
     if info.enabled and not dist.is_initialized():
         backend = "nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(backend=backend, init_method="env://", rank=info.rank, world_size=info.world_size)
+        dist.init_process_group(backend=backend, init_method="env://", rank=info.rank, world_size=info.world_size,
+                                timeout=datetime.timedelta(minutes=timeout_minutes))
 
 
 def shutdown() -> None:
@@ -106,3 +110,20 @@ def no_sync(modules: list[nn.Module]) -> Iterator[None]:
             if isinstance(m, DistributedDataParallel):
                 stack.enter_context(m.no_sync())
         yield
+
+
+@contextlib.contextmanager
+def local_only(modules: list[nn.Module]) -> Iterator[None]:
+    """DDP wrappers that run without collectives: no buffer broadcast before a forward, no gradient
+    all-reduce. Rank 0 evaluates inside it while the other ranks wait, so a forward through a wrapper
+    cannot block on ranks that are not there."""
+    wrappers = [m for m in modules if isinstance(m, DistributedDataParallel)]
+    saved = [m.require_forward_param_sync for m in wrappers]
+    with no_sync(wrappers):
+        for m in wrappers:
+            m.require_forward_param_sync = False
+        try:
+            yield
+        finally:
+            for m, flag in zip(wrappers, saved):
+                m.require_forward_param_sync = flag

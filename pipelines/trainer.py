@@ -23,13 +23,14 @@ from collections.abc import Sized
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
 from contrasuite.core.metrics.health import health, similarity_samples
+from contrasuite.domains.errors import SetupError
 from contrasuite.domains.task import TaskContext
 from contrasuite.pipelines import checkpoint, distributed
 from contrasuite.pipelines.config import LoadedConfig, load_config, parse_override, save_resolved
@@ -98,7 +99,10 @@ class Trainer:
         self.loaded, self.run = loaded, loaded.run
         self.dist = distributed.env_info()
         self.device = pick_device(self.run.device, self.dist.local_rank)
-        distributed.init(self.dist, self.device)
+        if self.run.sync_batchnorm and self.dist.enabled and self.device.type == "cpu":
+            raise SetupError("run.sync_batchnorm=true needs CUDA devices: PyTorch's SyncBatchNorm has no CPU kernel "
+                             "(set run.sync_batchnorm=false to keep BatchNorm statistics per process)")
+        distributed.init(self.dist, self.device, self.run.dist_timeout_minutes)
         set_deterministic(self.run.deterministic)
         if run_dir is None:
             made = new_run_dir(self.run.output_root, loaded.domain, loaded.name) if self.dist.is_main else None
@@ -145,6 +149,8 @@ class Trainer:
     # -- task plumbing ------------------------------------------------------------------------
 
     def _wrap(self, module: nn.Module) -> nn.Module:
+        if self.run.sync_batchnorm and self.dist.enabled:
+            module = nn.SyncBatchNorm.convert_sync_batchnorm(module)
         wrapped = distributed.wrap_module(module, self.device)
         self._wrapped.append(wrapped)
         return wrapped
@@ -370,37 +376,48 @@ class Trainer:
             return self.task.embed_for_health(batch)
 
     def _log_health(self, batch: Any) -> None:
-        pair = self._embed_for_health(batch)
-        if pair is not None and self.dist.is_main:
+        pair = self._on_main(lambda: self._embed_for_health(batch))
+        if pair is not None:
             values = {f"health/{k}": v for k, v in health(*pair).items()}
             self.log.log(values, step=self.position.global_step, epoch=self.position.epoch)
 
     # -- evaluation ---------------------------------------------------------------------------
 
     def validate(self) -> Mapping[str, float]:
-        """``task.evaluate("val")``: log, plot similarities, keep ``best.pt`` by ``run.best_metric``."""
+        """``task.evaluate("val")`` on rank 0: log, plot similarities, keep ``best.pt`` by ``run.best_metric``.
+
+        The other ranks wait for rank 0's decision (and its metrics), so no evaluation is run twice."""
+        self._last_eval_step = self.position.global_step
+        metrics, better = distributed.broadcast_object(self._on_main(self._validate_main) or ({}, False))
+        if better:
+            self.save("best")
+        return metrics
+
+    def _validate_main(self) -> tuple[dict[str, float], bool]:
         pos = self.position
         with self._side_computation():
             metrics = {k: float(v) for k, v in self.task.evaluate("val").items()}
-        self._last_eval_step = pos.global_step
         self._plot_similarities()
         self.log.log({f"val/{k}": v for k, v in metrics.items()}, step=pos.global_step, epoch=pos.epoch)
         key = self.run.best_metric or next(iter(metrics), None)
-        if self.dist.is_main:
-            training_curves(self.log.path, self.run_dir / "plots" / "curves.png", key, f"{self.loaded.domain}/{self.loaded.name}")
+        training_curves(self.log.path, self.run_dir / "plots" / "curves.png", key, f"{self.loaded.domain}/{self.loaded.name}")
         better = False
-        if self.dist.is_main and key is not None:
+        if key is not None:
             if key not in metrics:
                 raise KeyError(f"run.best_metric={key!r} is not among the validation metrics {sorted(metrics)}")
             value = metrics[key]
             better = self.best is None or (value > self.best if self.run.best_mode == "max" else value < self.best)
             self.best = value if better else self.best
-        if distributed.broadcast_object(better):
-            self.save("best")
-        if self.dist.is_main:
-            write_json({"split": "val", **asdict(pos), "metrics": metrics, "best_metric": key, "best": self.best},
-                       self.run_dir / "eval_val.json")
-        return metrics
+        write_json({"split": "val", **asdict(pos), "metrics": metrics, "best_metric": key, "best": self.best},
+                   self.run_dir / "eval_val.json")
+        return metrics, better
+
+    def _on_main(self, fn: Callable[[], Any]) -> Any:
+        """``fn()`` on rank 0 with DDP's collectives off (``None`` on the other ranks)."""
+        if not self.dist.is_main:
+            return None
+        with distributed.local_only(self._wrapped):
+            return fn()
 
     def _plot_similarities(self) -> None:
         if hasattr(self.task, "similarity_samples"):
@@ -409,7 +426,7 @@ class Trainer:
         else:
             pair = self._embed_for_health(self._last_batch)
             pos_neg = similarity_samples(*pair) if pair is not None else None
-        if pos_neg is not None and self.dist.is_main:
+        if pos_neg is not None:
             path = self.run_dir / "plots" / f"similarity_step{self.position.global_step:07d}.png"
             similarity_histogram(*pos_neg, path, f"{self.loaded.name}, epoch {self.position.epoch}, step {self.position.global_step}")
 
@@ -421,14 +438,17 @@ class Trainer:
             which = path.stem
         state = checkpoint.load(path)
         checkpoint.restore_modules(state, path, modules=self._modules(), task=self.task)
-        started = time.time()
-        with self._side_computation():
-            metrics = {k: float(v) for k, v in self.task.evaluate("test").items()}
-        result = {"split": "test", "checkpoint": which, **state["position"], "metrics": metrics,
-                  "seconds": round(time.time() - started, 3)}
-        if self.dist.is_main:
+
+        def evaluate() -> dict[str, Any]:
+            started = time.time()
+            with self._side_computation():
+                metrics = {k: float(v) for k, v in self.task.evaluate("test").items()}
+            result = {"split": "test", "checkpoint": which, **state["position"], "metrics": metrics,
+                      "seconds": round(time.time() - started, 3)}
             write_json(result, self.run_dir / "eval_test.json")
-        return result
+            return result
+
+        return distributed.broadcast_object(self._on_main(evaluate))
 
 
 def train(loaded: LoadedConfig) -> Path:

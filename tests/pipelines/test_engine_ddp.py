@@ -32,3 +32,26 @@ def test_two_process_gloo_matches_one_process(toy_yaml, cli_env, tmp_path):
     c = torch.load(small / "checkpoints" / "last.pt", weights_only=True)["modules"]["model"]
     assert any(not torch.allclose(c[k], v, rtol=1e-5, atol=1e-6) for k, v in a["modules"]["model"].items())
     assert '"world_size": 2' in (two / "environment.json").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_rank_zero_evaluates_alone_and_sync_batchnorm_needs_cuda(toy_yaml, cli_env, tmp_path):
+    """Validation, health and the test split run on rank 0 only, through a DDP wrapper with BatchNorm
+    buffers (a forward that broadcast them would wait forever for the other rank)."""
+    path = toy_yaml(run={"health_every_steps": 2, "eval_every_epochs": 1, "epochs": 2, "dist_timeout_minutes": 1},
+                    config={"batchnorm": True, "record_evals": True})
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                "-m", "contrasuite.pipelines.cli"]
+    out = subprocess.run([*torchrun, "train", str(path), f"run.output_root={tmp_path / 'two'}"], env=cli_env,
+                         capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (run,) = [p.parent for p in (tmp_path / "two").rglob("config.yaml")]
+    out = subprocess.run([*torchrun, "eval", str(run)], env=cli_env, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert (run / "evals_rank0.txt").read_text().split() == ["val", "val", "test"]
+    assert not (run / "evals_rank1.txt").exists()
+    assert "health/" in (run / "metrics.csv").read_text()
+    out = subprocess.run([*torchrun, "train", str(path), "run.sync_batchnorm=true", f"run.output_root={tmp_path / 'sbn'}"],
+                         env=cli_env, capture_output=True, text=True, timeout=180)
+    assert out.returncode != 0 and "run.sync_batchnorm=true needs CUDA devices" in out.stderr

@@ -31,6 +31,10 @@ class ToyConfig:
     augment: float = 0.05
     """Fresh noise added in every step from the global RNG (exercises RNG restore)."""
     dropout: float = 0.0
+    batchnorm: bool = False
+    """A BatchNorm1d after the first layer: buffers, which DDP broadcasts before a training forward."""
+    record_evals: bool = False
+    """Append each ``evaluate`` call to ``RUN_DIR/evals_rank<r>.txt`` (which ranks evaluate)."""
     sleep: float = 0.0
     nan_at_step: int = -1
     nan_steps: int = 1
@@ -53,8 +57,9 @@ class ToyTask:
         x = torch.randn(cfg.n, cfg.dim, generator=gen)
         self.v1 = x + cfg.noise * torch.randn(cfg.n, cfg.dim, generator=gen)
         self.v2 = x + cfg.noise * torch.randn(cfg.n, cfg.dim, generator=gen)
+        norm = [nn.BatchNorm1d(cfg.hidden)] if cfg.batchnorm else []
         self.model = nn.Sequential(
-            nn.Linear(cfg.dim, cfg.hidden), nn.ReLU(), nn.Dropout(cfg.dropout), nn.Linear(cfg.hidden, cfg.dim)
+            nn.Linear(cfg.dim, cfg.hidden), *norm, nn.ReLU(), nn.Dropout(cfg.dropout), nn.Linear(cfg.hidden, cfg.dim)
         ).to(ctx.device)
         self.net = ctx.wrap(self.model)
         self.objective = ObjectiveSum(cfg.objective.terms).to(ctx.device)
@@ -112,11 +117,14 @@ class ToyTask:
         return {"loss": float(loss.detach())}
 
     def evaluate(self, split: str = "val"):
+        if self.cfg.record_evals:
+            with (self.ctx.run_dir / f"evals_rank{self.ctx.rank}.txt").open("a") as f:
+                f.write(split + "\n")
         half = self.cfg.n // 2
         sl = slice(0, half) if split == "val" else slice(half, None)
-        with torch.no_grad():
-            z1 = nn.functional.normalize(self.model(self.v1[sl].to(self.ctx.device)), dim=1)
-            z2 = nn.functional.normalize(self.model(self.v2[sl].to(self.ctx.device)), dim=1)
+        with torch.no_grad():  # through the DDP wrapper, as a task may do: it must not wait for other ranks
+            z1 = nn.functional.normalize(self.net(self.v1[sl].to(self.ctx.device)), dim=1)
+            z2 = nn.functional.normalize(self.net(self.v2[sl].to(self.ctx.device)), dim=1)
         acc = (z1 @ z2.T).argmax(1).eq(torch.arange(z1.shape[0], device=z1.device)).float().mean()
         return {"top1": float(acc), "pos_sim": float((z1 * z2).sum(1).mean())}
 
