@@ -10,7 +10,9 @@ What this proves and what it cannot (docs/engine.md, "CUDA without a GPU"):
   there as it would on a GPU); objectives with host-synchronising fast paths (``.item()``, ``bool()``
   on a tensor) cannot run on ``meta`` and are listed;
 * dtypes: under bf16 autocast (the default precision; CPU here, the same rules on CUDA) every
-  objective returns a float32 loss and float32 gradients for float32 inputs.
+  objective returns a float32 loss and float32 gradients for float32 inputs;
+* tasks: ``tests/pipelines/test_fake_cuda.py`` runs every task's setup, steps and evaluation on a fake
+  CUDA device that raises on any op mixing CUDA and CPU tensors, forward and backward.
 """
 
 import ast
