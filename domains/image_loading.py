@@ -24,6 +24,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from contrasuite.domains.images import read_rgb_array
+from contrasuite.domains.task import batch_shard
 
 Transform = Callable[[np.ndarray, int], np.ndarray]
 """``(uint8 HWC image, sample seed) -> uint8 HWC image``: a CPU augmentation reseeded per sample."""
@@ -68,10 +69,15 @@ class OnDiskImages(Dataset):
 
 
 class EpochBatches(Sampler):
-    """Yields the current epoch's batches as ``(epoch, position, index)`` keys; ``set_epoch`` chooses them."""
+    """Yields the current epoch's batches as ``(epoch, position, index)`` keys; ``set_epoch`` chooses them.
 
-    def __init__(self, batches_of: Callable[[int], Sequence[Sequence[int]]]) -> None:
+    ``batches_of(epoch)`` gives the global batches; rank ``rank`` of ``world_size`` gets its
+    :func:`~contrasuite.domains.task.batch_shard` of each, keyed by the global position, so its samples
+    are augmented as one process would augment them."""
+
+    def __init__(self, batches_of: Callable[[int], Sequence[Sequence[int]]], rank: int = 0, world_size: int = 1) -> None:
         self.batches_of, self.epoch = batches_of, 0
+        self.rank, self.world_size = rank, world_size
         self._batches: Sequence[Sequence[int]] = ()
 
     def set_epoch(self, epoch: int) -> None:
@@ -83,7 +89,8 @@ class EpochBatches(Sampler):
     def __iter__(self) -> Iterator[list[tuple[int, int, int]]]:
         position = 0
         for batch in self._batches:
-            yield [(self.epoch, position + j, int(i)) for j, i in enumerate(batch)]
+            part = batch_shard(len(batch), self.rank, self.world_size)
+            yield [(self.epoch, position + part.start + j, int(i)) for j, i in enumerate(batch[part])]
             position += len(batch)
 
 

@@ -125,9 +125,11 @@ class SmokeSettings:
 T = TypeVar("T")
 
 
-def rank_share(items: Sequence[T], rank: int, world_size: int) -> list[T]:
-    """This rank's equal share: every ``world_size``-th item from ``rank``, after dropping the tail that
-    does not split evenly, so every rank gets as many (batches, samples) as the others and none waits
-    alone in a collective."""
-    usable = len(items) - len(items) % world_size
-    return list(items[rank:usable:world_size])
+def batch_shard(size: int, rank: int, world_size: int) -> slice:
+    """Rank ``rank``'s contiguous part of a global batch of ``size`` items.
+
+    ``batch_size`` is the global batch in every domain: each rank takes ``size // world_size`` items
+    (a remainder is dropped), so every rank holds as many as the others and the ranks' parts, in rank
+    order, are the one-process batch. No rank waits alone in a collective."""
+    k = size // world_size
+    return slice(rank * k, (rank + 1) * k)

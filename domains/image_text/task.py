@@ -39,13 +39,14 @@ from torch import Tensor, nn
 from contrasuite.core.objectives import ObjectiveSum
 from contrasuite.domains.averaging import check_decay, start_average, update_average
 from contrasuite.domains.config_fields import bounded, one_of
+from contrasuite.domains.errors import SetupError
 from contrasuite.domains.image_text.captions import normalise
 from contrasuite.domains.image_text.data import PairSet, join_groups, load_captions, load_emoji, split_groups
 from contrasuite.domains.image_text.evaluate import image_side, retrieval, text_side
 from contrasuite.domains.image_text.models import ModelConfig, TopAndHead, build_model
 from contrasuite.domains.image_text.negatives import NegativesConfig, generate, read_negatives
 from contrasuite.domains.init_from import load_weights
-from contrasuite.domains.task import SmokeSettings, StepContext, TaskContext, rank_share
+from contrasuite.domains.task import SmokeSettings, StepContext, TaskContext, batch_shard
 
 
 OTHER_TOWER = {"images": {"text_model", "text_segments", "context_length"},
@@ -111,6 +112,8 @@ class ImageTextConfig:
     init_from: Optional[str] = None
     """A run folder or checkpoint whose ``model`` and ``objective`` start this run (stage 2 after alignment)."""
     batch_size: int = bounded(256, gt=0)
+    """The global batch: under W processes each rank takes a contiguous ``batch_size / W`` of it and contrasts
+    its images with its own texts (no negatives across ranks; DDP averages the gradients)."""
     lr: float = bounded(1e-3, gt=0)
     weight_decay: float = bounded(0.01, ge=0)
     ema: float = bounded(0.0, ge=0, lt=1)
@@ -148,6 +151,9 @@ class ImageTextTask:
     def setup(self, ctx: TaskContext) -> None:
         self.ctx, cfg = ctx, ctx.config
         self.cfg = cfg
+        if cfg.batch_size % ctx.world_size:
+            raise SetupError(f"config.batch_size={cfg.batch_size} must be divisible by the {ctx.world_size} processes "
+                             "(it is the global batch)")
         styles = self._load_pairs(cfg, ctx.data_root)
         train_style = next(iter(styles))
         if cfg.negatives_file:
@@ -318,14 +324,14 @@ class ImageTextTask:
         rng = random.Random(f"{self.ctx.seed}-{epoch}")
         order = list(self.splits["train"])
         rng.shuffle(order)
-        order = rank_share(order, self.ctx.rank, self.ctx.world_size)
         by_key: dict[str, list[int]] = {}
         for j, rec in enumerate(style.neg_records):
             if not style.neg_truths[j] & self.held_out:
                 by_key.setdefault(rec["key"], []).append(j)
         for start in range(0, len(order), cfg.batch_size):
-            rows = order[start: start + cfg.batch_size]
-            if len(rows) < 2:  # a contrastive batch needs a negative
+            global_rows = order[start: start + cfg.batch_size]  # batch_size is global: this rank's shard of it
+            rows = global_rows[batch_shard(len(global_rows), self.ctx.rank, self.ctx.world_size)]
+            if len(global_rows) // self.ctx.world_size < 2:  # a contrastive batch needs a negative on every rank
                 continue
             keys = [style.pairs.keys[r] for r in rows]
             image_rows, image_sources = list(rows), list(keys)

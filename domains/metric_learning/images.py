@@ -30,14 +30,20 @@ def normalize(images: Tensor) -> Tensor:
     return (images.float() / 255.0 - mean) / std
 
 
-def random_resized_crop(images: Tensor, generator: torch.Generator, min_scale: float = 0.7) -> Tensor:
-    """Per-image random crop of area ``[min_scale, 1]`` (aspect 1), resized back; float ``[B, 3, S, S]``."""
+def random_resized_crop(images: Tensor, generator: torch.Generator, min_scale: float = 0.7, *,
+                        part: slice | None = None, total: int | None = None) -> Tensor:
+    """Per-image random crop of area ``[min_scale, 1]`` (aspect 1), resized back; float ``[B, 3, S, S]``.
+
+    ``images`` may be the ``part`` of a batch of ``total`` (a rank's shard): the draws are made for the
+    whole batch and the part's are used, so the shards of several ranks are cropped as one process would."""
     b, _, s, _ = images.shape
-    scale = min_scale + (1 - min_scale) * torch.rand(b, generator=generator)
-    side = (scale.sqrt() * s).round().clamp(8, s).long()
+    total = b if total is None else total
+    part = slice(0, b) if part is None else part
+    scale = min_scale + (1 - min_scale) * torch.rand(total, generator=generator)
+    side = (scale.sqrt() * s).round().clamp(8, s).long().tolist()
+    corners = [torch.randint(s - k + 1, (2,), generator=generator).tolist() for k in side]
     out = []
-    for img, k in zip(images, side.tolist()):
-        top, left = (torch.randint(s - k + 1, (2,), generator=generator)).tolist()
+    for img, k, (top, left) in zip(images, side[part], corners[part]):
         crop = img[:, top : top + k, left : left + k].unsqueeze(0)
         out.append(F.interpolate(crop, size=(s, s), mode="bilinear", align_corners=False))
     return torch.cat(out)

@@ -30,7 +30,8 @@ from contrasuite.domains.metric_learning.images import ImageFiles, normalize, ra
 from contrasuite.domains.metric_learning.model import EmbeddingNet
 from contrasuite.domains.metric_learning.objectives import PML_TERMS, MetricObjective
 from contrasuite.domains.metric_learning.sampler import MPerClassBatches
-from contrasuite.domains.task import SmokeSettings, StepContext, TaskContext, rank_share
+from contrasuite.domains.errors import SetupError
+from contrasuite.domains.task import SmokeSettings, StepContext, TaskContext, batch_shard
 
 
 @dataclass
@@ -88,6 +89,7 @@ class OptimConfig:
 @dataclass
 class SamplerConfig:
     batch_size: int = bounded(64, gt=0)
+    """The global batch; under W processes each rank trains on a contiguous ``batch_size / W`` of it."""
     m_per_class: int = bounded(2, ge=1)
     whole_groups: bool = False
     """Put all classes of a group (emoji: a base emoji and its skin-tone variants) in the same batch."""
@@ -172,10 +174,14 @@ class MetricLearningTask:
         self.optimizer = torch.optim.AdamW([g for g in params if g["params"]], weight_decay=cfg.optim.weight_decay)
         train = self.splits.train
         class_groups = train.groups if cfg.sampler.whole_groups and train.groups else None
+        share = ctx.world_size * cfg.sampler.m_per_class
+        if ctx.world_size > 1 and cfg.sampler.batch_size % share:
+            raise SetupError(f"config.sampler.batch_size={cfg.sampler.batch_size} must be a multiple of {share} (the "
+                             f"{ctx.world_size} processes x config.sampler.m_per_class), so each rank holds whole classes")
         self.sampler = MPerClassBatches(
             train.labels, cfg.sampler.m_per_class, cfg.sampler.batch_size, ctx.seed, class_groups
         )
-        total = cfg.optim.schedule_epochs * math.ceil(len(self.sampler) / ctx.world_size)
+        total = cfg.optim.schedule_epochs * len(self.sampler)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda step: cosine_factor(step, total))
         self.cache: dict[str, Tensor] = {}
         if cfg.model.cache_frozen:
@@ -206,10 +212,10 @@ class MetricLearningTask:
             with open(Path(self.ctx.run_dir) / "epoch_seconds.jsonl", "a") as f:
                 f.write(json.dumps({"epoch": epoch, "seconds": round(seconds, 3)}) + "\n")
 
-    def _rank_batches(self, epoch: int) -> list[list[int]]:
-        """This rank's index batches of ``epoch`` (every ``world_size``-th batch of the class sampler)."""
+    def _global_batches(self, epoch: int) -> list[list[int]]:
+        """The class sampler's index batches of ``epoch`` (global batches: each rank trains on its shard)."""
         self.sampler.set_epoch(epoch)
-        return rank_share(list(self.sampler), self.ctx.rank, self.ctx.world_size)
+        return list(self.sampler)
 
     def _disk_loader(self, train: Any) -> Any:
         """Training images read by DataLoader workers: resize (and the random resized crop) with albumentations."""
@@ -220,21 +226,24 @@ class MetricLearningTask:
         if self.cfg.data.augment:
             steps.append(A.RandomResizedCrop(size=(size, size), scale=(0.7, 1.0), ratio=(1.0, 1.0), interpolation=1))
         dataset = OnDiskImages(train.paths, train.labels, albumentations_transform(*steps), self.ctx.seed)
-        return image_loader(dataset, EpochBatches(self._rank_batches), self.cfg.data.workers, self.device)
+        sampler = EpochBatches(self._global_batches, self.ctx.rank, self.ctx.world_size)
+        return image_loader(dataset, sampler, self.cfg.data.workers, self.device)
 
     def _batches(self, epoch: int, g: torch.Generator) -> Iterator[tuple[Tensor, Tensor]]:
         if self.loader is not None:
             for images, labels in epoch_batches(self.loader, epoch):
                 yield normalize(images), labels
             return
-        for idx in self._rank_batches(epoch):
+        for full in self._global_batches(epoch):
+            part = batch_shard(len(full), self.ctx.rank, self.ctx.world_size)
+            idx = full[part]
             labels = self.sets["train"].labels[idx]
             if self.cache:
                 yield self.cache["train"][idx], labels
             else:
                 images = self._images("train", idx)
-                if self.cfg.data.augment:
-                    images = random_resized_crop(images.float(), g).round().clamp(0, 255)
+                if self.cfg.data.augment:  # the draws of the whole global batch, so shards crop as one process
+                    images = random_resized_crop(images.float(), g, part=part, total=len(full)).round().clamp(0, 255)
                 yield normalize(images), labels
 
     def train_step(self, batch: tuple[Tensor, Tensor], step: StepContext) -> Mapping[str, float]:

@@ -130,20 +130,24 @@ class PatchSampler:
         if not self.hr:
             raise ValueError(f"no training image is at least {patch * scale} px (data.patch_size={patch}, scale={scale})")
 
-    def batch(self, size: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
-        """``(lr [B, C, p, p], hr [B, C, s*p, s*p])`` in ``[0, 1]``."""
+    def batch(self, size: int, generator: torch.Generator, part: slice | None = None) -> tuple[Tensor, Tensor]:
+        """``(lr [B, C, p, p], hr [B, C, s*p, s*p])`` in ``[0, 1]``: the ``part`` (a rank's shard; default
+        all) of a batch of ``size`` patches, drawn as the whole batch is, so the ranks' parts are one batch."""
         from kornia.geometry.transform import hflip
 
         lrs, hrs = [], []
         p, s = self.patch, self.scale
-        for _ in range(size):
+        keep = range(size)[part or slice(None)]
+        for i in range(size):
             k = int(torch.randint(len(self.lr), (1,), generator=generator))
             lr_img, hr_img = self.lr[k], self.hr[k]
             y = int(torch.randint(lr_img.shape[-2] - p + 1, (1,), generator=generator))
             x = int(torch.randint(lr_img.shape[-1] - p + 1, (1,), generator=generator))
+            flip, rot = (int(v) for v in torch.randint(0, 4, (2,), generator=generator))
+            if i not in keep:
+                continue
             lr = lr_img[..., y : y + p, x : x + p]
             hr = hr_img[..., y * s : (y + p) * s, x * s : (x + p) * s]
-            flip, rot = (int(v) for v in torch.randint(0, 4, (2,), generator=generator))
             if flip % 2:
                 lr, hr = hflip(lr), hflip(hr)
             lr, hr = torch.rot90(lr, rot, dims=(-2, -1)), torch.rot90(hr, rot, dims=(-2, -1))

@@ -37,6 +37,7 @@ from torch import Tensor, nn
 from contrasuite.core.objectives import ObjectiveSum
 from contrasuite.domains.config_fields import bounded, one_of
 from contrasuite.domains.image_loading import EpochBatches, epoch_batches, image_loader
+from contrasuite.domains.errors import SetupError
 from contrasuite.domains.images import read_rgb_array
 from contrasuite.domains.init_from import load_weights
 from contrasuite.domains.super_resolution import frequency
@@ -48,7 +49,7 @@ from contrasuite.domains.super_resolution.inference import upscale
 from contrasuite.domains.super_resolution.losses import contrastive_layout, dual_contrastive_d_loss
 from contrasuite.domains.super_resolution.metrics import psnr_y, ssim_y
 from contrasuite.domains.super_resolution.networks import EDSR, WaveletDiscriminator
-from contrasuite.domains.task import SmokeSettings, StepContext, TaskContext
+from contrasuite.domains.task import SmokeSettings, StepContext, TaskContext, batch_shard
 
 
 @dataclass
@@ -57,6 +58,8 @@ class DataConfig:
     patch_size: int = bounded(48, ge=4)
     """LR patch side (EDSR: 48; the HR patch is ``scale`` times larger)."""
     batch_size: int = bounded(16, gt=0)
+    """The global batch: under W processes each rank super-resolves a contiguous ``batch_size / W`` of the
+    patches one process would draw (L1 then equals the one-process loss; the contrastive term is per rank)."""
     steps_per_epoch: int = bounded(1000, ge=1)
     val_every: int = bounded(10, ge=2)
     """Every ``val_every``-th training image (sorted by name) is held out for validation."""
@@ -141,6 +144,9 @@ class SuperResolutionTask:
     def setup(self, ctx: TaskContext) -> None:
         cfg: SRConfig = ctx.config
         self.cfg, self.ctx, self.device = cfg, ctx, ctx.device
+        if cfg.data.batch_size % ctx.world_size:
+            raise SetupError(f"config.data.batch_size={cfg.data.batch_size} must be divisible by the "
+                             f"{ctx.world_size} processes (it is the global batch)")
         self.loader = None
         if cfg.data.train_folder:
             val = self._disk_training(Path(ctx.data_root))
@@ -214,12 +220,13 @@ class SuperResolutionTask:
         if dc.train_lr_folder:
             lr_folder = Path(dc.train_lr_folder) if Path(dc.train_lr_folder).is_absolute() else data_root / dc.train_lr_folder
         dataset = FolderPatches(train, self.cfg.scale, dc.patch_size, self.ctx.seed, lr_folder)
-        self.loader = image_loader(dataset, EpochBatches(self._disk_batches), dc.workers, self.device)
+        self.loader = image_loader(dataset, EpochBatches(self._disk_batches, self.ctx.rank, self.ctx.world_size),
+                                   dc.workers, self.device)
         return [torch.from_numpy(read_rgb_array(p)).permute(2, 0, 1).float() / 255.0 for p in val]
 
     def _disk_batches(self, epoch: int) -> list[list[int]]:
-        """Image indices per step (one random image per patch), seeded by ``(seed, epoch, rank)``."""
-        gen = torch.Generator().manual_seed(self.ctx.seed * 100_003 + epoch + self.ctx.rank * 7919)
+        """Image indices of each step's global batch (one random image per patch), seeded by ``(seed, epoch)``."""
+        gen = torch.Generator().manual_seed(self.ctx.seed * 100_003 + epoch)
         n, bs = len(self.loader.dataset), self.cfg.data.batch_size
         return [torch.randint(n, (bs,), generator=gen).tolist() for _ in range(self.cfg.data.steps_per_epoch)]
 
@@ -228,9 +235,10 @@ class SuperResolutionTask:
             for lr, hr in epoch_batches(self.loader, epoch):
                 yield lr.float() / 255.0, hr.float() / 255.0
             return
-        gen = torch.Generator().manual_seed(self.ctx.seed * 100_003 + epoch + self.ctx.rank * 7919)
+        gen = torch.Generator().manual_seed(self.ctx.seed * 100_003 + epoch)
+        part = batch_shard(self.cfg.data.batch_size, self.ctx.rank, self.ctx.world_size)
         for _ in range(self.cfg.data.steps_per_epoch):
-            yield self.sampler.batch(self.cfg.data.batch_size, gen)
+            yield self.sampler.batch(self.cfg.data.batch_size, gen, part)
 
     # -- training -------------------------------------------------------------------------------
 

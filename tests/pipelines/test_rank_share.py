@@ -1,24 +1,38 @@
-"""No rank waits alone: every rank gets the same number of batches, and domains that cannot run on
-several processes refuse in one line."""
+"""The global batch rule: ``batch_size`` is the global batch in every domain, each rank trains on its
+contiguous shard, every rank gets as many batches (none waits alone), the ranks' shards are the
+one-process batch, and domains that cannot run on several processes refuse in one line."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
-from contrasuite.domains.task import rank_share
+from contrasuite.domains.task import TaskContext, batch_shard
+from contrasuite.pipelines.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("n, world", [(3, 2), (7, 4), (4, 2), (1, 2), (5, 1)])
-def test_rank_share_is_equal_and_disjoint(n, world):
-    shares = [rank_share(list(range(n)), rank, world) for rank in range(world)]
-    assert len({len(s) for s in shares}) == 1  # the same count on every rank
-    flat = sorted(x for s in shares for x in s)
-    assert flat == list(range(n - n % world)) and len(flat) == len(set(flat))
+@pytest.mark.parametrize("n, world", [(8, 2), (7, 2), (12, 4), (1, 2), (5, 1)])
+def test_batch_shard_is_equal_contiguous_and_in_rank_order(n, world):
+    shards = [list(range(n))[batch_shard(n, rank, world)] for rank in range(world)]
+    assert len({len(s) for s in shards}) == 1  # the same size on every rank
+    assert sum(shards, []) == list(range(n - n % world))  # rank order gives the one-process batch
+
+
+def _tasks(loaded, data: Path, run_dir: Path, world: int) -> list:
+    tasks = []
+    for rank in range(world):
+        torch.manual_seed(0)
+        task = loaded.task_class()
+        task.setup(TaskContext(config=loaded.config, device=torch.device("cpu"), precision="fp32", run_dir=run_dir,
+                               data_root=data, seed=0, rank=rank, world_size=world))
+        tasks.append(task)
+    return tasks
 
 
 def _torchrun(args, env, cwd, timeout=240):
@@ -27,19 +41,62 @@ def _torchrun(args, env, cwd, timeout=240):
     return subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
 
 
+CUB = ["config.model.pretrained=false", "config.data.image_size=32", "config.data.val_fraction=0.25",
+       "config.sampler.m_per_class=3", "config.sampler.batch_size=6"]
+
+
+@pytest.mark.parametrize("preload", ["true", "false"])  # images in memory, or read by the DataLoader
+def test_metric_learning_shards_are_the_one_process_batch(tmp_path, preload):
+    """Two ranks' shards (augmented, labels) concatenate to the one-process batch, step by step."""
+    from tests.domains.metric_learning.conftest import make_tiny_cub
+
+    data = make_tiny_cub(tmp_path / "data")
+    loaded = load_config(ROOT / "configs" / "metric_learning" / "cub200_multi_similarity.yaml",
+                         [*CUB, f"config.data.preload={preload}"], data_root=str(data))
+    (one,), two = _tasks(loaded, data, tmp_path, 1), _tasks(loaded, data, tmp_path, 2)
+    for epoch in range(2):
+        steps = [list(task.batches(epoch)) for task in (one, *two)]
+        assert len({len(s) for s in steps}) == 1 and steps[0]  # as many steps on every rank
+        for (x, y), (x0, y0), (x1, y1) in zip(*steps):
+            assert len(y0) == len(y1) == len(y) // 2 and len(set(y0.tolist()) & set(y1.tolist())) == 0
+            torch.testing.assert_close(torch.cat([x0, x1]), x)
+            assert torch.equal(torch.cat([y0, y1]), y)
+
+
+def test_metric_learning_shards_must_hold_whole_classes(tmp_path):
+    from contrasuite.domains.errors import SetupError
+    from tests.domains.metric_learning.conftest import make_tiny_cub
+
+    data = make_tiny_cub(tmp_path / "data")
+    loaded = load_config(ROOT / "configs" / "metric_learning" / "cub200_multi_similarity.yaml",
+                         [*CUB[:-1], "config.sampler.batch_size=3"], data_root=str(data))
+    with pytest.raises(SetupError, match=r"config.sampler.batch_size=3 must be a multiple of 6"):
+        _tasks(loaded, data, tmp_path, 2)
+
+
+def test_super_resolution_shards_are_the_one_process_batch(tmp_path):
+    data = Path(os.environ["CONTRASUITE_DATA"])
+    if not (data / "sr").exists():
+        pytest.skip(f"SR data not found under {data}/sr")
+    loaded = load_config(ROOT / "configs" / "super_resolution" / "reduced_x2_l1.yaml",
+                         ["config.data.batch_size=4", "config.data.steps_per_epoch=2", "config.data.max_train_images=20",
+                          "config.model.n_resblocks=1", "config.model.n_feats=8", "config.test_sets=[Set5]"],
+                         data_root=str(data))
+    (one,), two = _tasks(loaded, data, tmp_path, 1), _tasks(loaded, data, tmp_path, 2)
+    for (lr, hr), (lr0, hr0), (lr1, hr1) in zip(one.batches(0), two[0].batches(0), two[1].batches(0)):
+        assert torch.equal(torch.cat([lr0, lr1]), lr) and torch.equal(torch.cat([hr0, hr1]), hr)
+
+
 @pytest.mark.slow
 @pytest.mark.distributed
-def test_metric_learning_with_an_odd_number_of_batches_does_not_hang(cli_env, tmp_path):
-    """3 batches on 2 ranks: rank 0 took two steps per epoch and rank 1 one, so their all-gathers paired
-    batches of different steps (or, as reported, hung). Now each takes one: 2 usable batches, 1 per rank."""
+def test_metric_learning_trains_on_two_processes(cli_env, tmp_path):
+    """A global batch of 6 (two classes of 3) on 2 ranks: one class per rank, one step per epoch on each."""
     from tests.domains.metric_learning.conftest import make_tiny_cub
 
     data = make_tiny_cub(tmp_path / "data")
     config = ROOT / "configs" / "metric_learning" / "cub200_multi_similarity.yaml"
     out = _torchrun(["train", config, f"--data-root={data}", f"run.output_root={tmp_path / 'runs'}", "run.epochs=2",
-                     "run.progress=false", "config.model.pretrained=false", "config.data.image_size=32",
-                     "config.data.val_fraction=0.25", "config.sampler.m_per_class=3", "config.sampler.batch_size=3",
-                     "config.eval.batch_size=16"], cli_env, tmp_path)
+                     "run.progress=false", *CUB, "config.eval.batch_size=16"], cli_env, tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     (status,) = (tmp_path / "runs").rglob("status.json")
     saved = json.loads(status.read_text())
@@ -54,28 +111,3 @@ def test_single_process_domains_refuse_several(cli_env, tmp_path, config, what):
     out = _torchrun(["train", config, f"run.output_root={tmp_path}"], cli_env, tmp_path, timeout=180)
     lines = [line for line in out.stderr.splitlines() if line.startswith("contrasuite train:")]
     assert out.returncode != 0 and lines and what in lines[0], out.stderr[-2000:]
-
-
-@pytest.mark.parametrize("preload", ["true", "false"])  # images in memory, or read by the DataLoader
-def test_metric_learning_gives_every_rank_as_many_batches(tmp_path, preload):
-    """Each rank's task, built as rank r of 2, yields the same number of batches (3 batches in one process)."""
-    import torch
-
-    from contrasuite.domains.task import TaskContext
-    from contrasuite.pipelines.config import load_config
-    from tests.domains.metric_learning.conftest import make_tiny_cub
-
-    data = make_tiny_cub(tmp_path / "data")
-    loaded = load_config(ROOT / "configs" / "metric_learning" / "cub200_multi_similarity.yaml",
-                         ["config.model.pretrained=false", "config.data.image_size=32", "config.data.val_fraction=0.25",
-                          "config.sampler.m_per_class=3", "config.sampler.batch_size=3", f"config.data.preload={preload}"],
-                         data_root=str(data))
-
-    def count(rank: int, world: int) -> int:
-        task = loaded.task_class()
-        task.setup(TaskContext(config=loaded.config, device=torch.device("cpu"), precision="fp32",
-                               run_dir=tmp_path, data_root=data, seed=0, rank=rank, world_size=world))
-        return sum(1 for _ in task.batches(0))
-
-    assert count(0, 1) == 3
-    assert count(0, 2) == count(1, 2) == 1
