@@ -1,6 +1,7 @@
 """WEINCE: the gate against a NumPy re-derivation of the official procedure, the loss against loops,
 gradcheck with a fixed gate, bf16 autocast, the repro variant's beta EMA and top-M terms, the gather hook."""
 
+import importlib
 import math
 
 import numpy as np
@@ -319,3 +320,247 @@ def test_top_m_columns_from_the_tail_values_match_a_partition():
     tied = negatives.clone()
     tied[3, :2] = tied[3].max()  # three entries at row 3's largest value
     assert columns_at_least(tied, tied.max(dim=1).values, 1) is None
+
+
+# Loss, beta_t EMA and gradients at N = 512 (D = 128, fp32) as the implementation of commit 180261f
+# (before the speed work of issue 27) gave them: the gradients by their norms and their dot products
+# with three fixed random directions. Scenarios: random rows (the bench's); every candidate twice (ties
+# at rows' top-M boundaries: the column fallback); nearly all similarities negative (the integer
+# partition's fallback in the pooled tail); ten anchors close to 300 candidates (the pooled tail's
+# fallback to all negatives). WEINCE is stateless (one step); WEINCE-repro's EMA moves (two steps).
+FROZEN = {  # (loss, beta_ema, |grad a|, |grad b|, grad a . probes, grad b . probes) per step
+    'WEINCE/random/paired': [
+        (6.255187511444092, 0.0, 0.07018023228868149, 0.07055642622942479,
+         (-0.041726399444378476, 0.0210984053774412, 0.036958750226327344),
+         (-0.06642927335372477, 0.02611997608123354, 0.11070129128033968)),
+    ],
+    'WEINCE/random/two_view': [
+        (6.947702884674072, 0.0, 0.07030640093326267, 0.0707016596718846,
+         (-0.03351367991866079, 0.01649831484454407, 0.03774446174902579),
+         (-0.06564085516084536, 0.028969997813193118, 0.11283831574814084)),
+    ],
+    'WEINCE/duplicates/paired': [
+        (3.145702362060547, 0.0, 0.4233235093408734, 0.5743418615479153,
+         (0.22174284348225912, 0.3222416496709089, 0.05626400810051759),
+         (-0.4422730473009225, -0.473025198179839, 0.23078551348069368)),
+    ],
+    'WEINCE/duplicates/two_view': [
+        (4.446261405944824, 0.0, 0.43289754799986624, 0.44239165025008764,
+         (0.3750393413697791, -0.0848298623141557, -0.7443584182484155),
+         (-0.4197213265741081, 0.08811373506722996, 0.7705626984324031)),
+    ],
+    'WEINCE/negative/paired': [
+        (6.238927841186523, 0.0, 0.015360818722470778, 0.015410102009794457,
+         (-0.0057463764241671, 0.00373591726349852, 0.005000766424292389),
+         (-0.016583118489167135, 0.005594113416364254, 0.026557406843647387)),
+    ],
+    'WEINCE/negative/two_view': [
+        (9.768007278442383, 0.0, 0.08038312649883757, 0.08615735977469953,
+         (-0.07496163534096538, 0.0162615177298354, 0.10956849698951115),
+         (-0.0397129190009405, 0.028739975430508744, 0.10041431864983381)),
+    ],
+    'WEINCE/crowded/paired': [
+        (6.240486145019531, 0.0, 0.06515283638316187, 0.08153633313744425,
+         (-0.05150777572131699, -0.029751815130779277, 0.06473935018651755),
+         (-0.012777750625852818, 0.008171307742021761, 0.11723924953965)),
+    ],
+    'WEINCE/crowded/two_view': [
+        (7.400808811187744, 0.0, 0.0768316586609706, 0.12382599855534486,
+         (-0.01314010070295606, -0.06864282987849613, 0.025832894367886317),
+         (-0.12269817099876779, 0.10702187481731913, 0.21174454443764812)),
+    ],
+    'WEINCERepro/random/paired': [
+        (10.79964828491211, 5.199999809265137, 0.230480222129949, 0.2318591479274068,
+         (-0.1334790866860963, 0.08961533761236741, 0.08228649904415478),
+         (-0.17483625570505015, 0.0739333936718016, 0.37562901391808967)),
+        (10.898370742797852, 6.279999732971191, 0.2549529713176839, 0.25648811401345634,
+         (-0.14973502366482971, 0.10459006947462458, 0.08688630307677367),
+         (-0.19150629648776873, 0.07891065100893581, 0.41719042443229515)),
+    ],
+    'WEINCERepro/random/two_view': [
+        (11.597793579101562, 5.199999809265137, 0.2308011728035975, 0.2321206419339451,
+         (-0.13379386549177963, 0.08757133158622707, 0.07265042133698861),
+         (-0.2019418667644552, 0.0943756595286736, 0.3726522997000036)),
+        (11.71255111694336, 6.279999732971191, 0.25530755852870163, 0.25677982151060375,
+         (-0.15075377282924513, 0.09984961670766199, 0.07775748300342332),
+         (-0.22325081779540792, 0.10312074184676807, 0.40986385431520267)),
+    ],
+    'WEINCERepro/duplicates/paired': [
+        (4.694754600524902, 5.199999809265137, 0.4247661957326074, 3.6865351613472703,
+         (0.22361462638092705, 0.3193148079588924, 0.04064381619636678),
+         (-7.9276006399539485, -2.2787772214981126, 6.702624546251293)),
+        (4.694754600524902, 6.279999732971191, 0.4247661817933745, 4.365848862560662,
+         (0.2236157963847929, 0.3193262594456507, 0.04063174983425591),
+         (-9.482222203552348, -2.6540015775448786, 8.048438546393566)),
+    ],
+    'WEINCERepro/duplicates/two_view': [
+        (15.140494346618652, 5.199999809265137, 2.760776309369537, 4.120277331887989,
+         (2.2682517173819123, -0.5700297670828595, -4.684515323980028),
+         (-6.216257983620448, -0.27088785794367753, 8.019830146724534)),
+        (17.0615177154541, 6.279999732971191, 3.243965383043848, 4.879442818548876,
+         (2.72107919529402, -0.642417199319861, -5.51709818214907),
+         (-7.442994486611483, -0.36832010168933893, 9.514128367423124)),
+    ],
+    'WEINCERepro/negative/paired': [
+        (10.209918975830078, 5.199999809265137, 0.04366778019083043, 0.05972686334019274,
+         (-0.014838321124872137, 0.010283723219061583, 0.008470085618832352),
+         (-0.06192548263806346, 0.004072328622731608, 0.0938858711794563)),
+        (10.214618682861328, 6.279999732971191, 0.04707047656944747, 0.06557063846693416,
+         (-0.015917733777845618, 0.011047188530624957, 0.008862368616474312),
+         (-0.06734818669374934, 0.0038384264689595273, 0.10196879336002052)),
+    ],
+    'WEINCERepro/negative/two_view': [
+        (24.284343719482422, 5.194441795349121, 0.5437346656444271, 0.5598160968616658,
+         (-0.26647172673551905, -0.20275652036743308, 0.45314909540024323),
+         (0.04960913912912772, 0.1472117983083514, 0.62417180900561)),
+        (26.1008358001709, 6.269439697265625, 0.6390741717288558, 0.6573094136131603,
+         (-0.29986683166552885, -0.2594717868436993, 0.5258167523500159),
+         (0.07154245704083793, 0.17273588872756868, 0.7211454524543747)),
+    ],
+    'WEINCERepro/crowded/paired': [
+        (10.56402587890625, 4.0, 0.200723021904871, 0.24003227395110557,
+         (-0.10718221276366997, -0.10704507249884257, 0.10063256728034949),
+         (0.025654186836060477, -0.005884731466594029, 0.3543590040414051)),
+        (10.56402587890625, 4.0, 0.200723021904871, 0.24003227395110557,
+         (-0.10718221276366997, -0.10704507249884257, 0.10063256728034949),
+         (0.025654186836060477, -0.005884731466594029, 0.3543590040414051)),
+    ],
+    'WEINCERepro/crowded/two_view': [
+        (14.29730224609375, 4.62877893447876, 0.2369913918948932, 0.5879758172223304,
+         (-0.05776572167197716, -0.16472425954057218, 0.03089199979571914),
+         (-0.3241440590303057, 0.4361672598340854, 0.9188558094883643)),
+        (14.614337921142578, 5.1946797370910645, 0.25210816651408896, 0.6447033907162,
+         (-0.06508252551513215, -0.17004722907589304, 0.03445678967210464),
+         (-0.3421497317159892, 0.47732225179668597, 0.993010461572418)),
+    ],
+}
+
+
+def frozen_inputs(scenario, n=512, d=128):
+    g = torch.Generator().manual_seed(n)
+    a = torch.randn(n, d, generator=g, dtype=torch.float64) / d**0.5
+    b = torch.randn(n, d, generator=g, dtype=torch.float64) / d**0.5
+    u = torch.randn(d, generator=g, dtype=torch.float64)
+    u = u / u.norm()
+    if scenario == "duplicates":
+        b[n // 2 :] = b[: n // 2]
+        a = b + 0.05 * a
+    elif scenario == "negative":
+        b = u + 0.3 * b
+        a = -u + 0.3 * a
+    elif scenario == "crowded":
+        b[:300] = u + 0.2 * b[:300]
+        a[:10] = u + 0.2 * a[:10]
+    return a.float(), b.float()
+
+
+@pytest.mark.parametrize("key", sorted(FROZEN))
+def test_loss_ema_and_gradients_equal_the_frozen_results_at_n512(key):
+    name, scenario, form = key.split("/")
+    a, b = frozen_inputs(scenario)
+    obj = {"WEINCE": WEINCE, "WEINCERepro": WEINCERepro}[name]()
+    probe = torch.randn(a.numel(), 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    for loss_ref, ema_ref, norm_a, norm_b, probe_a, probe_b in FROZEN[key]:
+        x, y = a.clone().requires_grad_(), b.clone().requires_grad_()
+        if form == "paired":
+            loss = obj(x, y)
+        else:
+            z, labels = two_view(x, y)
+            loss = obj(z, labels=labels)
+        loss.backward()
+        assert loss.item() == pytest.approx(loss_ref, rel=1e-6)
+        assert float(getattr(obj, "beta_ema", 0.0)) == pytest.approx(ema_ref, rel=1e-6)
+        for grad, norm, dots in ((x.grad, norm_a, probe_a), (y.grad, norm_b, probe_b)):
+            g = grad.double().flatten()
+            assert g.norm().item() == pytest.approx(norm, rel=1e-6)
+            # |(g - g_ref) . r| <= |g - g_ref| |r|: within 1e-6 of |g| in every probed direction
+            bound = 1e-6 * norm * probe.norm(dim=0)
+            assert torch.all((g @ probe - torch.tensor(dots, dtype=torch.float64)).abs() <= bound)
+
+
+def test_frozen_scenarios_take_the_fallback_paths():
+    from contrasuite.core.objectives.weince import _partitioned_top, columns_at_least, largest, negatives_only
+
+    def sim_pairs(scenario):
+        a, b = frozen_inputs(scenario)
+        _, pairs = resolve_pairs(a, b)
+        return F.normalize(a, dim=1) @ F.normalize(b, dim=1).T, pairs
+
+    sim, pairs = sim_pairs("random")
+    hardest = tail_statistics(sim, pairs).hardest
+    rows = torch.arange(512)
+    assert columns_at_least(sim, hardest[:, 49], 50, (rows, pairs.targets)) is not None
+    k = int(0.05 * 512 * 511)
+    assert bool((hardest[:, -1] <= largest(hardest.flatten(), k)[-1]).all())  # the pooled tail within the rows' tails
+    sim, pairs = sim_pairs("duplicates")
+    assert columns_at_least(sim, tail_statistics(sim, pairs).hardest[:, 49], 50, (rows, pairs.targets)) is None
+    sim, pairs = sim_pairs("crowded")
+    hardest = tail_statistics(sim, pairs).hardest
+    assert not bool((hardest[:, -1] <= largest(hardest.flatten(), k)[-1]).all())
+    sim, pairs = sim_pairs("negative")
+    top = _partitioned_top(tail_statistics(sim, pairs).hardest.flatten().numpy(), k, overwrite=False)
+    assert (top < 0).all()  # selected after the integer partition's check failed
+    assert torch.equal(largest(negatives_only(sim, pairs).flatten(), k), negatives_only(sim, pairs).flatten().topk(k).values)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_largest_by_integer_partition_and_its_fallback(dtype, overwrite):
+    from contrasuite.core.objectives.weince import SORT_WHOLE_ROWS_UP_TO, largest
+
+    torch.manual_seed(13)
+    m = SORT_WHOLE_ROWS_UP_TO + 100
+    for x in (torch.rand(6, m, dtype=dtype) * 2 - 1, -torch.rand(6, m, dtype=dtype), torch.rand(6, m, dtype=dtype) - 0.9):
+        x[0, :3] = 0.0
+        x[1, :3] = -0.0
+        for k in (1, 40, m // 2):
+            ref = x.topk(k, dim=-1).values
+            work = x.clone()
+            assert torch.equal(largest(work, k, overwrite), ref)
+            assert torch.equal(work.sort(dim=1).values, x.sort(dim=1).values)  # rows keep their values
+            assert torch.equal(largest(x.flatten(), k), x.flatten().topk(k).values)
+
+
+@pytest.mark.parametrize("paired", [True, False])
+def test_blend_cross_entropy_blocks_of_rows_give_the_same_values(paired, monkeypatch):
+    module = importlib.import_module("contrasuite.core.objectives.weince")  # the package's `weince` is the function
+
+    a, b = frozen_inputs("random", n=96, d=16)
+    a[3] = b[3] * 2.0  # a similarity at 1: the clamp in some block
+
+    def run():
+        x, y = a.clone().requires_grad_(), b.clone().requires_grad_()
+        obj = WEINCERepro(top_m=7)
+        loss = obj(x, y) if paired else obj(torch.cat([x, y]), labels=torch.arange(96).repeat(2))
+        loss.backward()
+        return loss.detach(), x.grad, y.grad
+
+    whole = run()
+    monkeypatch.setattr(module, "BLEND_BLOCK_ELEMENTS", 7 * 96 + 5)  # blocks of 7 rows (paired; the last shorter) or 3
+    blocks = run()
+    for got, ref in zip(blocks, whole):
+        assert torch.equal(got, ref)
+
+
+@pytest.mark.parametrize("cls", [WEINCE, WEINCERepro])
+@pytest.mark.parametrize("paired", [True, False])
+def test_fused_path_matches_the_general_path_at_n512(cls, paired):
+    """The single-positive fast path (fused blend, top-M terms in the same function, the gate's copy of
+    the negatives partitioned in place and reused) against the general path that any weight takes."""
+    a, b = frozen_inputs("random")
+    results = []
+    for weight in (None, 1.0):
+        x, y = a.clone().requires_grad_(), b.clone().requires_grad_()
+        obj = cls()
+        if paired:
+            loss = obj(x, y, neg_weight=None if weight is None else torch.ones(512, 512))
+        else:
+            z, labels = two_view(x, y)
+            loss = obj(z, labels=labels, neg_weight=None if weight is None else torch.ones(1024, 1024))
+        loss.backward()
+        results.append((loss.detach(), x.grad, y.grad, float(getattr(obj, "beta_ema", 0.0))))
+    (l0, gx0, gy0, e0), (l1, gx1, gy1, e1) = results
+    assert e0 == e1
+    assert l0.item() == pytest.approx(l1.item(), rel=1e-6)
+    for g0, g1 in ((gx0, gx1), (gy0, gy1)):
+        assert (g0 - g1).norm() <= 1e-5 * g1.norm()
