@@ -133,3 +133,20 @@ def batch_shard(size: int, rank: int, world_size: int) -> slice:
     order, are the one-process batch. No rank waits alone in a collective."""
     k = size // world_size
     return slice(rank * k, (rank + 1) * k)
+
+
+def average_gradients_over_ranks(module: nn.Module) -> None:
+    """Average the gradients of ``module``'s parameters over ranks during backward, as DDP does for a
+    wrapped model, so every rank keeps the same values. For modules DDP cannot wrap: learned temperatures,
+    or networks called several times (or through methods other than ``forward``) before one backward.
+    The hooks fire in autograd's order, the same on every rank."""
+    import torch.distributed as dist
+
+    def hook(grad: Tensor) -> Tensor:
+        grad = grad.clone()
+        dist.all_reduce(grad)
+        return grad / dist.get_world_size()
+
+    for p in module.parameters():
+        if p.requires_grad:
+            p.register_hook(hook)

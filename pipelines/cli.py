@@ -192,7 +192,7 @@ def _run(args: argparse.Namespace) -> int:
     except (ConfigError, CheckpointError, FileNotFoundError, DataError, RunLockedError, SetupError) as err:
         print(f"contrasuite {args.command}: {one_line(err)}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except NonFiniteStepError as err:
+    except (NonFiniteStepError, distributed.RanksDivergedError) as err:
         print(f"contrasuite {args.command}: {one_line(err)}", file=sys.stderr)
         return 1
     finally:

@@ -82,6 +82,28 @@ def all_gather_object(obj: Any) -> list[Any]:
     return out
 
 
+class RanksDivergedError(RuntimeError):
+    """The ranks' parameters differ: some gradient was not averaged over ranks."""
+
+
+def check_in_sync(modules: dict[str, nn.Module]) -> None:
+    """Raise :class:`RanksDivergedError` on every rank when any module's parameters differ between ranks.
+
+    Compares a float64 sum and sum of squares per module (buffers such as BatchNorm's running statistics
+    may differ by design). A task that trains a module neither wrapped by DDP nor averaged would
+    otherwise train W different models silently."""
+    if not dist.is_initialized():
+        return
+    local = {name: [float(sum(p.detach().double().sum() for p in m.parameters()) or 0.0),
+                    float(sum(p.detach().double().square().sum() for p in m.parameters()) or 0.0)]
+             for name, m in modules.items()}
+    ranks = all_gather_object(local)
+    diverged = sorted({name for other in ranks for name in local if other.get(name) != local[name]})
+    if diverged:
+        raise RanksDivergedError(f"the ranks' parameters differ in {diverged}: their gradients are not averaged over "
+                                 "ranks (wrap the module with ctx.wrap, or average its gradients)")
+
+
 def gather_with_grad(x: Tensor) -> Tensor:
     """All-gather along dim 0; the gradient of every rank's copy flows back to its local slice."""
     if not dist.is_initialized() or dist.get_world_size() == 1:

@@ -206,6 +206,7 @@ class Trainer:
     def save(self, name: str) -> None:
         """Write ``last.pt`` (everything a resume needs) or ``best.pt`` (what evaluation needs: no optimizer,
         scheduler or scaler state, which is most of a checkpoint's size under Adam)."""
+        distributed.check_in_sync(self._modules())
         # every rank's (RNG, epoch-start RNG): each rank draws its own augmentations, so each resumes its own
         rank_rngs = distributed.all_gather_object((checkpoint.rng_state(), self._epoch_rng))
         if self.dist.is_main:

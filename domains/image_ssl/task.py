@@ -40,7 +40,7 @@ from contrasuite.domains.image_ssl.augment import AugmentConfig, Normalize, TwoV
 from contrasuite.domains.image_ssl.data import CLASSES, folder_classes, load_cifar10, load_image_folder
 from contrasuite.domains.image_ssl.encoders import ENCODERS, SSLModel, build_encoder
 from contrasuite.domains.image_ssl.negatives import QueueNegatives, build_negative_source
-from contrasuite.domains.task import SmokeSettings, StepContext, TaskContext
+from contrasuite.domains.task import SmokeSettings, StepContext, TaskContext, average_gradients_over_ranks
 
 
 @dataclass
@@ -192,21 +192,6 @@ def warmup_cosine(step: int, warmup: int, total: int) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def _average_gradients_over_ranks(module: nn.Module) -> None:
-    """Average the gradients of ``module``'s parameters (learned temperatures, SigLIP's scale and bias)
-    over ranks during backward, as DDP does for the wrapped model, so every rank keeps the same values."""
-    import torch.distributed as dist
-
-    def hook(grad: Tensor) -> Tensor:
-        grad = grad.clone()
-        dist.all_reduce(grad)
-        return grad / dist.get_world_size()
-
-    for p in module.parameters():
-        if p.requires_grad:
-            p.register_hook(hook)
-
-
 class ImageSSLTask:
     """Self-supervised image representations on CIFAR-10 (see the module docstring)."""
 
@@ -244,7 +229,7 @@ class ImageSSLTask:
             self.key_model = copy.deepcopy(self.model).requires_grad_(False)
         self.objective = ObjectiveSum(cfg.objective.terms).to(ctx.device)
         if ctx.world_size > 1:
-            _average_gradients_over_ranks(self.objective)
+            average_gradients_over_ranks(self.objective)
         self.negatives: QueueNegatives | None = build_negative_source(cfg.negatives, cfg.model.proj_dim)
         if self.negatives is not None:
             self.negatives.to(ctx.device)

@@ -18,6 +18,13 @@ One training step, through ``step.optimize`` in a fixed order:
    generator's backward left in it; its ``optimize`` call passes a zero-valued loss tied to its
    parameters, so the engine's checks, clipping and scheduler apply to it like to any optimizer.
 
+Several processes (``torchrun``): data-parallel CUT. ``data.batch_size`` is the global batch and each
+rank translates its contiguous shard of it; every gradient of G, D and the head is averaged over ranks
+by hooks during backward (DDP cannot wrap them: G is also called through ``encode`` and the head several
+times before one backward), so the ranks keep equal weights and the three optimizers keep their order.
+PatchNCE's negatives stay within each image, so the split changes nothing there. Each rank draws its own
+flips, DiffAugment transforms and patch locations.
+
 CUT: ``nce.weight = 1``, identity on. FastCUT: ``nce.weight = 10``, identity off, flip equivariance.
 GAN alone: ``nce.weight = 0`` (no head). Adam(lr 2e-4, betas 0.5/0.999) for all three, constant for
 ``n_epochs`` then linearly to 0 over ``n_epochs_decay`` (per step here; CUT steps per epoch).
@@ -50,7 +57,7 @@ from contrasuite.domains.archives import cache_root, emoji_style_dirs
 from contrasuite.domains.averaging import check_decay, start_average, update_average
 from contrasuite.domains.errors import SetupError
 from contrasuite.domains.image_loading import EpochBatches, OnDiskImages, epoch_batches, image_loader
-from contrasuite.domains.task import SmokeSettings, StepContext, TaskContext
+from contrasuite.domains.task import SmokeSettings, StepContext, TaskContext, average_gradients_over_ranks, batch_shard
 from contrasuite.domains.translation import data as D
 from contrasuite.domains.translation.augment import DiffAugment
 from contrasuite.domains.translation.metrics import (
@@ -180,9 +187,9 @@ class TranslationTask:
 
     def setup(self, ctx: TaskContext) -> None:
         cfg: TranslationConfig = ctx.config
-        if ctx.world_size > 1:
-            raise SetupError(f"translation runs in one process, not {ctx.world_size}: data-parallel CUT is not "
-                             "built yet (run it without torchrun)")
+        if cfg.data.batch_size % ctx.world_size:
+            raise SetupError(f"config.data.batch_size={cfg.data.batch_size} must be divisible by the {ctx.world_size} "
+                             "processes (it is the global batch)")
         self.cfg, self.ctx, self.device = cfg, ctx, ctx.device
         self.loader = None
         self._load_data(Path(ctx.data_root))
@@ -211,6 +218,10 @@ class TranslationTask:
             head_params = list(self.head.parameters()) + list(self.objective.parameters())
             if head_params:
                 self._optimizers["head"] = torch.optim.Adam(head_params, lr=cfg.lr, betas=betas)
+        if ctx.world_size > 1:  # data-parallel CUT (module docstring)
+            for name in ("generator", "discriminator", "head", "objective"):
+                if name in self._modules:
+                    average_gradients_over_ranks(self._modules[name])
         total = self.steps_per_epoch * (cfg.n_epochs + cfg.n_epochs_decay)
         constant = self.steps_per_epoch * cfg.n_epochs
         decay = max(1, total - constant)
@@ -253,38 +264,43 @@ class TranslationTask:
             if max(len(self.train_a), len(self.train_b)) > D.DISK_FOLDER:
                 dataset = OnDiskImages([*self.train_a.paths, *self.train_b.paths], None,
                                        D.disk_transform(dc.load_size, dc.max_side, dc.crop_size, dc.flip), self.ctx.seed)
-                self.loader = image_loader(dataset, EpochBatches(self._disk_batches), dc.workers, self.device)
+                sampler = EpochBatches(self._disk_batches, self.ctx.rank, self.ctx.world_size)
+                self.loader = image_loader(dataset, sampler, dc.workers, self.device)
             has_test = (root / "testA").is_dir() and (root / "testB").is_dir()
             self._eval_sets = (folder("testA"), folder("testB")) if has_test else (self.train_a, self.train_b)
         bs = dc.batch_size
         self.steps_per_epoch = dc.steps_per_epoch or max(1, -(-max(len(self.train_a), len(self.train_b)) // bs))
 
     def _disk_batches(self, epoch: int) -> list[list[int]]:
-        """Indices into train A + train B per step: a pass over A in a seeded order, B drawn at random."""
+        """Indices into train A + train B per step, interleaved ``[a0, b0, a1, b1, ...]`` so that a rank's
+        contiguous shard holds its pairs: a pass over A in a seeded order, B drawn at random."""
         bs, n_a = self.cfg.data.batch_size, len(self.train_a)
         gen = torch.Generator().manual_seed(self.ctx.seed * 1_000_003 + epoch)
         order = torch.randperm(n_a, generator=gen)
-        return [[int(order[(i * bs + j) % n_a]) for j in range(bs)]
-                + [n_a + k for k in torch.randint(0, len(self.train_b), (bs,), generator=gen).tolist()]
-                for i in range(self.steps_per_epoch)]
+        steps = []
+        for i in range(self.steps_per_epoch):
+            b = torch.randint(0, len(self.train_b), (bs,), generator=gen).tolist()
+            steps.append([k for j in range(bs) for k in (int(order[(i * bs + j) % n_a]), n_a + b[j])])
+        return steps
 
     def batches(self, epoch: int) -> Iterator[tuple[Tensor, ...]]:
         """``(x, y)`` uint8 crops; with ``lambda_paired``, ``(x, y, y_x)``: ``y_x`` cropped and flipped like ``x``."""
         if self.loader is not None:
-            bs = self.cfg.data.batch_size
             for images, _ in epoch_batches(self.loader, epoch):
-                yield images[:bs], images[bs:]
+                yield images[0::2], images[1::2]
             return
         dc = self.cfg.data
         gen = torch.Generator().manual_seed(self.ctx.seed * 1_000_003 + epoch)
         order = torch.randperm(len(self.train_a), generator=gen)
         paired = self.cfg.lambda_paired > 0
+        part = batch_shard(dc.batch_size, self.ctx.rank, self.ctx.world_size)
         for i in range(self.steps_per_epoch):
             ia = [int(order[(i * dc.batch_size + j) % len(order)]) for j in range(dc.batch_size)]
             ib = torch.randint(0, len(self.train_b), (dc.batch_size,), generator=gen).tolist()
             sources = [torch.cat([self.train_a[k], self.train_a_target[k]]) if paired else self.train_a[k] for k in ia]
             a = torch.stack([D.random_crop(x, dc.crop_size, dc.flip, gen) for x in sources])
             b = torch.stack([D.random_crop(self.train_b[k], dc.crop_size, dc.flip, gen) for k in ib])
+            a, b = a[part], b[part]  # this rank's shard of the global batch (drawn whole: the same on every rank)
             yield (a[:, :3], b, a[:, 3:]) if paired else (a, b)
 
     # -- training -------------------------------------------------------------------------------

@@ -55,3 +55,14 @@ def test_rank_zero_evaluates_alone_and_sync_batchnorm_needs_cuda(toy_yaml, cli_e
     out = subprocess.run([*torchrun, "train", str(path), "run.sync_batchnorm=true", f"run.output_root={tmp_path / 'sbn'}"],
                          env=cli_env, capture_output=True, text=True, timeout=180)
     assert out.returncode != 0 and "run.sync_batchnorm=true needs CUDA devices" in out.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_ranks_that_diverge_fail_the_run(toy_yaml, cli_env, tmp_path):
+    """A parameter trained on each rank's own loss (not wrapped, not averaged) fails at the first checkpoint."""
+    path = toy_yaml(config={"unsynced": True})
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "-m", "contrasuite.pipelines.cli", "train", str(path), "run.max_steps=2", f"run.output_root={tmp_path}"]
+    out = subprocess.run(cmd, env=cli_env, capture_output=True, text=True, timeout=180)
+    assert out.returncode != 0 and "the ranks' parameters differ in ['scale']" in out.stderr, out.stderr[-2000:]

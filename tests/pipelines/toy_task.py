@@ -33,6 +33,8 @@ class ToyConfig:
     dropout: float = 0.0
     batchnorm: bool = False
     """A BatchNorm1d after the first layer: buffers, which DDP broadcasts before a training forward."""
+    unsynced: bool = False
+    """A scale parameter outside the DDP wrapper, trained on each rank's own loss (ranks diverge)."""
     record_evals: bool = False
     """Append each ``evaluate`` call to ``RUN_DIR/evals_rank<r>.txt`` (which ranks evaluate)."""
     sleep: float = 0.0
@@ -62,13 +64,16 @@ class ToyTask:
             nn.Linear(cfg.dim, cfg.hidden), *norm, nn.ReLU(), nn.Dropout(cfg.dropout), nn.Linear(cfg.hidden, cfg.dim)
         ).to(ctx.device)
         self.net = ctx.wrap(self.model)
+        self.scale = nn.Parameter(torch.ones((), device=ctx.device)) if cfg.unsynced else None
         self.objective = ObjectiveSum(cfg.objective.terms).to(ctx.device)
-        self.opt = torch.optim.SGD([*self.model.parameters(), *self.objective.parameters()], lr=cfg.lr, momentum=0.9)
+        extra = [self.scale] if self.scale is not None else []
+        self.opt = torch.optim.SGD([*self.model.parameters(), *self.objective.parameters(), *extra], lr=cfg.lr, momentum=0.9)
         self.sched = torch.optim.lr_scheduler.StepLR(self.opt, step_size=5, gamma=0.5)
 
     def modules(self):
         learnable = any(True for _ in self.objective.parameters())
-        return {"model": self.model, **({"objective": self.objective} if learnable else {})}
+        extra = {"scale": nn.ParameterList([self.scale])} if self.scale is not None else {}
+        return {"model": self.model, **({"objective": self.objective} if learnable else {}), **extra}
 
     def optimizers(self):
         return {"model": self.opt}
@@ -111,6 +116,8 @@ class ToyTask:
         pos = torch.zeros(n, cand.shape[0], dtype=torch.bool, device=z1.device)
         pos[torch.arange(n), self.ctx.rank * n + torch.arange(n)] = True
         loss = self.objective(z1, cand, pos_mask=pos)
+        if self.scale is not None:
+            loss = loss * self.scale
         if 0 <= step.step - self.cfg.nan_at_step < self.cfg.nan_steps:
             loss = loss * float("nan")
         step.optimize("model", loss, terms={"objective": loss})
