@@ -31,7 +31,7 @@ from typing import Any, Sequence
 import torch
 
 from contrasuite.pipelines.reports.cli_runs import (
-    ROOT, config_digest, data_root_args, run_cli, run_folder, thread_env,
+    ROOT, config_digest, current_result, data_root_args, run_cli, run_folder, thread_env,
 )
 from contrasuite.pipelines.run_dir import write_json
 
@@ -84,10 +84,9 @@ def run_one(name: str, seed: int, args: argparse.Namespace, cache: Path) -> dict
         overrides += [*QUICK_OVERRIDES, *PER_CONFIG_QUICK.get(name, ())]
     overrides += epoch_overrides(args)
     digest = config_digest(config, overrides)
+    if not args.rerun and (cached := current_result(result_path, digest)) is not None:
+        return cached
     if result_path.is_file() and not args.rerun:
-        cached = json.loads(result_path.read_text())
-        if cached.get("config_sha256") == digest:
-            return cached
         print(f"{name} seed {seed}: the config changed since the cached run; running it again", flush=True)
     train_args = ["train", str(config), *overrides, *data_root_args(args.data_root)]
     env, log = thread_env(1), cache / "logs" / f"{name}_seed{seed}.log"

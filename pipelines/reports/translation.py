@@ -24,7 +24,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Sequence
 
-from contrasuite.pipelines.reports.cli_runs import data_root_args, run_cli, run_folder, thread_env
+from contrasuite.pipelines.reports.cli_runs import (
+    config_digest, current_result, data_root_args, run_cli, run_folder, thread_env,
+)
 from contrasuite.pipelines.run_dir import write_json
 
 VARIANTS = ("cut", "fastcut", "gan")
@@ -65,6 +67,7 @@ def run_one(config: Path, seed: int, args: argparse.Namespace, extra: Sequence[s
         result["grid"] = f"{assets.name}/{tag}.png"
     result["best_val"] = json.loads((run_dir / "eval_val.json").read_text()).get("best")
     result["wall_seconds"] = round(time.time() - started, 1)
+    result["config_sha256"] = config_digest(config, [f"run.seed={seed}", *extra])
     return result
 
 
@@ -214,10 +217,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not args.table_only:
                 units.append((args.config_dir / f"{args.prefix}{variant}_emoji.yaml", seed, args.overrides, tag,
                               cached_runs[variant, seed]))
-    train_all([u for u in units if not u[-1].is_file()], args, assets)
-    results = {v: [json.loads(cached_runs[v, s].read_text()) for s in args.seeds if cached_runs[v, s].is_file()]
+    # a cached run counts only while its config (with the overrides) is unchanged
+    def current(config: Path, seed: int, overrides: Sequence[str], cache: Path) -> dict | None:
+        return current_result(cache, config_digest(config, [f"run.seed={seed}", *overrides]))
+
+    train_all([u for u in units if current(u[0], u[1], u[2], u[4]) is None], args, assets)
+    results = {v: [r for s in args.seeds
+                   if (r := current(args.config_dir / f"{args.prefix}{v}_emoji.yaml", s, args.overrides,
+                                    cached_runs[v, s])) is not None]
                for v in args.variants}
-    single = json.loads(single_cached.read_text()) if single_cached.is_file() else None
+    single = current(args.config_dir / "single_image_monet_etretat.yaml", 0, [], single_cached)
     write_page(results, single, args.out, args.prefix, args.seeds, args.bench, args.jobs)
     print(f"wrote {args.out}")
     return 0

@@ -1,8 +1,14 @@
 """The compare report builds its page from cached per-run JSON without training (``--table-only``)."""
 
 import json
+from pathlib import Path
 
+import pytest
+
+from contrasuite.pipelines.reports.cli_runs import config_digest
 from contrasuite.pipelines.reports.translation import goal_lines, main
+
+CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "translation"
 
 
 def fake(seed: int, kid: float) -> dict:
@@ -16,7 +22,10 @@ def test_table_only_page(tmp_path):
     results = tmp_path / "results"
     results.mkdir()
     for seed in (0, 1):
-        (results / f"reduced_cut_seed{seed}.json").write_text(json.dumps(fake(seed, 0.010 + 0.002 * seed)))
+        digest = config_digest(CONFIGS / "reduced_cut_emoji.yaml", [f"run.seed={seed}"])
+        (results / f"reduced_cut_seed{seed}.json").write_text(json.dumps(fake(seed, 0.010 + 0.002 * seed)
+                                                                         | {"config_sha256": digest}))
+    (results / "reduced_gan_seed0.json").write_text(json.dumps(fake(0, 0.5)))  # made under another config
     out = tmp_path / "page.md"
     assert main(["--table-only", "--results-dir", str(results), "--out", str(out), "--variants", "cut", "gan"]) == 0
     page = out.read_text()
@@ -25,7 +34,7 @@ def test_table_only_page(tmp_path):
     # best: KID x 1000 = 10 and 12 -> 11 ± 1.414; last doubles it
     assert "| 2 | 14.500 ± 0.707 | 0.500 ± 0.000 | 100.000 ± 0.000 | 11.000 ± 1.414 |" in page
     assert "22.000 ± 2.828" in page and "![](translation/x1.png)" in page
-    assert "GAN alone" in page  # a variant without runs still gets its (empty) row
+    assert "| GAN alone (LSGAN, no PatchNCE) | 0 |" in page  # the run made under another config is not shown
 
 
 def test_goal_lines_compare_cut_with_gan_and_input():
@@ -38,6 +47,7 @@ def test_goal_lines_compare_cut_with_gan_and_input():
     assert goal_lines({"cut": cut, "gan": []}) == []
 
 
+@pytest.mark.slow
 def test_parallel_jobs_train_each_run_once_and_build_the_page(tmp_path, data_root, emoji_cache, tiny_overrides):
     """``--jobs 2``: the runs train in two worker processes, each result is stored once, and a second
     call trains nothing (the stored runs are reused)."""

@@ -24,6 +24,7 @@ def test_split_emoji_disjoint_and_groups_kept_together():
     assert split_emoji(groups, 10, 8, seed=0) == s and split_emoji(groups, 10, 8, seed=1) != s
 
 
+@pytest.mark.slow
 def test_real_emoji_splits_disjoint(data_root):
     meta = json.loads((data_root / "emoji" / "emoji.json").read_text())
     names = [e["image"] for e in meta if e.get("has_img_twitter") and e.get("has_img_google")]
