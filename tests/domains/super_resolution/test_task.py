@@ -113,12 +113,17 @@ def test_evaluate_val_and_test(sr_data_root, tmp_path):
         task.evaluate("train")
 
 
+def first_batch(task):
+    """``(lr, hr, positives, negatives)`` of the task's first batch."""
+    lr, hr = next(iter(task.batches(0)))
+    return (lr, hr, *task.variants(lr, hr))
+
+
 def test_official_mode_sends_no_contrastive_gradient_to_the_generator(sr_data_root, tmp_path):
     grads = {}
     for mode in ("gradient", "official"):
         task = make_task(sr_data_root, tmp_path, contrastive_gradient=mode)
-        lr, hr = next(iter(task.batches(0)))
-        pos, neg = task.variants(lr, hr)
+        lr, hr, pos, neg = first_batch(task)
 
         def loss():
             sr = task.generator(lr)
@@ -134,8 +139,7 @@ def test_per_group_passes_use_each_groups_batchnorm_statistics(sr_data_root, tmp
     losses = {}
     for passes in ("joint", "per_group"):
         task = make_task(sr_data_root, tmp_path, embed_passes=passes)
-        lr, hr = next(iter(task.batches(0)))
-        pos, neg = task.variants(lr, hr)
+        lr, _, pos, neg = first_batch(task)
         losses[passes] = float(task.contrastive_loss(task.generator(lr), pos, neg))
         task.discriminator.eval()  # running statistics: the grouping no longer matters
         losses[passes + "_eval"] = float(task.contrastive_loss(task.generator(lr), pos, neg))
