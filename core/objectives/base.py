@@ -6,6 +6,12 @@ least one positive. Subclasses implement :meth:`ContrastiveObjective.per_anchor`
 fp32 (or fp64) embeddings and the resolved :class:`~contrasuite.core.pairs.Pairs`, with autocast off.
 Objectives with a ``tile_size`` (:mod:`contrasuite.core.tiling`) also take ``pos_mask`` and
 ``neg_weight`` as functions of a block ``(rows: slice, cols: slice)``.
+
+Objectives defined on pairs (``paired_views = True``: DHEL, KCL, CLIP, SigLIP compare view 1 with
+view 2, positive ``i <-> i``) also take SimCLR's two-view batch, ``objective(z, labels=labels)`` with
+every label twice: it is split into the two views ``a`` (the first row of each label) and ``b`` (the
+second), and the loss is ``(L(a, b) + L(b, a)) / 2``, so every objective can be swapped by name in the
+same call.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from contrasuite.core.numerics import full_precision, upcast
-from contrasuite.core.pairs import Blocks, Pairs, resolve_pairs
+from contrasuite.core.pairs import Blocks, Pairs, paired_partner, resolve_pairs
 
 
 class Distributed(str, enum.Enum):
@@ -35,6 +41,24 @@ class ContrastiveObjective(nn.Module):
     """Base of all objectives: resolves pairs, upcasts, reduces. See the module docstring."""
 
     distributed: ClassVar[Distributed] = Distributed.GATHER_CANDIDATES
+    paired_views: ClassVar[bool] = False
+    """The objective pairs anchor ``i`` with candidate ``i``; a two-view ``labels`` batch is split (module docstring)."""
+
+    def two_view_labels(self, anchors: Tensor, candidates: Tensor | None, labels: Tensor | None,
+                        rest: tuple[object, ...]) -> Tensor | None:
+        """For a :attr:`paired_views` objective called on a two-view batch (``candidates=None``, ``labels``,
+        nothing else): the mean of both directions of the paired form. ``None`` for any other call."""
+        if not self.paired_views or candidates is not None or labels is None:
+            return None
+        if any(r is not None for r in rest):
+            raise ValueError(f"{type(self).__name__} on a labels batch takes no candidate_labels, pos_mask or neg_weight")
+        partner = paired_partner(labels)
+        if partner is None:
+            raise ValueError(f"{type(self).__name__} pairs two views: with candidates=None every label must occur "
+                             "exactly twice (the two views of one sample)")
+        first = (partner > torch.arange(len(labels), device=labels.device)).nonzero().squeeze(1)
+        a, b = anchors[first], anchors[partner[first]]
+        return 0.5 * (self(a, b) + self(b, a))
 
     def per_anchor(self, anchors: Tensor, candidates: Tensor, pairs: Pairs, neg_weight: Tensor | None) -> Tensor:
         """Per-anchor losses ``[N]`` (any value for anchors without positives; they are dropped)."""
@@ -58,6 +82,9 @@ class ContrastiveObjective(nn.Module):
         pos_mask: Tensor | Blocks | None = None,
         neg_weight: Tensor | Blocks | None = None,
     ) -> Tensor:
+        split = self.two_view_labels(anchors, candidates, labels, (candidate_labels, pos_mask, neg_weight))
+        if split is not None:
+            return split
         candidates, pairs = resolve_pairs(
             anchors, candidates, labels=labels, candidate_labels=candidate_labels, pos_mask=pos_mask,
             neg_weight=neg_weight,

@@ -22,6 +22,8 @@ passes its local images and texts, the other ranks' texts as ``extra_texts`` and
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import math
 
 import torch
@@ -81,6 +83,8 @@ class CLIPLoss(ContrastiveObjective):
 
     distributed = Distributed.GATHER_CANDIDATES
 
+    paired_views: ClassVar[bool] = True
+
     def __init__(self, init_logit_scale: float = math.log(1 / 0.07), learnable: bool = True, tile_size: int | None = None) -> None:
         super().__init__()
         register_scalar(self, "logit_scale", init_logit_scale, learnable)
@@ -98,8 +102,12 @@ class CLIPLoss(ContrastiveObjective):
         extra_texts: Tensor | None = None,
         extra_images: Tensor | None = None,
     ) -> Tensor:
+        split = self.two_view_labels(anchors, candidates, labels, (candidate_labels, pos_mask, neg_weight,
+                                                                  extra_texts, extra_images))
+        if split is not None:
+            return split
         if candidates is None:
-            raise ValueError("CLIPLoss compares images (anchors) with texts: pass candidates")
+            raise ValueError("CLIPLoss compares images (anchors) with texts: pass candidates (or a two-view batch with labels)")
         plain = labels is None and pos_mask is None and neg_weight is None and len(anchors) == len(candidates)
         # Plain pairs (square, diagonal positives, unweighted): open_clip's index-target cross-entropy.
         if plain and self.tile_size is None:

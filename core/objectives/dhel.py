@@ -129,6 +129,7 @@ class DHEL(ContrastiveObjective):
     """
 
     distributed: ClassVar[Distributed] = Distributed.GLOBAL_STATISTICS
+    paired_views: ClassVar[bool] = True
 
     def __init__(self, temperature: float = 0.3, include_augs: bool = True) -> None:
         super().__init__()

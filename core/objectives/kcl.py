@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-import torch
 from torch import Tensor
 
 from contrasuite.core.objectives.base import ContrastiveObjective, Distributed
@@ -53,6 +52,7 @@ class KCL(ContrastiveObjective):
     """
 
     distributed: ClassVar[Distributed] = Distributed.GLOBAL_STATISTICS
+    paired_views: ClassVar[bool] = True
 
     def __init__(self, t: float = 2.0, kernel: str = "gaussian", gamma: float = 16.0) -> None:
         super().__init__()

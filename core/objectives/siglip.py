@@ -21,6 +21,8 @@ images against every other rank's texts as ``extra_texts`` (open_clip's neighbou
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import math
 
 import torch
@@ -70,6 +72,8 @@ class SigLIP(ContrastiveObjective):
 
     distributed = Distributed.PAIRWISE_RING
 
+    paired_views: ClassVar[bool] = True
+
     def __init__(
         self,
         init_logit_scale: float = math.log(10.0),
@@ -94,8 +98,12 @@ class SigLIP(ContrastiveObjective):
         extra_texts: Tensor | None = None,
         extra_images: Tensor | None = None,
     ) -> Tensor:
+        split = self.two_view_labels(anchors, candidates, labels, (candidate_labels, pos_mask, neg_weight,
+                                                                  extra_texts, extra_images))
+        if split is not None:
+            return split
         if candidates is None:
-            raise ValueError("SigLIP scores images (anchors) against texts: pass candidates")
+            raise ValueError("SigLIP scores images (anchors) against texts: pass candidates (or a two-view batch with labels)")
         candidates, pairs = resolve_pairs(
             anchors, candidates, labels=labels, candidate_labels=candidate_labels, pos_mask=pos_mask,
             neg_weight=neg_weight,

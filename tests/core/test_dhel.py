@@ -108,8 +108,10 @@ def test_bf16_autocast_low_temperature_finite(near_duplicate):
 def test_bad_input_errors():
     x = torch.randn(4, 3)
     anchors, labels = two_view(x, x)
-    with pytest.raises(ValueError, match="DHEL pairs anchor i with candidate i"):
-        DHEL()(anchors, labels=labels)
+    with pytest.raises(ValueError, match="every label must occur exactly twice"):
+        DHEL()(anchors, labels=torch.zeros(8, dtype=torch.long))
+    with pytest.raises(ValueError, match="takes no candidate_labels, pos_mask or neg_weight"):
+        DHEL()(anchors, labels=labels, neg_weight=torch.ones(8, 8))
     with pytest.raises(ValueError, match="DHEL pairs anchor i with candidate i"):
         DHEL()(x, torch.randn(4, 3), pos_mask=torch.ones(4, 4, dtype=torch.bool))
     with pytest.raises(ValueError, match="at least 2 anchors"):

@@ -104,11 +104,11 @@ def test_evaluate_val_and_test_keys(tiny_cifar):
         task.evaluate("train")
 
 
-def test_paired_only_objective_with_two_view_names_the_fix(tiny_cifar):
-    task = make_task(tiny_cifar, objective=ObjectiveConfig(terms=[{"name": "dhel"}], views="two_view"))
+def test_paired_objective_with_two_view_equals_the_symmetric_paired_form(tiny_cifar):
     z1, z2 = F.normalize(torch.randn(2, 6, 8), dim=2)
-    with pytest.raises(ValueError, match="views='two_view'"):
-        task.loss(z1, z2)
+    losses = [make_task(tiny_cifar, objective=ObjectiveConfig(terms=[{"name": "dhel"}], views=views)).loss(z1, z2)
+              for views in ("two_view", "paired")]
+    torch.testing.assert_close(losses[0], losses[1])
 
 
 def test_negatives_need_paired_views(tiny_cifar):
