@@ -20,6 +20,16 @@ import torch
 from torch import Tensor, nn
 
 
+AUTOCAST_DTYPES: dict[str, torch.dtype | None] = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}
+"""``run.precision`` -> the autocast dtype (``None``: autocast off)."""
+
+
+def autocast_for(precision: str, device: torch.device) -> AbstractContextManager:
+    """The autocast context of ``precision`` (``bf16``, ``fp16``, ``fp32``) on ``device`` (disabled for fp32)."""
+    dtype = AUTOCAST_DTYPES[precision]
+    return torch.autocast(device_type=device.type, dtype=dtype, enabled=dtype is not None)
+
+
 @dataclass
 class TaskContext:
     """What the engine hands to a task when it is built."""
@@ -44,8 +54,7 @@ class TaskContext:
 
     def autocast(self) -> AbstractContextManager:
         """The autocast context for this run's precision (disabled for fp32)."""
-        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.precision)
-        return torch.autocast(device_type=self.device.type, dtype=dtype, enabled=dtype is not None)
+        return autocast_for(self.precision, self.device)
 
 
 @runtime_checkable

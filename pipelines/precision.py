@@ -6,9 +6,6 @@ import os
 
 import torch
 
-AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}
-
-
 def pick_device(requested: str, local_rank: int = 0) -> torch.device:
     """``auto`` -> CUDA (this rank's GPU) when present, else CPU; ``cuda`` fails clearly without a GPU."""
     if requested == "cpu" or (requested == "auto" and not torch.cuda.is_available()):

@@ -31,7 +31,7 @@ from torch import nn
 
 from contrasuite.core.metrics.health import health, similarity_samples
 from contrasuite.domains.errors import SetupError
-from contrasuite.domains.task import TaskContext
+from contrasuite.domains.task import TaskContext, autocast_for
 from contrasuite.pipelines import checkpoint, distributed
 from contrasuite.pipelines.config import LoadedConfig, load_config, parse_override, save_resolved
 from contrasuite.pipelines.metrics_log import MetricsLog
@@ -166,8 +166,7 @@ class Trainer:
         return {k: distributed.unwrap(m) for k, m in self.task.modules().items()}
 
     def autocast(self) -> AbstractContextManager:
-        dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(self.run.precision)
-        return torch.autocast(device_type=self.device.type, dtype=dtype, enabled=dtype is not None)
+        return autocast_for(self.run.precision, self.device)
 
     @contextmanager
     def _side_computation(self) -> Iterator[None]:

@@ -48,7 +48,7 @@ def f1_scores(pred: Tensor, truth: Tensor, num_classes: int) -> tuple[Tensor, Te
     return per_class.mean(1), micro
 
 
-def linear_probe(
+def heco_probe(
     embeddings: Tensor,
     labels: Tensor,
     train: Tensor,
@@ -57,7 +57,8 @@ def linear_probe(
     settings: ProbeSettings,
     seed: int = 0,
 ) -> dict[str, float]:
-    """Validation-selected test scores (module docstring) over ``settings.runs`` runs, in percent.
+    """HeCo's and MEOW's probe: validation-selected test scores (module docstring) over ``settings.runs``
+    runs, in percent (not :func:`contrasuite.core.metrics.probe.linear_probe`, the frozen-feature one).
 
     Returns ``{macro_f1, macro_f1_std, micro_f1, micro_f1_std, auc, auc_std}`` for test and the
     same keys prefixed ``val_`` for the best validation scores (what checkpoint selection may use).

@@ -32,7 +32,7 @@ from contrasuite.core.objectives import InfoNCE, ObjectiveSum
 from contrasuite.domains.config_fields import bounded, one_of
 from contrasuite.domains.errors import SetupError
 from contrasuite.domains.graph.data import DatasetSpec, load_hetero, metapath_counts
-from contrasuite.domains.graph.evaluate import ProbeSettings, clustering_scores, linear_probe
+from contrasuite.domains.graph.evaluate import ProbeSettings, clustering_scores, heco_probe
 from contrasuite.domains.graph.graphs import GATHER, WEIGHTS, context_chains, mean_adjacency, pathsim_topk
 from contrasuite.domains.graph.model import LAYER_NORMS, MEOWModel, mask_entries
 from contrasuite.domains.task import SmokeSettings, StepContext, TaskContext
@@ -303,7 +303,7 @@ class GraphTask:
         per_ratio = {}
         for r in self.ctx.progress(self.cfg.eval_ratios, f"{split} probes ({probe.runs} runs per label ratio)",
                                    total=len(self.cfg.eval_ratios)):
-            per_ratio[r] = linear_probe(
+            per_ratio[r] = heco_probe(
                 emb, target.y, target[f"train_{r}"], target[f"val_{r}"], target[f"test_{r}"], probe, seed=self.seed
             )
         if split == "val":

@@ -46,6 +46,7 @@ from contrasuite.core.objectives import InfoNCE
 from contrasuite.domains.code_search.data import COSQA_FOLDER, load_cosqa
 from contrasuite.domains.code_search.encoder import BiEncoder, EncoderConfig, resolve_model_path
 from contrasuite.domains.code_search.mine import iter_functions, summary
+from contrasuite.domains.task import autocast_for
 
 EMBED_MODES = ("embed", "sentence-transformers")
 
@@ -83,9 +84,8 @@ def _embed_rows(mode: str, args: dict, cfg: EncoderConfig, device: torch.device)
         st.max_seq_length = length
         run = lambda items: st.encode(items, batch_size=batch, convert_to_tensor=True, normalize_embeddings=cfg.normalize,
                                       show_progress_bar=False)
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args["precision"])
     times = []
-    with torch.no_grad(), torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+    with torch.no_grad(), autocast_for(args["precision"], device):
         if args["warmup"]:
             run(texts[:batch])
         for _ in range(args["steps"]):
@@ -114,10 +114,8 @@ def _run(mode: str, args: dict, queue: mp.Queue) -> None:
     queries, code = _texts(args["batch"])
     q_tok = {k: v.to(device) for k, v in enc.tokenize(queries, cfg.max_query_length).items()}
     c_tok = {k: v.to(device) for k, v in enc.tokenize(code, cfg.max_code_length).items()}
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args["precision"])
-
     def embed(sl: slice) -> tuple[torch.Tensor, torch.Tensor]:
-        with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+        with autocast_for(args["precision"], device):
             return enc(**{k: v[sl] for k, v in q_tok.items()}), enc(**{k: v[sl] for k, v in c_tok.items()})
 
     def step() -> None:

@@ -29,6 +29,7 @@ from typing import Any, Sequence
 import torch
 import torch.distributed as dist
 
+from contrasuite.domains.task import autocast_for
 from contrasuite.pipelines.bench import objectives as objective_bench
 from contrasuite.pipelines.config import find_config
 from contrasuite.pipelines.smoke import full_scale_configs, measure
@@ -61,8 +62,7 @@ def objective_rows(device: torch.device, dense_ns: list[int], tiled_ns: list[int
     """Dense and tiled objective rows in fp32 and under bf16 autocast, each tagged with its precision."""
     rows: list[dict[str, Any]] = []
     for precision in PRECISIONS:
-        dtype = torch.bfloat16 if precision == "bf16" else None
-        with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+        with autocast_for(precision, device):
             dense = objective_bench.run(dense_ns, dim, repeats, repeats, list(objective_bench.OBJECTIVES), device) if dense_ns else []
             tiled = objective_bench.run_tiled(tiled_ns, dim, repeats, repeats, objective_bench.tiled_names(), tile_size,
                                               8.0, device) if tiled_ns else []

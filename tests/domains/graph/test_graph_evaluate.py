@@ -5,7 +5,7 @@ import pytest
 import torch
 from sklearn.metrics import f1_score
 
-from contrasuite.domains.graph.evaluate import ProbeSettings, clustering_scores, f1_scores, linear_probe
+from contrasuite.domains.graph.evaluate import ProbeSettings, clustering_scores, f1_scores, heco_probe
 
 
 def toy(separable: bool, n_per: int = 100, seed: int = 0):
@@ -32,8 +32,8 @@ def test_f1_matches_sklearn():
 
 def test_probe_separable_vs_random():
     settings = ProbeSettings(lr=0.05, iterations=100, runs=4)
-    good = linear_probe(*toy(True), settings)
-    bad = linear_probe(*toy(False), settings)
+    good = heco_probe(*toy(True), settings)
+    bad = heco_probe(*toy(False), settings)
     assert good["macro_f1"] > 90 and good["auc"] > 98
     assert bad["macro_f1"] < 60
     assert set(good) >= {"macro_f1_std", "micro_f1", "micro_f1_std", "auc_std", "val_macro_f1", "val_micro_f1"}
@@ -41,8 +41,8 @@ def test_probe_separable_vs_random():
 
 def test_probe_runs_are_independent_and_seeded():
     x, y, train, val, test = toy(True)
-    a = linear_probe(x, y, train, val, test, ProbeSettings(iterations=20, runs=3), seed=7)
-    b = linear_probe(x, y, train, val, test, ProbeSettings(iterations=20, runs=3), seed=7)
+    a = heco_probe(x, y, train, val, test, ProbeSettings(iterations=20, runs=3), seed=7)
+    b = heco_probe(x, y, train, val, test, ProbeSettings(iterations=20, runs=3), seed=7)
     assert a == b
 
 
@@ -50,10 +50,10 @@ def test_selection_uses_validation_not_test():
     """Swapping the test labels must not change which iteration is picked (val-only selection)."""
     x, y, train, val, test = toy(True)
     settings = ProbeSettings(lr=0.05, iterations=60, runs=2)
-    base = linear_probe(x, y, train, val, test, settings)
+    base = heco_probe(x, y, train, val, test, settings)
     y2 = y.clone()
     y2[test] = (y[test] + 1) % 3  # test labels scrambled
-    scrambled = linear_probe(x, y2, train, val, test, settings)
+    scrambled = heco_probe(x, y2, train, val, test, settings)
     assert scrambled["val_macro_f1"] == base["val_macro_f1"]
     assert scrambled["macro_f1"] < 20 < 80 < base["macro_f1"]  # picked by val: the wrong test labels cost
 
