@@ -124,14 +124,6 @@ def atomic_save(obj: Any, path: Path) -> None:
         os.close(fd)
 
 
-def checkpoint_path(run_dir: Path, which: str = "best") -> Path:
-    """``RUN_DIR/checkpoints/<which>.pt``; ``best`` falls back to ``last.pt`` when the run kept no best."""
-    path = Path(run_dir) / "checkpoints" / f"{which}.pt"
-    if which == "best" and not path.is_file():
-        return path.with_name("last.pt")
-    return path
-
-
 def load(path: Path) -> dict[str, Any]:
     """Read a checkpoint with ``weights_only=True`` onto the CPU after checking it against its manifest.
 

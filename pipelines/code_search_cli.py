@@ -18,7 +18,7 @@ from typing import Sequence
 
 from contrasuite.domains.code_search.encoder import EncoderConfig
 from contrasuite.domains.code_search.mine import MineConfig, default_sources, mine
-from contrasuite.domains.code_search.priors import checkpoint_file
+from contrasuite.domains.init_from import checkpoint_file
 from contrasuite.domains.code_search.search_index import build_index, search
 
 EXIT_BAD_INPUT = 2

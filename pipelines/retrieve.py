@@ -19,6 +19,7 @@ from PIL import Image, ImageDraw
 from contrasuite.domains.errors import DataError, one_line
 from contrasuite.domains.metric_learning.images import read_rgb
 from contrasuite.domains.metric_learning.inference import Embedder
+from contrasuite.domains.init_from import checkpoint_file
 from contrasuite.pipelines import checkpoint
 from contrasuite.pipelines.config import load_config
 from contrasuite.pipelines.image_inputs import readable_images, require_image
@@ -40,7 +41,7 @@ def load_embedder(run_dir: Path, which: str = "best") -> Embedder:
     loaded = load_config(run_dir / "config.yaml")
     if loaded.task_name != "metric_learning":
         raise ValueError(f"{run_dir}: task is {loaded.task_name!r}, not 'metric_learning'")
-    return Embedder(loaded.config, checkpoint.load(checkpoint.checkpoint_path(run_dir, which))["modules"])
+    return Embedder(loaded.config, checkpoint.load(checkpoint_file(run_dir, which))["modules"])
 
 
 def strip(query: Path, matches: Sequence[tuple[Path, float]], out: Path) -> None:

@@ -32,6 +32,7 @@ from torch import nn
 from contrasuite.core.metrics.health import health, similarity_samples
 from contrasuite.domains.errors import SetupError
 from contrasuite.domains.task import TaskContext, autocast_for
+from contrasuite.domains.init_from import checkpoint_file
 from contrasuite.pipelines import checkpoint, distributed
 from contrasuite.pipelines.config import LoadedConfig, load_config, parse_override, save_resolved
 from contrasuite.pipelines.metrics_log import MetricsLog
@@ -432,7 +433,7 @@ class Trainer:
 
     def test(self, which: str) -> dict[str, Any]:
         """Load ``best`` (or ``last``) modules and write ``eval_test.json`` from ``task.evaluate("test")``."""
-        path = checkpoint.checkpoint_path(self.run_dir, which)
+        path = checkpoint_file(self.run_dir, which)
         if path.stem != which:
             print(f"no best.pt in {self.run_dir}; evaluating last.pt", file=sys.stderr)
             which = path.stem

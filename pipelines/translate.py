@@ -20,6 +20,7 @@ from contrasuite.domains.errors import DataError, one_line
 from contrasuite.domains.translation.data import list_images, read_rgb, to_float, to_uint8
 from contrasuite.domains.translation.networks import ResnetGenerator, translate_any_size
 from contrasuite.domains.translation.task import build_generator
+from contrasuite.domains.init_from import checkpoint_file
 from contrasuite.pipelines import checkpoint
 from contrasuite.pipelines.config import load_config
 from contrasuite.pipelines.image_inputs import readable_images
@@ -32,7 +33,7 @@ def load_generator(run_dir: Path, which: str = "best") -> ResnetGenerator:
     loaded = load_config(run_dir / "config.yaml")
     if loaded.task_name != "translation":
         raise ValueError(f"{run_dir}: task is {loaded.task_name!r}, not 'translation'")
-    state = checkpoint.load(checkpoint.checkpoint_path(run_dir, which))
+    state = checkpoint.load(checkpoint_file(run_dir, which))
     generator = build_generator(loaded.config)
     modules = state["modules"]
     generator.load_state_dict(modules.get("generator_ema", modules["generator"]))  # the average when trained with one

@@ -33,6 +33,7 @@ from torch import Tensor
 
 from contrasuite.core.objectives import InfoNCE
 from contrasuite.domains.code_search.encoder import BiEncoder, EncoderConfig
+from contrasuite.domains.init_from import checkpoint_file
 
 PRIORS = ("none", "bm25", "simcse", "model")
 
@@ -176,22 +177,11 @@ def _no_extra_keys(name: str, spec: Mapping[str, Any], allowed: Sequence[str]) -
         raise ValueError(f"config.prior: unknown key(s) {extra} for prior {name!r}; allowed: {sorted(allowed)}")
 
 
-def checkpoint_file(path: Path) -> Path:
-    """A run folder's ``checkpoints/best.pt`` (else ``last.pt``), or ``path`` itself if it is a file."""
-    path = Path(path)
-    if path.is_dir():
-        for name in ("best.pt", "last.pt"):
-            if (path / "checkpoints" / name).is_file():
-                return path / "checkpoints" / name
-        raise FileNotFoundError(f"no checkpoints/best.pt or last.pt in run folder {path}")
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint not found: {path}")
-    return path
-
-
 def load_encoder_checkpoint(cfg: EncoderConfig, path: Path) -> BiEncoder:
     """A :class:`BiEncoder` built from ``cfg`` with the ``encoder`` module of a ``code_search`` checkpoint."""
-    file = checkpoint_file(path)
+    file = checkpoint_file(Path(path))
+    if not file.is_file():
+        raise FileNotFoundError(f"checkpoint not found: {file}")
     state = torch.load(file, map_location="cpu", weights_only=True)
     try:
         weights = state["modules"]["encoder"]
