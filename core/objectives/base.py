@@ -43,6 +43,8 @@ class ContrastiveObjective(nn.Module):
     distributed: ClassVar[Distributed] = Distributed.GATHER_CANDIDATES
     paired_views: ClassVar[bool] = False
     """The objective pairs anchor ``i`` with candidate ``i``; a two-view ``labels`` batch is split (module docstring)."""
+    takes_prior: ClassVar[bool] = False
+    """``forward`` takes ``prior=`` (a similarity prior ``[N, M]``, Soft-InfoNCE); :class:`ObjectiveSum` passes it."""
 
     def two_view_labels(self, anchors: Tensor, candidates: Tensor | None, labels: Tensor | None,
                         rest: tuple[object, ...]) -> Tensor | None:

@@ -84,9 +84,21 @@ class ObjectiveSum(nn.Module):
         self.names = [f"{i}:{t.get('name')}" for i, t in enumerate(terms)]
         """Each term's name in messages and logs: ``<index>:<objective name>``, e.g. ``0:infonce``."""
 
-    def parts(self, anchors: Tensor, candidates: Tensor | None = None, **kwargs: Any) -> dict[str, Tensor]:
-        """``{name: weight_k * objective_k(...)}``: the weighted terms whose sum is :meth:`forward`."""
-        return {n: w * obj(anchors, candidates, **kwargs) for n, w, obj in zip(self.names, self.weights, self.terms)}
+    def parts(self, anchors: Tensor, candidates: Tensor | None = None, *, prior: Tensor | None = None,
+              **kwargs: Any) -> dict[str, Tensor]:
+        """``{name: weight_k * objective_k(...)}``: the weighted terms whose sum is :meth:`forward`.
+
+        ``prior`` (a similarity prior ``[N, M]``) goes only to the terms that declare ``takes_prior``."""
+        out = {}
+        for name, weight, term in zip(self.names, self.weights, self.terms):
+            extra = {"prior": prior} if prior is not None and getattr(term, "takes_prior", False) else {}
+            out[name] = weight * term(anchors, candidates, **kwargs, **extra)
+        return out
+
+    @property
+    def takes_prior(self) -> bool:
+        """Whether any term uses a similarity prior (Soft-InfoNCE)."""
+        return any(getattr(term, "takes_prior", False) for term in self.terms)
 
     def forward(self, anchors: Tensor, candidates: Tensor | None = None, **kwargs: Any) -> Tensor:
         return sum(self.parts(anchors, candidates, **kwargs).values())

@@ -109,6 +109,7 @@ class SoftInfoNCE(ContrastiveObjective):
     """
 
     distributed: ClassVar[Distributed] = Distributed.GATHER_CANDIDATES
+    takes_prior: ClassVar[bool] = True
 
     def __init__(
         self,

@@ -15,7 +15,6 @@ Each embedding stage is a progress bar (``ctx.progress``: ``run.progress``) and 
 
 from __future__ import annotations
 
-import inspect
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -142,11 +141,10 @@ class CodeSearchTask:
         self.encoder = BiEncoder(cfg.encoder).to(ctx.device)
         self.net = ctx.wrap(self.encoder)
         self.objective = ObjectiveSum(cfg.objective.terms).to(ctx.device)
-        self._takes_prior = ["prior" in inspect.signature(term.forward).parameters for term in self.objective.terms]
         self.prior = build_prior(cfg.prior, self.train.queries, self.train.code, cfg.encoder,
                                  cache_dir=ctx.run_dir / "prior_cache", device=ctx.device, seed=ctx.seed,
                                  log=lambda m: print(m) if ctx.rank == 0 else None)
-        if self.prior is not None and not any(self._takes_prior):
+        if self.prior is not None and not self.objective.takes_prior:
             raise ValueError(f"config.prior.name={cfg.prior.get('name')!r} but no objective term takes a prior "
                              f"(terms: {[t.get('name') for t in cfg.objective.terms]}); use soft_infonce")
         self.opt = torch.optim.AdamW(self.encoder.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
@@ -190,12 +188,8 @@ class CodeSearchTask:
         rows = torch.arange(n, device=queries.device)
         pos[rows, offset + rows] = True
         prior = None if self.prior is None else self.prior(local, batch).to(queries.device)
-        self.last_terms: dict[str, Tensor] = {}
+        self.last_terms: dict[str, Tensor] = self.objective.parts(queries, candidates, pos_mask=pos, prior=prior)
         """This step's weighted objective terms, so a non-finite loss names its term."""
-        for name, weight, term, takes in zip(self.objective.names, self.objective.weights, self.objective.terms,
-                                             self._takes_prior):
-            extra = {"prior": prior} if takes and prior is not None else {}
-            self.last_terms[name] = weight * term(queries, candidates, pos_mask=pos, **extra)
         return sum(self.last_terms.values())
 
     def train_step(self, batch: Tensor, step: StepContext) -> Mapping[str, float]:

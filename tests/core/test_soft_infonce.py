@@ -119,3 +119,16 @@ def test_bad_input_errors():
         SoftInfoNCE(similarity="l2")
     with pytest.raises(ValueError, match="t must be > 0"):
         SoftInfoNCE(t=0.0)
+
+
+def test_objective_sum_hands_the_prior_only_to_terms_that_take_it():
+    from contrasuite.core.objectives import ObjectiveSum
+
+    torch.manual_seed(3)
+    q, k = F.normalize(torch.randn(2, 6, 4), dim=2)
+    prior = torch.randn(6, 6)
+    total = ObjectiveSum([{"name": "infonce", "temperature": 0.5}, {"name": "soft_infonce", "t": 0.5, "alpha": 0.8}])
+    assert total.takes_prior and not ObjectiveSum([{"name": "infonce"}]).takes_prior
+    parts = total.parts(q, k, prior=prior)  # InfoNCE would raise on an unexpected prior= argument
+    torch.testing.assert_close(parts["0:infonce"], InfoNCE(0.5)(q, k))
+    torch.testing.assert_close(parts["1:soft_infonce"], SoftInfoNCE(t=0.5, alpha=0.8)(q, k, prior=prior))
