@@ -14,7 +14,7 @@ domain with loss terms of its own (e.g. a library's reference implementation) pa
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from torch import Tensor, nn
 
@@ -85,14 +85,21 @@ class ObjectiveSum(nn.Module):
         """Each term's name in messages and logs: ``<index>:<objective name>``, e.g. ``0:infonce``."""
 
     def parts(self, anchors: Tensor, candidates: Tensor | None = None, *, prior: Tensor | None = None,
-              **kwargs: Any) -> dict[str, Tensor]:
+              via: Callable[..., Tensor] | None = None, **kwargs: Any) -> dict[str, Tensor]:
         """``{name: weight_k * objective_k(...)}``: the weighted terms whose sum is :meth:`forward`.
 
-        ``prior`` (a similarity prior ``[N, M]``) goes only to the terms that declare ``takes_prior``."""
+        ``prior`` (a similarity prior ``[N, M]``) goes only to the terms that declare ``takes_prior``.
+        ``via(term, anchors, candidates, **kwargs)`` calls each term instead of ``term(...)`` (e.g.
+        :func:`~contrasuite.core.negatives.gather.distributed_objective` across ranks). A term's
+        ``ValueError`` is raised again with the term's name in front."""
         out = {}
         for name, weight, term in zip(self.names, self.weights, self.terms):
             extra = {"prior": prior} if prior is not None and getattr(term, "takes_prior", False) else {}
-            out[name] = weight * term(anchors, candidates, **kwargs, **extra)
+            try:
+                value = via(term, anchors, candidates, **kwargs, **extra) if via else term(anchors, candidates, **kwargs, **extra)
+            except ValueError as err:
+                raise ValueError(f"{name} ({type(term).__name__}): {err}") from err
+            out[name] = weight * value
         return out
 
     @property

@@ -389,17 +389,14 @@ class ImageSSLTask:
         return self._terms(ext.anchors, ext.candidates, **kwargs)
 
     def _terms(self, anchors: Tensor, candidates: Tensor | None, **kwargs: Any) -> Tensor:
-        total = anchors.new_zeros(())
-        for name, weight, term in zip(self.objective.names, self.objective.weights, self.objective.terms):
-            try:
-                value = distributed_objective(term, anchors, candidates, **kwargs)
-            except ValueError as err:
-                raise ValueError(
-                    f"config.objective.terms ({type(term).__name__}) with views={self.cfg.objective.views!r}: {err}"
-                ) from err
-            total = total + weight * value
-            self.last_terms[name] = self.last_terms.get(name, 0) + weight * value.detach()
-        return total
+        """The weighted terms across ranks (each by its declared distributed behaviour), recorded for messages."""
+        try:
+            parts = self.objective.parts(anchors, candidates, via=distributed_objective, **kwargs)
+        except ValueError as err:
+            raise ValueError(f"config.objective.terms with views={self.cfg.objective.views!r}: {err}") from err
+        for name, value in parts.items():
+            self.last_terms[name] = self.last_terms.get(name, 0) + value.detach()
+        return sum(parts.values())
 
     @torch.no_grad()
     def embed_for_health(self, batch: SSLBatch) -> tuple[Tensor, Tensor]:
