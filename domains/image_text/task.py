@@ -43,7 +43,7 @@ from contrasuite.domains.errors import SetupError
 from contrasuite.domains.image_text.captions import normalise
 from contrasuite.domains.image_text.data import PairSet, join_groups, load_captions, load_emoji, split_groups
 from contrasuite.domains.image_text.evaluate import image_side, retrieval, text_side
-from contrasuite.domains.image_text.models import ModelConfig, TopAndHead, build_model
+from contrasuite.domains.image_text.models import IMAGE_NETWORK, ModelConfig, TopAndHead, build_model
 from contrasuite.domains.image_text.negatives import NegativesConfig, generate, read_negatives
 from contrasuite.domains.init_from import load_weights
 from contrasuite.domains.task import SmokeSettings, StepContext, TaskContext, batch_shard
@@ -235,6 +235,8 @@ class ImageTextTask:
         """The cache file of one trunk's features: keyed by the model settings that trunk depends on."""
         root = self.cfg.cache_dir or os.environ.get("CONTRASUITE_CACHE") or Path.home() / ".cache" / "contrasuite"
         model = {k: v for k, v in asdict(self.cfg.model).items() if k not in OTHER_TOWER[kind]}
+        if kind == "images":  # the network itself, not only its settings (issue 23 changed it)
+            model["network"] = IMAGE_NETWORK
         key = json.dumps([kind, model, extra], sort_keys=True, default=str)
         return Path(root) / "image_text" / f"{kind}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.pt"
 

@@ -14,8 +14,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.data import Dataset
 
+from contrasuite.domains.efficientnet_lite0 import normalize as lite_normalize
 from contrasuite.domains.images import read_rgb_array
-from contrasuite.domains.metric_learning.backbone import INPUT_MEAN, INPUT_STD
 
 
 def read_rgb(path: Path, size: int) -> Tensor:
@@ -24,10 +24,9 @@ def read_rgb(path: Path, size: int) -> Tensor:
 
 
 def normalize(images: Tensor) -> Tensor:
-    """``uint8 [B, 3, H, W]`` -> float, EfficientNet-Lite's ``(x - 127) / 128``."""
-    mean = torch.tensor(INPUT_MEAN, device=images.device).view(1, 3, 1, 1)
-    std = torch.tensor(INPUT_STD, device=images.device).view(1, 3, 1, 1)
-    return (images.float() / 255.0 - mean) / std
+    """``[B, 3, H, W]`` on 0..255 (``uint8``, or float after :func:`random_resized_crop`) -> float,
+    EfficientNet-Lite's ``(x - 127) / 128``."""
+    return lite_normalize(images.float() / 255.0)
 
 
 def random_resized_crop(images: Tensor, generator: torch.Generator, min_scale: float = 0.7, *,

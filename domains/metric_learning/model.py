@@ -1,5 +1,7 @@
 """The embedding network: EfficientNet-Lite0 trunk, a linear embedding head, optional frozen stem.
 
+The trunk is the network of ``domains/efficientnet_lite0.py`` (shared with translation and image_text).
+
 ``freeze_blocks = k`` freezes the stem and the first ``k`` MBConv blocks (always in eval mode, from
 construction on, so their BatchNorm statistics stay the ImageNet ones); the rest of the backbone and
 the head train. With a frozen part and no augmentation its outputs can be computed once and cached
@@ -22,7 +24,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from contrasuite.domains.metric_learning.backbone import FEATURE_DIM, NUM_BLOCKS, efficientnet_lite0
+from contrasuite.domains.efficientnet_lite0 import FEATURE_DIM, NUM_BLOCKS, efficientnet_lite0
 
 
 class EmbeddingNet(nn.Module):

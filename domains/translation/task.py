@@ -61,7 +61,7 @@ from contrasuite.domains.task import SmokeSettings, StepContext, TaskContext, av
 from contrasuite.domains.translation import data as D
 from contrasuite.domains.translation.augment import DiffAugment
 from contrasuite.domains.translation.metrics import (
-    distribution_metrics, efficientnet_lite0_features, extract_features, psnr, ssim,
+    distribution_metrics, extract_features, feature_network, psnr, ssim,
 )
 from contrasuite.domains.translation.networks import (
     PatchDiscriminator, PatchHead, ResnetGenerator, default_nce_layers, gather_patches, sample_locations,
@@ -411,7 +411,7 @@ class TranslationTask:
 
     def _feature_net(self) -> nn.Module:
         if self._features is None:
-            self._features = efficientnet_lite0_features(self.cfg.eval.feature_weights).to(self.device)
+            self._features = feature_network(self.cfg.eval.feature_weights).to(self.device)
         return self._features
 
     def _feats(self, images: Tensor) -> np.ndarray:

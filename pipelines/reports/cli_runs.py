@@ -28,8 +28,9 @@ RESULT_KEYS = ("epochs", "max_steps", "seed", "precision", "deterministic")
 """The ``run.*`` settings that change a run's result (with the whole ``config:`` section)."""
 
 
-def config_digest(config: Path, overrides: Sequence[str]) -> str:
-    """SHA-256 of what determines a run's result: the resolved ``config:`` section and :data:`RESULT_KEYS`.
+def config_digest(config: Path, overrides: Sequence[str], code: Mapping[str, str] | None = None) -> str:
+    """SHA-256 of what determines a run's result: the resolved ``config:`` section and :data:`RESULT_KEYS`,
+    and ``code``: tags of code the result depends on beyond its config (e.g. a pretrained network's).
 
     A cached result is reused only while this matches, so editing a config reruns its cached runs."""
     from contrasuite.pipelines.config import load_config
@@ -37,6 +38,8 @@ def config_digest(config: Path, overrides: Sequence[str]) -> str:
     resolved = load_config(config, list(overrides)).resolved
     run = resolved.get("run", {})
     key = {"config": resolved.get("config", {}), "run": {k: run.get(k) for k in RESULT_KEYS}}
+    if code:  # absent when not given, so the digests made before ``code`` existed stay valid
+        key["code"] = dict(code)
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
 
 

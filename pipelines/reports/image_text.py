@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from contrasuite.domains.image_text.models import IMAGE_NETWORK
 from contrasuite.pipelines.reports.cli_runs import ROOT, data_root_args, run_cli, run_folder, thread_env
 from contrasuite.pipelines.run_dir import write_json
 
@@ -50,7 +51,9 @@ def _train(config: str, overrides: Sequence[str], log: Path, env: dict[str, str]
 def run_one(name: str, seed: int, args: argparse.Namespace, env: dict[str, str], align_dir: Path | None) -> dict:
     cache = args.results_dir / f"{name}-seed{seed}.json"
     if cache.is_file() and not args.rerun:
-        return json.loads(cache.read_text())
+        cached = json.loads(cache.read_text())
+        if cached.get("image_network") == IMAGE_NETWORK:  # runs on another image network retrain (issue 23)
+            return cached
     overrides = [f"run.seed={seed}", *(QUICK if args.quick else ())]
     if args.split_seed:
         overrides.append(f"config.data.split_seed={args.split_seed}")
@@ -62,7 +65,8 @@ def run_one(name: str, seed: int, args: argparse.Namespace, env: dict[str, str],
     run_cli(["eval", str(run_dir), "--checkpoint", "last"], args.results_dir / "log.txt", env)
     metrics, val = (json.loads((run_dir / f"eval_{split}.json").read_text()) for split in ("test", "val"))
     result = {"name": name, "seed": seed, "run_dir": str(run_dir), "seconds": seconds, "command": command,
-              "metrics": metrics.get("metrics", metrics), "val_metrics": val.get("metrics", val)}
+              "metrics": metrics.get("metrics", metrics), "val_metrics": val.get("metrics", val),
+              "image_network": IMAGE_NETWORK}
     write_json(result, cache)
     return result
 

