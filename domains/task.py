@@ -14,7 +14,7 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, TypeVar, runtime_checkable
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 import torch
 from torch import Tensor, nn
@@ -130,8 +130,6 @@ class SmokeSettings:
     live_batch: Callable[[Any], int] | None = None
     """Full config -> samples alive in one backward (None: the value at ``batch_key``)."""
 
-
-T = TypeVar("T")
 
 
 def batch_shard(size: int, rank: int, world_size: int) -> slice:

@@ -46,6 +46,9 @@ class Extended:
 class QueueNegatives(nn.Module):
     """``candidates = [positives; this rank's slice of the queue]``."""
 
+    extrapolates = False
+    """Whether the source mixes the positive pair (Feature Transformation), which needs detached keys."""
+
     def __init__(self, dim: int, size: int = 4096, in_batch: bool = True) -> None:
         super().__init__()
         self.queue = NegativeQueue(size, dim)

@@ -6,8 +6,9 @@ projection head on both, then the configured objective terms on the projections 
 * ``objective.views = "two_view"`` (SimCLR's 2N batch): anchors are both views, candidates the anchors
   themselves (self-pairs excluded), positives the other view: NT-Xent, DCL, WEINCE.
 * ``objective.views = "paired"``: anchors are view 1, candidates view 2 (diagonal positives) plus any
-  extra negatives from ``negatives``; ``objective.symmetric`` averages both directions. DHEL, KCL and
-  SigLIP need this form; the negative sources (queue, MoCHi, Feature Transformation) use it.
+  extra negatives from ``negatives``; ``objective.symmetric`` averages both directions. The negative
+  sources (queue, MoCHi, Feature Transformation) need this form; DHEL, KCL and SigLIP give the same
+  loss in both (they split a two-view batch into its views).
   With ``model.key_momentum > 0`` (MoCo) the positives and the queued keys come from a momentum
   copy of the model, without gradient.
 
@@ -24,7 +25,6 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
@@ -235,7 +235,7 @@ class ImageSSLTask:
             self.negatives.to(ctx.device)
             if cfg.objective.views != "paired":
                 raise ValueError("config.negatives adds candidate columns: set config.objective.views=paired")
-            if getattr(self.negatives, "extrapolates", False) and self.key_model is None:
+            if self.negatives.extrapolates and self.key_model is None:
                 raise ValueError(
                     "config.negatives: Feature Transformation's positive extrapolation needs detached keys (with a "
                     "shared encoder the mixed key pulls toward every negative and the features collapse): set "
@@ -250,7 +250,7 @@ class ImageSSLTask:
         if cfg.source == "folder":
             if not cfg.folder:
                 raise ValueError("config.data.source=folder needs config.data.folder (a folder of {train,test}/<class>/<image>)")
-            folder = Path(cfg.folder) if Path(cfg.folder).is_absolute() else ctx.data_root / cfg.folder
+            folder = ctx.data_root / cfg.folder  # an absolute path stays as it is
             self.classes = folder_classes(folder)
             train, test = (load_image_folder(folder, split, cfg.image_size, cfg.cache_dir) for split in ("train", "test"))
         else:

@@ -209,24 +209,26 @@ class SuperResolutionTask:
     def _disk_training(self, data_root: Path) -> list[Tensor]:
         """Set up the on-disk patch loader of ``data.train_folder``; returns the decoded validation images."""
         dc = self.cfg.data
-        folder = Path(dc.train_folder) if Path(dc.train_folder).is_absolute() else data_root / dc.train_folder
+        folder = data_root / dc.train_folder  # an absolute path stays as it is
         if not folder.is_dir():
             raise FileNotFoundError(f"config.data.train_folder: {folder} is not a folder")
         files = sorted(p for p in folder.iterdir() if p.suffix.lower() in (".png", ".bmp", ".jpg", ".jpeg", ".tif", ".tiff"))
         if not files:
             raise FileNotFoundError(f"config.data.train_folder: no images in {folder}")
         train, val = self._hold_out(files)
-        lr_folder = None
-        if dc.train_lr_folder:
-            lr_folder = Path(dc.train_lr_folder) if Path(dc.train_lr_folder).is_absolute() else data_root / dc.train_lr_folder
+        lr_folder = data_root / dc.train_lr_folder if dc.train_lr_folder else None
         dataset = FolderPatches(train, self.cfg.scale, dc.patch_size, self.ctx.seed, lr_folder)
         self.loader = image_loader(dataset, EpochBatches(self._disk_batches, self.ctx.rank, self.ctx.world_size),
                                    dc.workers, self.device)
         return [torch.from_numpy(read_rgb_array(p)).permute(2, 0, 1).float() / 255.0 for p in val]
 
+    def _epoch_generator(self, epoch: int) -> torch.Generator:
+        """The generator of ``epoch``'s patch draws, seeded by ``(seed, epoch)`` (the same on every rank)."""
+        return torch.Generator().manual_seed(self.ctx.seed * 100_003 + epoch)
+
     def _disk_batches(self, epoch: int) -> list[list[int]]:
-        """Image indices of each step's global batch (one random image per patch), seeded by ``(seed, epoch)``."""
-        gen = torch.Generator().manual_seed(self.ctx.seed * 100_003 + epoch)
+        """Image indices of each step's global batch (one random image per patch)."""
+        gen = self._epoch_generator(epoch)
         n, bs = len(self.loader.dataset), self.cfg.data.batch_size
         return [torch.randint(n, (bs,), generator=gen).tolist() for _ in range(self.cfg.data.steps_per_epoch)]
 
@@ -235,7 +237,7 @@ class SuperResolutionTask:
             for lr, hr in epoch_batches(self.loader, epoch):
                 yield lr.float() / 255.0, hr.float() / 255.0
             return
-        gen = torch.Generator().manual_seed(self.ctx.seed * 100_003 + epoch)
+        gen = self._epoch_generator(epoch)
         part = batch_shard(self.cfg.data.batch_size, self.ctx.rank, self.ctx.world_size)
         for _ in range(self.cfg.data.steps_per_epoch):
             yield self.sampler.batch(self.cfg.data.batch_size, gen, part)

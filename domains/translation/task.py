@@ -236,7 +236,7 @@ class TranslationTask:
 
     def _load_data(self, data_root: Path) -> None:
         dc = self.cfg.data
-        root = Path(dc.path) if Path(dc.path).is_absolute() else data_root / dc.path
+        root = data_root / dc.path  # an absolute path stays as it is
         if dc.kind == "emoji":
             source, target = dc.source_style, dc.target_style
             dirs = emoji_style_dirs(root, cache_root(dc.cache_dir), (source, target))
