@@ -153,11 +153,11 @@ def _stats(values: list[float]) -> tuple[float, float | None]:
     return mean, (statistics.stdev(values) if len(values) > 1 else None)
 
 
-def _cell(values: list[float]) -> str:
+def _cell(values: list[float], digits: int = 2) -> str:
     if not values:
         return "-"
     mean, std = _stats(values)
-    return f"{mean:.2f} ± {std:.2f}" if std is not None else f"{mean:.2f}"
+    return f"{mean:.{digits}f} ± {std:.{digits}f}" if std is not None else f"{mean:.{digits}f}"
 
 
 def versus(rows: dict[str, list[dict[str, Any]]], name: str, baseline: str) -> str:
@@ -231,9 +231,7 @@ def gate_section(rows: dict[str, list[dict[str, Any]]]) -> list[str]:
         lines += [f"`{name}` ({len(states)} seeds; `lambda_active` is the share of anchors with lambda > 0.5):", "",
                   "| epoch | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
         for e in shown:
-            cells = [_cell([st[k][e] for st in states]) if k == "beta_ema" else
-                     " ± ".join(f"{v:.3f}" for v in _stats([st[k][e] for st in states]) if v is not None)
-                     for k in keys]
+            cells = [_cell([st[k][e] for st in states], 2 if k == "beta_ema" else 3) for k in keys]
             lines.append(f"| {e + 1} | " + " | ".join(cells) + " |")
         lines.append("")
     if lines:
