@@ -271,11 +271,15 @@ class TranslationTask:
         bs = dc.batch_size
         self.steps_per_epoch = dc.steps_per_epoch or max(1, -(-max(len(self.train_a), len(self.train_b)) // bs))
 
+    def _epoch_generator(self, epoch: int) -> torch.Generator:
+        """The generator of ``epoch``'s image order, B draws and crops, seeded by ``(seed, epoch)`` (every rank alike)."""
+        return torch.Generator().manual_seed(self.ctx.seed * 1_000_003 + epoch)
+
     def _disk_batches(self, epoch: int) -> list[list[int]]:
         """Indices into train A + train B per step, interleaved ``[a0, b0, a1, b1, ...]`` so that a rank's
         contiguous shard holds its pairs: a pass over A in a seeded order, B drawn at random."""
         bs, n_a = self.cfg.data.batch_size, len(self.train_a)
-        gen = torch.Generator().manual_seed(self.ctx.seed * 1_000_003 + epoch)
+        gen = self._epoch_generator(epoch)
         order = torch.randperm(n_a, generator=gen)
         steps = []
         for i in range(self.steps_per_epoch):
@@ -290,7 +294,7 @@ class TranslationTask:
                 yield images[0::2], images[1::2]
             return
         dc = self.cfg.data
-        gen = torch.Generator().manual_seed(self.ctx.seed * 1_000_003 + epoch)
+        gen = self._epoch_generator(epoch)
         order = torch.randperm(len(self.train_a), generator=gen)
         paired = self.cfg.lambda_paired > 0
         part = batch_shard(dc.batch_size, self.ctx.rank, self.ctx.world_size)
