@@ -142,6 +142,15 @@ def batch_shard(size: int, rank: int, world_size: int) -> slice:
     return slice(rank * k, (rank + 1) * k)
 
 
+def rank_part(size: int, rank: int, world_size: int) -> slice:
+    """Rank ``rank``'s contiguous part of ``size`` items when every item must be used: parts differ by
+    at most one item and, in rank order, cover all ``size`` (for work split over ranks and then gathered,
+    where :func:`batch_shard`'s equal parts would drop a remainder)."""
+    k, extra = divmod(size, world_size)
+    start = rank * k + min(rank, extra)
+    return slice(start, start + k + (rank < extra))
+
+
 def average_gradients_over_ranks(module: nn.Module) -> None:
     """Average the gradients of ``module``'s parameters over ranks during backward, as DDP does for a
     wrapped model, so every rank keeps the same values. For modules DDP cannot wrap: learned temperatures,

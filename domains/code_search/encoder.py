@@ -89,6 +89,9 @@ class BiEncoder(nn.Module):
         self.cfg = cfg
         self.tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         self.transformer = AutoModel.from_pretrained(str(path), local_files_only=True)
+        if cfg.pooling != "pooler" and isinstance(getattr(self.transformer, "pooler", None), nn.Module):
+            # Unused by this pooling: frozen, so DDP does not wait for its gradients (it would fail the step).
+            self.transformer.pooler.requires_grad_(False)
         self.dim = int(self.transformer.config.hidden_size)
 
     def tokenize(self, texts: Sequence[str], max_length: int) -> dict[str, Tensor]:

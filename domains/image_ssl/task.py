@@ -40,7 +40,7 @@ from contrasuite.domains.image_ssl.augment import AugmentConfig, Normalize, TwoV
 from contrasuite.domains.image_ssl.data import CLASSES, folder_classes, load_cifar10, load_image_folder
 from contrasuite.domains.image_ssl.encoders import ENCODERS, SSLModel, build_encoder
 from contrasuite.domains.image_ssl.negatives import QueueNegatives, build_negative_source
-from contrasuite.domains.task import SmokeSettings, StepContext, TaskContext, average_gradients_over_ranks
+from contrasuite.domains.task import SmokeSettings, StepContext, TaskContext, average_gradients_over_ranks, batch_shard
 
 
 @dataclass
@@ -144,14 +144,17 @@ class ImageSSLConfig:
 
 @dataclass(frozen=True)
 class SSLBatch:
-    """Indices into the training images and the seed of their augmentation."""
+    """A global batch: indices into the training images, the seed of their augmentation, and this rank's
+    part of the batch (the views are drawn for the whole batch, so they do not depend on the world size)."""
 
     indices: Tensor
     seed: int
+    part: slice = field(default_factory=lambda: slice(None))
 
 
 class _EpochBatches:
-    """One epoch's batches for one rank: a seeded permutation, cut into full global batches (drop last)."""
+    """One epoch's batches: a seeded permutation, cut into full global batches (drop last), each with this
+    rank's contiguous part."""
 
     def __init__(self, n: int, global_batch: int, rank: int, world: int, seed: int, epoch: int) -> None:
         self.n, self.global_batch, self.rank, self.world = n, global_batch, rank, world
@@ -163,10 +166,11 @@ class _EpochBatches:
     def __iter__(self) -> Iterator[SSLBatch]:
         gen = torch.Generator().manual_seed(batch_seed(self.seed, self.epoch))
         order = torch.randperm(self.n, generator=gen)
-        local = self.global_batch // self.world
+        part = batch_shard(self.global_batch, self.rank, self.world)
         for b in range(len(self)):
-            start = b * self.global_batch + self.rank * local
-            yield SSLBatch(order[start : start + local], batch_seed(self.seed, self.epoch, b, self.rank))
+            start = b * self.global_batch
+            # (the trailing 0 was the rank: one process keeps the views it always had)
+            yield SSLBatch(order[start : start + self.global_batch], batch_seed(self.seed, self.epoch, b, 0), part)
 
 
 def balanced_subset(labels: np.ndarray, size: int, seed: int, what: str) -> np.ndarray:
@@ -307,7 +311,8 @@ class ImageSSLTask:
 
     def _views(self, batch: SSLBatch) -> tuple[Tensor, Tensor]:
         images = self.train_images[batch.indices.to(self.train_images.device)]
-        return self.augment(images, batch.seed)
+        view1, view2 = self.augment(images, batch.seed)
+        return view1[batch.part], view2[batch.part]
 
     def train_step(self, batch: SSLBatch, step: StepContext) -> Mapping[str, float]:
         self.last_terms.clear()

@@ -19,6 +19,12 @@ features are cached on disk (``cache_dir``), so a step trains only the heads and
 augmentation is applied: a flip or colour jitter would change the caption's meaning.
 ``hard_negatives.gradcache_chunks > 1`` computes the step with GradCache (same gradient, one chunk of
 activations at a time).
+
+On several processes ``batch_size`` is the global batch: every rank builds the same batch (pairs,
+sampled hard negatives, masks), embeds its contiguous part of the images and of the texts, gathers
+them with gradient and scores the whole batch, so every negative counts on every rank and the step
+equals the one-process step (parameter gradients averaged over ranks by hooks, the towers being
+called through methods DDP cannot wrap).
 """
 
 from __future__ import annotations
@@ -39,14 +45,13 @@ from torch import Tensor, nn
 from contrasuite.core.objectives import ObjectiveSum
 from contrasuite.domains.averaging import check_decay, start_average, update_average
 from contrasuite.domains.config_fields import bounded, one_of
-from contrasuite.domains.errors import SetupError
 from contrasuite.domains.image_text.captions import normalise
 from contrasuite.domains.image_text.data import PairSet, join_groups, load_captions, load_emoji, split_groups
 from contrasuite.domains.image_text.evaluate import image_side, retrieval, text_side
 from contrasuite.domains.image_text.models import IMAGE_NETWORK, ModelConfig, TopAndHead, build_model
 from contrasuite.domains.image_text.negatives import NegativesConfig, generate, read_negatives
 from contrasuite.domains.init_from import load_weights
-from contrasuite.domains.task import SmokeSettings, StepContext, TaskContext, batch_shard
+from contrasuite.domains.task import SmokeSettings, StepContext, TaskContext, average_gradients_over_ranks, rank_part
 
 
 OTHER_TOWER = {"images": {"text_model", "text_segments", "context_length"},
@@ -151,9 +156,6 @@ class ImageTextTask:
     def setup(self, ctx: TaskContext) -> None:
         self.ctx, cfg = ctx, ctx.config
         self.cfg = cfg
-        if cfg.batch_size % ctx.world_size:
-            raise SetupError(f"config.batch_size={cfg.batch_size} must be divisible by the {ctx.world_size} processes "
-                             "(it is the global batch)")
         styles = self._load_pairs(cfg, ctx.data_root)
         train_style = next(iter(styles))
         if cfg.negatives_file:
@@ -176,7 +178,9 @@ class ImageTextTask:
         self.objective = ObjectiveSum(cfg.objective.terms).to(ctx.device)
         if cfg.init_from:
             load_weights(cfg.init_from, {"model": self.model, "objective": self.objective}, which="last")
-        self.net = ctx.wrap(self.model)
+        if ctx.world_size > 1:  # the towers are called through methods, not forward: no DDP wrapper
+            average_gradients_over_ranks(self.model)
+            average_gradients_over_ranks(self.objective)
         check_decay(cfg.ema)
         self.model_ema = None
         if cfg.ema > 0:  # same architecture, weights copied from the model (not read from disk again)
@@ -286,13 +290,13 @@ class ImageTextTask:
     def _embed_images(self, x: Tensor, model: nn.Module | None = None) -> Tensor:
         if len(x) == 0:
             return self._empty()
-        model = self.net if model is None else model
+        model = self.model if model is None else model
         return model.image_head(x) if self.frozen else model.encode_image(x)
 
     def _embed_texts(self, x: Tensor | list[str], model: nn.Module | None = None) -> Tensor:
         if len(x) == 0:
             return self._empty()
-        model = self.net if model is None else model
+        model = self.model if model is None else model
         return model.text_head(x) if self.frozen else model.encode_text(x)
 
     def _empty(self) -> Tensor:
@@ -331,9 +335,8 @@ class ImageTextTask:
             if not style.neg_truths[j] & self.held_out:
                 by_key.setdefault(rec["key"], []).append(j)
         for start in range(0, len(order), cfg.batch_size):
-            global_rows = order[start: start + cfg.batch_size]  # batch_size is global: this rank's shard of it
-            rows = global_rows[batch_shard(len(global_rows), self.ctx.rank, self.ctx.world_size)]
-            if len(global_rows) // self.ctx.world_size < 2:  # a contrastive batch needs a negative on every rank
+            rows = order[start: start + cfg.batch_size]  # the global batch, the same on every rank
+            if len(rows) < 2:  # a contrastive batch needs a negative
                 continue
             keys = [style.pairs.keys[r] for r in rows]
             image_rows, image_sources = list(rows), list(keys)
@@ -381,7 +384,10 @@ class ImageTextTask:
         device = self.ctx.device
         pos_mask = batch["pos_mask"].to(device)
         neg_weight = batch["neg_weight"].to(device) if "neg_weight" in batch else None
-        inputs = (self._images_in(style, batch["image_rows"]), self._texts_in(batch["texts"]))
+        rank, world = self.ctx.rank, self.ctx.world_size  # each rank embeds its part of the global batch
+        image_rows, texts = batch["image_rows"], batch["texts"]
+        inputs = (self._images_in(style, image_rows[rank_part(len(image_rows), rank, world)]),
+                  self._texts_in(texts[rank_part(len(texts), rank, world)]))
 
         def embed(chunk):
             return self._embed_images(chunk[0]), self._embed_texts(chunk[1])
@@ -391,6 +397,9 @@ class ImageTextTask:
         terms: dict[str, Tensor] = {}
 
         def loss_fn(images, texts):
+            # Every rank scores the whole gathered batch; the gather's backward sums the ranks' gradients
+            # and the parameter hooks average them, which gives the one-process gradient.
+            images, texts = self.ctx.gather(images), self.ctx.gather(texts)
             terms.update(self.objective.parts(images, texts, pos_mask=pos_mask, neg_weight=neg_weight))
             if focus is not None:  # the same objective with only the hard negatives in its denominators
                 terms["focus"] = self.cfg.hard_negatives.focus_weight * self.objective(

@@ -15,12 +15,14 @@ the official code does):
   - the LR input upsampled by bicubic interpolation;
   - ``n_mix`` mixtures ``a x + (1 - a) y`` of two of the above, ``a ~ U(0.25, 0.75)``.
 
-All randomness comes from the generator passed in, so variants are reproducible.
+All randomness comes from the :class:`Draws` (or generator) passed in, so variants are reproducible;
+with ``Draws`` every draw is made for the whole global batch, so an image's variants do not depend on
+how the batch is split over ranks.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -30,35 +32,54 @@ from contrasuite.domains.super_resolution.imresize import imresize, quantize
 BLUR_KERNELS = (3, 5, 7, 9, 11)
 
 
-def _uniform(n: int, low: float, high: float, generator: torch.Generator) -> Tensor:
-    return low + (high - low) * torch.rand(n, generator=generator, dtype=torch.float32)
+@dataclass
+class Draws:
+    """Random draws for the images ``rows`` of a global batch of ``total``: each draw is made for all
+    ``total`` images and the ``rows`` part kept (``generator=None``: the global RNG)."""
+
+    generator: torch.Generator | None
+    total: int
+    rows: slice = field(default_factory=lambda: slice(None))
+
+    def uniform(self, low: float, high: float, per_image: int = 1) -> Tensor:
+        """``[images, per_image]`` float32 values ~ U(low, high)."""
+        u = torch.rand(self.total, per_image, generator=self.generator, dtype=torch.float32)
+        return (low + (high - low) * u)[self.rows]
 
 
-def sharpen(hr: Tensor, low: float, high: float, generator: torch.Generator) -> Tensor:
+RandomSource = Draws | torch.Generator | None
+
+
+def _draws(source: RandomSource, hr: Tensor) -> Draws:
+    return source if isinstance(source, Draws) else Draws(source, hr.shape[0])
+
+
+def sharpen(hr: Tensor, low: float, high: float, source: RandomSource) -> Tensor:
     """kornia ``sharpness`` with a per-image factor ~ U(low, high)."""
     from kornia.enhance import sharpness
 
-    factor = _uniform(hr.shape[0], low, high, generator).to(hr.device, hr.dtype)
+    factor = _draws(source, hr).uniform(low, high).flatten().to(hr.device, hr.dtype)
     return sharpness(hr, factor)
 
 
-def gaussian_blur(hr: Tensor, sigma_range: tuple[float, float], generator: torch.Generator) -> Tensor:
+def gaussian_blur(hr: Tensor, sigma_range: tuple[float, float], source: RandomSource) -> Tensor:
     """Anisotropic Gaussian blur: one kernel size pair per call, per-image sigmas."""
     from kornia.filters import gaussian_blur2d
 
-    k = torch.randint(len(BLUR_KERNELS), (2,), generator=generator)
+    draws = _draws(source, hr)
+    k = torch.randint(len(BLUR_KERNELS), (2,), generator=draws.generator)
     ksize = (BLUR_KERNELS[int(k[0])], BLUR_KERNELS[int(k[1])])
-    sigma = _uniform(2 * hr.shape[0], *sigma_range, generator).view(-1, 2).to(hr.device, hr.dtype)
+    sigma = draws.uniform(*sigma_range, per_image=2).to(hr.device, hr.dtype)
     return gaussian_blur2d(hr, ksize, sigma, border_type="reflect")
 
 
-def fourier_lowpass(hr: Tensor, cutoff_range: tuple[float, float], generator: torch.Generator) -> Tensor:
+def fourier_lowpass(hr: Tensor, cutoff_range: tuple[float, float], source: RandomSource) -> Tensor:
     """Gaussian low-pass in the Fourier domain with per-image cutoff (cycles/pixel)."""
     h, w = hr.shape[-2:]
     fy = torch.fft.fftfreq(h, device=hr.device)[:, None]
     fx = torch.fft.rfftfreq(w, device=hr.device)[None, :]
     radius2 = fy**2 + fx**2
-    cutoff = _uniform(hr.shape[0], *cutoff_range, generator).to(hr.device).view(-1, 1, 1, 1)
+    cutoff = _draws(source, hr).uniform(*cutoff_range).to(hr.device).view(-1, 1, 1, 1)
     mask = torch.exp(-radius2 / (2 * cutoff**2))
     spectrum = torch.fft.rfft2(hr.float()) * mask
     return torch.fft.irfft2(spectrum, s=(h, w)).to(hr.dtype)
@@ -90,23 +111,24 @@ class FrequencyConfig:
             raise ValueError("frequency: no negatives; enable at least one kind")
 
 
-def positives(hr: Tensor, cfg: FrequencyConfig, generator: torch.Generator) -> Tensor:
+def positives(hr: Tensor, cfg: FrequencyConfig, source: RandomSource) -> Tensor:
     """Sharpened positive variants, ``[n_sharp, B, C, H, W]`` (empty first dim when ``n_sharp = 0``)."""
-    out = [quantize(sharpen(hr, cfg.sharp_min, cfg.sharp_max, generator)) for _ in range(cfg.n_sharp)]
+    out = [quantize(sharpen(hr, cfg.sharp_min, cfg.sharp_max, source)) for _ in range(cfg.n_sharp)]
     return torch.stack(out) if out else hr.new_empty(0, *hr.shape)
 
 
-def negatives(hr: Tensor, lr: Tensor | None, scale: int, cfg: FrequencyConfig, generator: torch.Generator) -> Tensor:
+def negatives(hr: Tensor, lr: Tensor | None, scale: int, cfg: FrequencyConfig, source: RandomSource) -> Tensor:
     """Frequency-space hard negatives of each HR image, ``[K, B, C, H, W]`` (module docstring)."""
-    out = [gaussian_blur(hr, (cfg.blur_sigma_min, cfg.blur_sigma_max), generator) for _ in range(cfg.n_blur)]
-    out += [fourier_lowpass(hr, (cfg.lowpass_cutoff_min, cfg.lowpass_cutoff_max), generator) for _ in range(cfg.n_lowpass)]
+    draws = _draws(source, hr)
+    out = [gaussian_blur(hr, (cfg.blur_sigma_min, cfg.blur_sigma_max), draws) for _ in range(cfg.n_blur)]
+    out += [fourier_lowpass(hr, (cfg.lowpass_cutoff_min, cfg.lowpass_cutoff_max), draws) for _ in range(cfg.n_lowpass)]
     if cfg.use_upsampled_lr:
         if lr is None:
             raise ValueError("frequency.use_upsampled_lr needs the LR batch")
         out.append(imresize(lr, float(scale)).to(hr.dtype))
     base = len(out)
     for _ in range(cfg.n_mix):
-        i, j = torch.randperm(base, generator=generator)[:2].tolist()
-        a = _uniform(hr.shape[0], 0.25, 0.75, generator).to(hr.device, hr.dtype).view(-1, 1, 1, 1)
+        i, j = torch.randperm(base, generator=draws.generator)[:2].tolist()
+        a = draws.uniform(0.25, 0.75).to(hr.device, hr.dtype).view(-1, 1, 1, 1)
         out.append(a * out[i] + (1 - a) * out[j])
     return torch.stack([quantize(x) for x in out])

@@ -244,11 +244,15 @@ class SuperResolutionTask:
 
     # -- training -------------------------------------------------------------------------------
 
-    def variants(self, lr: Tensor, hr: Tensor) -> tuple[Tensor, Tensor]:
-        """``(positives [P, B, ...] with HR first, negatives [K, B, ...])``, no gradient."""
+    def variants(self, lr: Tensor, hr: Tensor, step: int) -> tuple[Tensor, Tensor]:
+        """``(positives [P, B, ...] with HR first, negatives [K, B, ...])``, no gradient; drawn from
+        ``(seed, step)`` for the whole global batch, this rank's images kept (as in one process)."""
+        gen = torch.Generator().manual_seed(self.ctx.seed * 1_000_003 + step)
+        part = batch_shard(self.cfg.data.batch_size, self.ctx.rank, self.ctx.world_size)
+        draws = frequency.Draws(gen, self.cfg.data.batch_size, part)
         with torch.no_grad():
-            pos = torch.cat([hr[None], frequency.positives(hr, self.cfg.frequency, None)])
-            neg = frequency.negatives(hr, lr, self.cfg.scale, self.cfg.frequency, None)
+            pos = torch.cat([hr[None], frequency.positives(hr, self.cfg.frequency, draws)])
+            neg = frequency.negatives(hr, lr, self.cfg.scale, self.cfg.frequency, draws)
         return pos, neg
 
     def contrastive_loss(self, sr: Tensor, pos: Tensor, neg: Tensor) -> Tensor:
@@ -261,7 +265,13 @@ class SuperResolutionTask:
                 emb = torch.cat([self.embedder.embed(g) for g in groups])
             else:
                 emb = self.embedder.embed(torch.cat(groups))
-        anchors, candidates = emb[:b], emb[b:]
+        # Gathered over ranks (with gradient) into the one-process order, images within each variant, so
+        # in-batch negatives span the global batch and every rank scores the one-process loss.
+        gather = self.ctx.gather
+        anchors = gather(emb[:b])
+        by_image = emb[b:].unflatten(0, (-1, b)).transpose(0, 1)  # [b, P + K, D]
+        candidates = gather(by_image).transpose(0, 1).flatten(0, 1)
+        b = anchors.shape[0]
         pos_mask, neg_weight = contrastive_layout(b, pos.shape[0], neg.shape[0], self.cfg.in_batch_negatives, sr.device)
         extra = {} if neg_weight is None else {"neg_weight": neg_weight}
         return self.objective(anchors, candidates, pos_mask=pos_mask, **extra)
@@ -272,11 +282,13 @@ class SuperResolutionTask:
             sr = self.generator(lr)
         out: dict[str, float] = {}
         if self.cfg.contrastive:
-            pos, neg = self.variants(lr, hr)
+            pos, neg = self.variants(lr, hr, step.step)
             with step.autocast():
                 real = self.discriminator(pos.flatten(0, 1))
                 fake = self.discriminator(torch.cat([sr.detach(), neg.flatten(0, 1)]))
-            loss_d = dual_contrastive_d_loss(real, fake)
+            # L_D couples every real logit with all fake ones (and back): scored over the whole gathered
+            # batch on every rank, as in one process (the gather's backward and DDP's mean cancel).
+            loss_d = dual_contrastive_d_loss(self.ctx.gather(real.flatten()), self.ctx.gather(fake.flatten()))
             step.optimize("discriminator", loss_d)
             out["loss_d"] = float(loss_d.detach())
         l1 = F.l1_loss(sr.float(), hr)

@@ -328,13 +328,14 @@ class TranslationTask:
         """The discriminator's patch scores of ``images`` after the DiffAugment policies (if any)."""
         return self.discriminator(self.augment(images))
 
-    def nce_loss(self, src: Tensor, tgt: Tensor, flipped: bool) -> Tensor:
-        """PatchNCE between the input ``src`` (keys) and its translation ``tgt`` (queries)."""
+    def nce_loss(self, src: Tensor, tgt: Tensor, flipped: bool, draws: torch.Generator | None = None) -> Tensor:
+        """PatchNCE between the input ``src`` (keys) and its translation ``tgt`` (queries); patch positions
+        from ``draws`` (the step's generator) when given."""
         feat_q = self.generator.encode(tgt, self.layers)
         if flipped:
             feat_q = [f.flip(-1) for f in feat_q]
         feat_k = self.generator.encode(src, self.layers)
-        idx = [sample_locations(f, self.cfg.nce.num_patches) for f in feat_k]
+        idx = [sample_locations(f, self.cfg.nce.num_patches, draws) for f in feat_k]
         k = self.head([gather_patches(f, i) for f, i in zip(feat_k, idx)])
         q = self.head([gather_patches(f, i) for f, i in zip(feat_q, idx)])
         return patch_nce(self.objective, q, k, self.cfg.nce.negatives)
@@ -344,7 +345,10 @@ class TranslationTask:
         real_a, real_b, *paired = (D.to_float(t).to(self.device, non_blocking=True) for t in batch)
         use_nce = cfg.nce.weight > 0
         identity = (use_nce and cfg.nce.identity) or cfg.lambda_identity > 0  # G(y) is needed
-        flipped = cfg.nce.flip_equivariance and bool(torch.rand(()) < 0.5)
+        # The step's draws (flip, patch positions) come from (seed, step): the same on every rank, as in
+        # one process, whatever the number of processes.
+        draws = torch.Generator().manual_seed(self.ctx.seed * 1_000_003 + step.step)
+        flipped = cfg.nce.flip_equivariance and bool(torch.rand((), generator=draws) < 0.5)
         n = real_a.shape[0]
         with step.autocast():
             inputs = torch.cat([real_a, real_b]) if identity else real_a
@@ -361,11 +365,11 @@ class TranslationTask:
                 out = {"loss_d": float(loss_d.detach()), "loss_gan": float(loss_gan.detach())}
                 terms = {"gan": loss_gan}
                 if use_nce:
-                    nce_x = self.nce_loss(real_a, fake_b, flipped)
+                    nce_x = self.nce_loss(real_a, fake_b, flipped, draws)
                     out["nce_x"] = float(nce_x.detach())
                     nce = nce_x
                     if cfg.nce.identity:
-                        nce_y = self.nce_loss(real_b, fake[n:], flipped)
+                        nce_y = self.nce_loss(real_b, fake[n:], flipped, draws)
                         out["nce_y"] = float(nce_y.detach())
                         nce = 0.5 * (nce_x + nce_y)
                     terms["nce"] = cfg.nce.weight * nce

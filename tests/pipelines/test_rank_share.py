@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from contrasuite.domains.task import TaskContext, batch_shard
+from contrasuite.domains.task import TaskContext, batch_shard, rank_part
 from contrasuite.pipelines.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,6 +22,12 @@ def test_batch_shard_is_equal_contiguous_and_in_rank_order(n, world):
     shards = [list(range(n))[batch_shard(n, rank, world)] for rank in range(world)]
     assert len({len(s) for s in shards}) == 1  # the same size on every rank
     assert sum(shards, []) == list(range(n - n % world))  # rank order gives the one-process batch
+
+
+@pytest.mark.parametrize("n, world", [(8, 2), (7, 2), (13, 4), (1, 2), (0, 3), (5, 1)])
+def test_rank_part_covers_every_item_in_rank_order(n, world):
+    parts = [list(range(n))[rank_part(n, rank, world)] for rank in range(world)]
+    assert sum(parts, []) == list(range(n)) and max(map(len, parts)) - min(map(len, parts)) <= 1
 
 
 def _tasks(loaded, data: Path, run_dir: Path, world: int) -> list:

@@ -50,12 +50,15 @@ def make_task(data_root: Path, **overrides) -> ImageSSLTask:
 def test_epoch_batches_are_seeded_disjoint_over_ranks_and_drop_last():
     ranks = [_EpochBatches(n=50, global_batch=16, rank=r, world=2, seed=0, epoch=1) for r in range(2)]
     assert len(ranks[0]) == 3
-    idx = [torch.cat([b.indices for b in r]) for r in ranks]
+    idx = [torch.cat([b.indices[b.part] for b in r]) for r in ranks]
     assert len(set(idx[0].tolist()) & set(idx[1].tolist())) == 0 and all(len(i) == 24 for i in idx)
+    one = list(_EpochBatches(n=50, global_batch=16, rank=0, world=1, seed=0, epoch=1))
+    for b, b0, b1 in zip(one, *ranks):  # the ranks' parts, in rank order, are the one-process batch, same views seed
+        assert torch.equal(torch.cat([b0.indices[b0.part], b1.indices[b1.part]]), b.indices) and b.seed == b0.seed == b1.seed
     again = [b.indices for b in _EpochBatches(50, 16, 0, 2, 0, 1)]
     assert all(torch.equal(a, b.indices) for a, b in zip(again, ranks[0]))
     other = torch.cat([b.indices for b in _EpochBatches(50, 16, 0, 2, 0, 2)])
-    assert not torch.equal(other, idx[0])
+    assert not torch.equal(other, torch.cat([b.indices for b in ranks[0]]))
 
 
 def test_two_view_loss_is_nt_xent(tiny_cifar):

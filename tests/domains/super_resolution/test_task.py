@@ -56,7 +56,7 @@ def generator_grad(task, loss_fn):
 def test_contrastive_term_changes_the_generator_gradient(sr_data_root, tmp_path):
     task = make_task(sr_data_root, tmp_path)
     lr, hr = next(iter(task.batches(0)))
-    pos, neg = task.variants(lr, hr)
+    pos, neg = task.variants(lr, hr, 0)
     for p in task.discriminator.parameters():
         p.requires_grad_(False)
 
@@ -116,7 +116,7 @@ def test_evaluate_val_and_test(sr_data_root, tmp_path):
 def first_batch(task):
     """``(lr, hr, positives, negatives)`` of the task's first batch."""
     lr, hr = next(iter(task.batches(0)))
-    return (lr, hr, *task.variants(lr, hr))
+    return (lr, hr, *task.variants(lr, hr, 0))
 
 
 def test_official_mode_sends_no_contrastive_gradient_to_the_generator(sr_data_root, tmp_path):
