@@ -112,6 +112,38 @@ class Task(Protocol):
         ...
 
 
+class TaskHooks(Protocol):
+    """Optional methods of a :class:`Task`; the engine calls each one only where the task defines it
+    (:func:`hook`).
+
+    - ``state_dict() -> dict`` / ``load_state_dict(state)``: task state beyond modules and optimizers
+      (a step counter), kept in the checkpoint.
+    - ``embed_for_health(batch) -> (anchors, positives)``: embeddings of a batch for the health metrics
+      and the similarity histogram.
+    - ``similarity_samples() -> (positive, negative)``: similarity values for the histogram when the
+      batch embeddings do not give them.
+    A class attribute ``smoke = SmokeSettings(...)`` tells ``contrasuite smoke`` how to shrink a config.
+    """
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
+
+    def embed_for_health(self, batch: Any) -> tuple[Tensor, Tensor] | None: ...
+
+    def similarity_samples(self) -> tuple[Tensor, Tensor] | None: ...
+
+
+TASK_HOOKS = frozenset(name for name in vars(TaskHooks) if not name.startswith("_"))
+
+
+def hook(task: Any, name: str) -> Callable[..., Any] | None:
+    """The task's optional ``name`` method (one of :class:`TaskHooks`), or None where it has none."""
+    if name not in TASK_HOOKS:
+        raise AttributeError(f"{name!r} is not a Task hook; known: {sorted(TASK_HOOKS)}")
+    return getattr(task, name, None)
+
+
 @dataclass(frozen=True)
 class SmokeSettings:
     """How ``contrasuite smoke`` shrinks a full-scale config to two CPU steps: the data, never the model.

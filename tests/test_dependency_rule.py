@@ -40,20 +40,48 @@ def test_core_imports_only_torch_numpy_stdlib(path):
         assert ok, f"{path.relative_to(ROOT)} imports {name}: core may import only torch, numpy, stdlib"
 
 
+ENGINE_API = "contrasuite.pipelines.api"
+
+
+def is_front_module(path: Path) -> bool:
+    """A domain's CLI entry: ``report.py``, ``bench.py`` or a module declaring ``COMMAND`` (pipelines/catalog.py)."""
+    tree = ast.parse(path.read_text())
+    declares = any(isinstance(n, ast.Assign) and any(getattr(t, "id", None) == "COMMAND" for t in n.targets)
+                   for n in tree.body)
+    return path.name in ("report.py", "bench.py") or declares
+
+
 @pytest.mark.parametrize("path", files("domains"), ids=lambda p: str(p.relative_to(ROOT)))
-def test_domains_import_core_and_own_package_only(path):
+def test_domains_import_core_own_package_and_only_fronts_the_engine_api(path):
     rel = path.relative_to(ROOT / "domains")
     own = f"contrasuite.domains.{rel.parts[0]}" if len(rel.parts) > 1 else None
+    front = is_front_module(path)
     for name in imports_of(path):
-        assert not name.startswith("contrasuite.pipelines"), f"{rel}: a domain never imports pipelines"
+        if name.startswith("contrasuite.pipelines"):
+            assert front and name == ENGINE_API, (
+                f"domains/{rel} imports {name}: only a domain's report.py, bench.py and COMMAND modules import the "
+                f"engine, and only {ENGINE_API}")
         if name.startswith("contrasuite.domains.") and name not in SHARED_DOMAIN_MODULES:
             assert own and name.startswith(own), f"domains/{rel} imports another domain: {name}"
 
 
-@pytest.mark.parametrize("folder", ["core", "domains", "pipelines"])
-def test_only_cli_imports_pipelines(folder):
-    for path in files(folder):
-        if folder == "pipelines":
-            continue
+def test_core_never_imports_pipelines():
+    for path in files("core"):
         for name in imports_of(path):
             assert not name.startswith("contrasuite.pipelines"), f"{path.relative_to(ROOT)} imports {name}"
+
+
+def test_the_engine_api_is_what_the_domains_use():
+    """Every name the domains' front modules import from the API exists there, and nothing there goes unused."""
+    import importlib
+
+    api = importlib.import_module(ENGINE_API)
+    used = set()
+    for path in files("domains"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == ENGINE_API:
+                used.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "api":
+                used.add(node.attr)
+    assert used <= set(api.__all__), sorted(used - set(api.__all__))
+    assert set(api.__all__) <= used, f"unused in {ENGINE_API}: {sorted(set(api.__all__) - used)}"

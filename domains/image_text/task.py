@@ -156,7 +156,7 @@ class ImageTextTask:
     def setup(self, ctx: TaskContext) -> None:
         self.ctx, cfg = ctx, ctx.config
         self.cfg = cfg
-        styles = self._load_pairs(cfg, ctx.data_root)
+        styles = load_pairs(cfg, ctx.data_root)
         train_style = next(iter(styles))
         if cfg.negatives_file:
             texts, images = read_negatives(cfg.negatives_file)
@@ -205,17 +205,6 @@ class ImageTextTask:
         return groups
 
     # ---------------------------------------------------------------- data
-    @staticmethod
-    def _load_pairs(cfg: ImageTextConfig, data_root: Path) -> dict[str, PairSet]:
-        if cfg.data.source == "emoji":
-            styles = [cfg.data.style] + ([cfg.data.unseen_style] if cfg.data.unseen_style else [])
-            return {s: load_emoji(data_root, s, limit=cfg.data.limit) for s in styles}
-        if cfg.data.source == "captions":
-            if not cfg.data.captions_file or not cfg.data.image_root:
-                raise ValueError("data.source=captions needs data.captions_file and data.image_root")
-            return {"images": load_captions(cfg.data.captions_file, cfg.data.image_root)}
-        raise ValueError(f"data.source must be emoji or captions, got {cfg.data.source!r}")
-
     @staticmethod
     def _style_data(pairs: PairSet, records: list[dict], generated: list[np.ndarray]) -> StyleData:
         index = {k: i for i, k in enumerate(pairs.keys)}
@@ -461,6 +450,18 @@ class ImageTextTask:
         style = self.styles[self.train_style]
         return (self._embed_images(self._images_in(style, batch["rows"])),
                 self._embed_texts(self._texts_in(batch["captions"])))
+
+
+def load_pairs(cfg: ImageTextConfig, data_root: Path) -> dict[str, PairSet]:
+    """The image-caption pairs of every style ``config.data`` names (emoji: the training and unseen style)."""
+    if cfg.data.source == "emoji":
+        styles = [cfg.data.style] + ([cfg.data.unseen_style] if cfg.data.unseen_style else [])
+        return {s: load_emoji(data_root, s, limit=cfg.data.limit) for s in styles}
+    if cfg.data.source == "captions":
+        if not cfg.data.captions_file or not cfg.data.image_root:
+            raise ValueError("data.source=captions needs data.captions_file and data.image_root")
+        return {"images": load_captions(cfg.data.captions_file, cfg.data.image_root)}
+    raise ValueError(f"data.source must be emoji or captions, got {cfg.data.source!r}")
 
 
 def split_pairs(pairs: PairSet, image_sets: Mapping[str, tuple[list[dict], list]], cfg: DataConfig) -> dict[str, list[int]]:

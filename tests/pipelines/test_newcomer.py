@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 from contrasuite.pipelines import trainer
-from contrasuite.pipelines.catalog import commands
+from contrasuite.pipelines.catalog import benches, domain_commands, reports
 from contrasuite.pipelines.checkpoint import load
 from contrasuite.pipelines.cli import main
 from contrasuite.pipelines.config import config_root, load_config
@@ -23,12 +23,29 @@ def test_list_names_tasks_objectives_with_parameters_configs_reports_and_benches
 
 
 def test_bench_and_compare_help_list_their_names(capsys):
-    for verb, package in (("bench", "bench"), ("compare", "reports")):
+    for verb, entries in (("bench", benches()), ("compare", reports())):
         out = subprocess.run([sys.executable, "-m", "contrasuite.pipelines.cli", verb, "--help"], capture_output=True,
                              text=True, timeout=120).stdout
-        for name, summary in commands(package).items():
-            assert f"  {name:18s} {summary}" in out
-    assert set(commands("bench")) >= {"objectives", "gpu", "code_search"} and "cli_runs" not in commands("reports")
+        for name, entry in entries.items():
+            assert f"  {name:18s} {entry.summary}" in out
+    assert set(benches()) >= {"objectives", "gpu", "data_loading", "code_search", "super_resolution", "translation"}
+    assert set(reports()) == {"code_search", "graph", "image_ssl", "image_text", "metric_learning", "super_resolution",
+                              "translation"}
+
+
+def test_domain_commands_come_from_the_domain_folders():
+    """Each domain module that declares ``COMMAND`` is a subcommand; the engine names no domain."""
+    found = {name: entry.module for name, entry in domain_commands().items()}
+    assert found == {"code-search": "contrasuite.domains.code_search.commands",
+                     "generate-negatives": "contrasuite.domains.image_text.generate_negatives",
+                     "retrieve": "contrasuite.domains.metric_learning.retrieve",
+                     "translate": "contrasuite.domains.translation.translate",
+                     "upscale": "contrasuite.domains.super_resolution.upscale"}
+    domains = ("image_ssl", "graph", "image_text", "code_search", "metric_learning", "super_resolution", "translation")
+    for path in (ROOT / "pipelines").rglob("*.py"):
+        if path.name != "registry.py":  # the one line per task
+            text = path.read_text()
+            assert not any(f"domains.{d}" in text for d in domains), f"{path.relative_to(ROOT)} names a domain"
 
 
 def test_reduced_and_full_configs_write_to_different_run_folders():

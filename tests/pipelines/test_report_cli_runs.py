@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from contrasuite.pipelines.reports.cli_runs import data_root_args, run_cli, run_folder, thread_env
+from contrasuite.pipelines.cli_runs import data_root_args, run_cli, run_folder, thread_env
 
 
 def test_train_then_eval_through_the_runner(toy_yaml, cli_env, tmp_path):

@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
-from contrasuite.pipelines.bench import code_search as bench
-from contrasuite.pipelines.reports.code_search import bench_section
+import contrasuite.domains.code_search.bench as bench
+from contrasuite.domains.code_search.report import bench_section
 
 
 class ListQueue(list):

@@ -7,7 +7,7 @@ import torch
 
 from contrasuite.domains.code_search.encoder import BiEncoder, EncoderConfig
 from contrasuite.domains.code_search.search_index import build_index, index_paths, search
-from contrasuite.pipelines.code_search_cli import main as cli
+from contrasuite.domains.code_search.commands import main as cli
 
 
 def test_index_query_round_trip(source_tree, tiny_model, tmp_path, capsys):

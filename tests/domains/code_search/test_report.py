@@ -2,7 +2,7 @@
 
 import json
 
-from contrasuite.pipelines.reports.code_search import bench_section
+from contrasuite.domains.code_search.report import bench_section
 
 
 def bench_file(path, rows):
@@ -26,8 +26,8 @@ def test_bench_section_lists_rows_and_failures(tmp_path):
 
 def test_train_run_logs_under_its_protocol_folder(tmp_path, monkeypatch):
     """A quick and a reduced run of the same method and seed write separate logs (the protocol's folder)."""
-    from contrasuite.pipelines.reports import code_search
-    from contrasuite.pipelines.reports.cli_runs import Finished
+    import contrasuite.domains.code_search.report as code_search
+    from contrasuite.pipelines.cli_runs import Finished
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()

@@ -2,7 +2,7 @@
 
 import json
 
-from contrasuite.pipelines.reports import graph as report
+import contrasuite.domains.graph.report as report
 
 
 def fake_record(method, dataset, value):

@@ -9,7 +9,7 @@ import torch
 
 from contrasuite.pipelines import trainer
 from contrasuite.pipelines.config import load_config
-from contrasuite.pipelines.reports.image_ssl import CONFIGS
+from contrasuite.domains.image_ssl.report import CONFIGS
 
 ROOT = Path(__file__).resolve().parents[3]
 CONFIG_DIR = ROOT / "configs" / "image_ssl"

@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from contrasuite.pipelines.reports import image_ssl as report
+import contrasuite.domains.image_ssl.report as report
 
 
 def rows(**values):

@@ -1,6 +1,6 @@
 """The results page of ``contrasuite compare image_text``, from made-up cached runs."""
 
-from contrasuite.pipelines.reports.image_text import goal, write_page
+from contrasuite.domains.image_text.report import goal, write_page
 
 
 def run(name, seed, comp, r1, val_comp, val_r1):

@@ -8,7 +8,7 @@ from PIL import Image
 
 from contrasuite.pipelines import trainer
 from contrasuite.pipelines.config import load_config
-from contrasuite.pipelines.retrieve import main as retrieve_main
+from contrasuite.domains.metric_learning.retrieve import main as retrieve_main
 
 CONFIGS = sorted((Path(__file__).resolve().parents[3] / "configs" / "metric_learning").glob("*.yaml"))
 RUNS: dict[str, Path] = {}

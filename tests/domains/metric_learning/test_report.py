@@ -3,7 +3,7 @@
 import json
 from pathlib import Path
 
-from contrasuite.pipelines.reports import metric_learning as report
+import contrasuite.domains.metric_learning.report as report
 
 CONFIG = Path(__file__).resolve().parents[3] / "configs" / "metric_learning" / "emoji_multi_similarity.yaml"
 

@@ -56,7 +56,7 @@ def test_separable_grouped_ssim_equals_the_direct_window_and_kornia():
     """The fast ssim_y against the textbook 11x11 window (the bench's baseline) and kornia's SSIM."""
     import kornia
 
-    from contrasuite.pipelines.bench.super_resolution import ssim_direct
+    from contrasuite.domains.super_resolution.bench import ssim_direct
 
     g = torch.Generator().manual_seed(0)
     hr = torch.rand(3, 3, 41, 57, generator=g)

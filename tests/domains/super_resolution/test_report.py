@@ -4,7 +4,7 @@ import argparse
 
 import pytest
 
-from contrasuite.pipelines.reports.super_resolution import PAPER_GAINS, write_page
+from contrasuite.domains.super_resolution.report import PAPER_GAINS, write_page
 
 
 def result(method, seed, psnr):
@@ -30,7 +30,7 @@ def test_page_has_table_spread_gains_and_context(tmp_path):
 
 
 def test_unknown_method_is_rejected():
-    from contrasuite.pipelines.reports.super_resolution import main
+    from contrasuite.domains.super_resolution.report import main
 
     with pytest.raises(SystemExit, match="unknown method"):
         main(["--methods", "gan"])

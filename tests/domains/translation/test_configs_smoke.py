@@ -12,7 +12,7 @@ from PIL import Image
 from contrasuite.pipelines import checkpoint
 from contrasuite.pipelines.config import load_config
 from contrasuite.pipelines.trainer import Trainer, evaluate
-from contrasuite.pipelines.translate import load_generator, main as translate_main
+from contrasuite.domains.translation.translate import load_generator, main as translate_main
 
 CONFIGS = sorted((Path(__file__).resolve().parents[3] / "configs" / "translation").glob("*.yaml"))
 

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from contrasuite.pipelines.reports.cli_runs import config_digest
-from contrasuite.pipelines.reports.translation import CODE, goal_lines, main
+from contrasuite.pipelines.cli_runs import config_digest
+from contrasuite.domains.translation.report import CODE, goal_lines, main
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "translation"
 

@@ -25,10 +25,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from contrasuite.domains.translation.metrics import FEATURE_NETWORK
-from contrasuite.pipelines.reports.cli_runs import (
-    config_digest, current_result, data_root_args, run_cli, run_folder, thread_env,
+from contrasuite.pipelines.api import (
+    config_digest, current_result, data_root_args, run_cli, run_folder, thread_env, write_json,
 )
-from contrasuite.pipelines.run_dir import write_json
 
 VARIANTS = ("cut", "fastcut", "gan")
 LABEL = {

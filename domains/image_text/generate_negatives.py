@@ -1,4 +1,4 @@
-"""``contrasuite generate-negatives CONFIG [key=value ...] [--out FILE] [--data-root DIR]``.
+"""``contrasuite generate-negatives CONFIG [key=value ...] [--out FILE] [--data-root DIR]``: write hard negatives.
 
 Reads an ``image_text`` run config, loads its ``config.data`` pairs (every emoji style), generates
 hard negatives as ``config.negatives`` says, and writes the JSONL (one negative a line, each with its
@@ -13,7 +13,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Sequence
 
-from contrasuite.pipelines.config import ConfigError, load_config
+from contrasuite.pipelines.api import ConfigError, load_config
+
+COMMAND = "generate-negatives"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -28,9 +30,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not hasattr(cfg, "negatives") or not hasattr(cfg, "data"):
         raise ConfigError(f"{args.config}: task {loaded.task_name!r} has no config.negatives/config.data (use image_text)")
     from contrasuite.domains.image_text.negatives import generate, write_negatives
-    from contrasuite.domains.image_text.task import ImageTextTask
+    from contrasuite.domains.image_text.task import load_pairs
 
-    pairs = ImageTextTask._load_pairs(cfg, Path(loaded.run.data_root))
+    pairs = load_pairs(cfg, Path(loaded.run.data_root))
     texts, images = generate(pairs, cfg.negatives)
     out = write_negatives(args.out or Path(cfg.negatives.output), texts, images)
     counts = Counter(r["operation"] for r in texts)

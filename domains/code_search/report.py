@@ -29,8 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from contrasuite.pipelines.reports.cli_runs import ROOT, data_root_args, run_cli, run_folder, thread_env
-from contrasuite.pipelines.run_dir import write_json
+from contrasuite.pipelines.api import ROOT, data_root_args, load_config, run_cli, run_folder, thread_env, write_json
 
 CONFIG_DIR = ROOT / "configs" / "code_search"
 METHODS = {
@@ -76,7 +75,7 @@ def _common(args: argparse.Namespace) -> list[str]:
 def ensure_mined(args: argparse.Namespace) -> None:
     if (args.mined / "manifest.json").is_file():
         return
-    from contrasuite.pipelines.code_search_cli import main as code_search_main
+    from contrasuite.domains.code_search.commands import main as code_search_main
 
     code = code_search_main(["mine", "--out", str(args.mined), "--max-pairs", str(args.max_pairs),
                              "--max-per-package", str(args.max_per_package)])
@@ -90,7 +89,6 @@ def zero_shot(args: argparse.Namespace) -> dict[str, Any]:
 
     from contrasuite.domains.code_search.encoder import console_progress
     from contrasuite.domains.task import TaskContext
-    from contrasuite.pipelines.config import load_config
 
     torch.set_num_threads(args.threads)
     loaded = load_config(CONFIG_DIR / "reduced_infonce.yaml", _common(args), data_root=args.data_root)
@@ -150,7 +148,7 @@ def _cell(values: list[float]) -> str:
 def bench_section(files: Sequence[Path]) -> str:
     """The rows of every ``contrasuite bench code_search --out FILE`` result, with the settings that made them:
     training steps (plain, GradCache) and the side-by-side embedding rows (ours, sentence-transformers)."""
-    from contrasuite.pipelines.bench.code_search import EMBED_HEADER, EMBED_MODES, STEP_HEADER, table_line
+    from contrasuite.domains.code_search.bench import EMBED_HEADER, EMBED_MODES, STEP_HEADER, table_line
 
     steps, embeds = [], []
     for path in files:

@@ -21,10 +21,9 @@ from contrasuite.domains.translation.data import list_images, read_rgb, to_float
 from contrasuite.domains.translation.networks import ResnetGenerator, translate_any_size
 from contrasuite.domains.translation.task import build_generator
 from contrasuite.domains.init_from import checkpoint_file
-from contrasuite.pipelines import checkpoint
-from contrasuite.pipelines.config import load_config
-from contrasuite.pipelines.image_inputs import readable_images
-from contrasuite.pipelines.precision import pick_device
+from contrasuite.pipelines.api import CheckpointError, load_checkpoint, load_config, pick_device, readable_images
+
+COMMAND = "translate"
 
 
 def load_generator(run_dir: Path, which: str = "best") -> ResnetGenerator:
@@ -33,7 +32,7 @@ def load_generator(run_dir: Path, which: str = "best") -> ResnetGenerator:
     loaded = load_config(run_dir / "config.yaml")
     if loaded.task_name != "translation":
         raise ValueError(f"{run_dir}: task is {loaded.task_name!r}, not 'translation'")
-    state = checkpoint.load(checkpoint_file(run_dir, which))
+    state = load_checkpoint(checkpoint_file(run_dir, which))
     generator = build_generator(loaded.config)
     modules = state["modules"]
     generator.load_state_dict(modules.get("generator_ema", modules["generator"]))  # the average when trained with one
@@ -67,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         generator = load_generator(args.run_dir, args.checkpoint)
         written = translate_folder(generator, args.input_dir, args.output_dir, pick_device(args.device))
-    except (FileNotFoundError, ValueError, checkpoint.CheckpointError, DataError) as err:
+    except (FileNotFoundError, ValueError, CheckpointError, DataError) as err:
         print(f"contrasuite translate: {one_line(err)}", file=sys.stderr)
         return 2
     print(f"translated {len(written)} images into {args.output_dir}")

@@ -29,8 +29,7 @@ from pathlib import Path
 from typing import Sequence
 
 from contrasuite.domains.image_text.models import IMAGE_NETWORK
-from contrasuite.pipelines.reports.cli_runs import ROOT, data_root_args, run_cli, run_folder, thread_env
-from contrasuite.pipelines.run_dir import write_json
+from contrasuite.pipelines.api import ROOT, data_root_args, run_cli, run_folder, thread_env, write_json
 
 CONFIG_DIR = ROOT / "configs" / "image_text"
 VARIANTS = (("pairs", "pairs only"), ("text_negatives", "+ text negatives"),

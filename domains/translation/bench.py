@@ -34,8 +34,7 @@ from PIL import Image
 from contrasuite.domains.task import TaskContext
 from contrasuite.domains.translation.data import DataConfig
 from contrasuite.domains.translation.task import TranslationConfig, TranslationTask
-from contrasuite.pipelines.precision import make_scaler, pick_device
-from contrasuite.pipelines.step import Step
+from contrasuite.pipelines.api import make_scaler, pick_device, Step
 
 SETTINGS = {
     # name: (crop, batch, ngf, n_blocks, ndf, num_patches, nce layers)

@@ -19,9 +19,8 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from contrasuite.pipelines import trainer
-from contrasuite.pipelines.config import load_config
-from contrasuite.pipelines.run_dir import write_json
+import contrasuite.pipelines.api as api
+from contrasuite.pipelines.api import load_config, write_json
 
 LOSSES = ("circle", "multi_similarity", "hyperbolic", "supcon", "pml_circle", "pml_multi_similarity")
 # Untrained references: (config loss, overrides); evaluated like the trained runs, nothing trained.
@@ -58,8 +57,8 @@ def run_one(config: Path, seed: int, output_root: str, data_root: str | None, ex
     overrides = [f"run.seed={seed}", f"run.output_root={output_root}", "run.resume=never", *extra]
     loaded = load_config(config, overrides, data_root=data_root)
     started = time.time()
-    run_dir = trainer.train(loaded)
-    test = trainer.evaluate(run_dir, "best")
+    run_dir = api.train(loaded)
+    test = api.evaluate(run_dir, "best")
     seconds_file = run_dir / "epoch_seconds.jsonl"  # absent when nothing was trained
     lines = seconds_file.read_text().splitlines() if seconds_file.is_file() else []
     epoch_seconds = [json.loads(line)["seconds"] for line in lines if line.strip()]

@@ -20,9 +20,9 @@ from contrasuite.domains.errors import DataError, one_line
 from contrasuite.domains.metric_learning.images import read_rgb
 from contrasuite.domains.metric_learning.inference import Embedder
 from contrasuite.domains.init_from import checkpoint_file
-from contrasuite.pipelines import checkpoint
-from contrasuite.pipelines.config import load_config
-from contrasuite.pipelines.image_inputs import readable_images, require_image
+from contrasuite.pipelines.api import CheckpointError, load_checkpoint, load_config, readable_images, require_image
+
+COMMAND = "retrieve"
 
 SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
 TILE = 96
@@ -41,7 +41,7 @@ def load_embedder(run_dir: Path, which: str = "best") -> Embedder:
     loaded = load_config(run_dir / "config.yaml")
     if loaded.task_name != "metric_learning":
         raise ValueError(f"{run_dir}: task is {loaded.task_name!r}, not 'metric_learning'")
-    return Embedder(loaded.config, checkpoint.load(checkpoint_file(run_dir, which))["modules"])
+    return Embedder(loaded.config, load_checkpoint(checkpoint_file(run_dir, which))["modules"])
 
 
 def strip(query: Path, matches: Sequence[tuple[Path, float]], out: Path) -> None:
@@ -74,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         files = [p for p in gallery_files(args.gallery) if p.resolve() != args.query.resolve()]
         files = readable_images(files, "retrieve")
         embedder = load_embedder(args.run_dir, args.checkpoint)
-    except (FileNotFoundError, ValueError, DataError, checkpoint.CheckpointError) as err:
+    except (FileNotFoundError, ValueError, DataError, CheckpointError) as err:
         print(f"contrasuite retrieve: {one_line(err)}", file=sys.stderr)
         return 2
     query = embedder.embed_paths([args.query])

@@ -11,7 +11,7 @@ exact command, and the WEINCE-vs-InfoNCE sentence computed from the numbers.
     contrasuite compare image_ssl --configs infonce,weince --seeds 0
     contrasuite compare image_ssl --quick                # tiny smoke version (not written to docs/)
     contrasuite compare image_ssl --configs infonce,weince,weince_repro --epochs 20   # a longer protocol
-    python -m contrasuite.pipelines.reports.image_ssl --help
+    contrasuite compare image_ssl --help
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from typing import Any, Sequence
 
 import torch
 
-from contrasuite.pipelines.reports.cli_runs import (
-    ROOT, config_digest, current_result, data_root_args, run_cli, run_folder, thread_env,
+from contrasuite.pipelines.api import (
+    ROOT, config_digest, current_result, data_root_args, load_config, run_cli, run_folder, seed_all, thread_env,
+    write_json,
 )
-from contrasuite.pipelines.run_dir import write_json
 
 CONFIG_DIR = ROOT / "configs" / "image_ssl"
 CONFIGS = (
@@ -131,8 +131,6 @@ def random_init_reference(seed: int, args: argparse.Namespace, cache: Path) -> d
     if result_path.is_file() and not args.rerun:
         return json.loads(result_path.read_text())
     from contrasuite.domains.task import TaskContext
-    from contrasuite.pipelines.config import load_config
-    from contrasuite.pipelines.trainer import seed_all
 
     overrides = [f"run.seed={seed}", *(QUICK_OVERRIDES if args.quick else ())]
     loaded = load_config(CONFIG_DIR / "reduced_infonce.yaml", overrides, data_root=args.data_root)
@@ -199,7 +197,6 @@ def claim_sections(rows: dict[str, list[dict[str, Any]]]) -> list[str]:
 
 def protocol(args: argparse.Namespace) -> str:
     """The reduced protocol in words, read from the resolved ``reduced_infonce.yaml`` (plus quick overrides)."""
-    from contrasuite.pipelines.config import load_config
 
     overrides = [*(QUICK_OVERRIDES if args.quick else ()), *epoch_overrides(args)]
     loaded = load_config(CONFIG_DIR / "reduced_infonce.yaml", overrides)

@@ -28,9 +28,7 @@ from typing import Any, Sequence
 
 import torch
 
-from contrasuite.pipelines.config import load_config
-from contrasuite.pipelines.run_dir import write_json
-from contrasuite.pipelines.trainer import evaluate, train
+from contrasuite.pipelines.api import evaluate, load_config, train, write_json
 
 ROOT = Path(__file__).resolve().parents[2]
 METHODS = ("meow", "adameow", "infonce", "weince")

@@ -20,6 +20,9 @@ from contrasuite.domains.code_search.encoder import EncoderConfig
 from contrasuite.domains.code_search.mine import MineConfig, default_sources, mine
 from contrasuite.domains.init_from import checkpoint_file
 from contrasuite.domains.code_search.search_index import build_index, search
+from contrasuite.pipelines.api import load_config
+
+COMMAND = "code-search"
 
 EXIT_BAD_INPUT = 2
 
@@ -55,7 +58,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _encoder_from_run(run_dir: Path) -> tuple[EncoderConfig, str]:
-    from contrasuite.pipelines.config import load_config
 
     loaded = load_config(run_dir / "config.yaml")
     section = loaded.config.encoder

@@ -20,10 +20,9 @@ from PIL import Image
 from contrasuite.domains.super_resolution.inference import upscale
 from contrasuite.domains.super_resolution.networks import EDSR
 from contrasuite.domains.init_from import checkpoint_file
-from contrasuite.pipelines import checkpoint
-from contrasuite.pipelines.config import load_config
-from contrasuite.pipelines.image_inputs import readable_images, require_image
-from contrasuite.pipelines.precision import pick_device
+from contrasuite.pipelines.api import load_checkpoint, load_config, pick_device, readable_images, require_image
+
+COMMAND = "upscale"
 
 SUFFIXES = (".png", ".bmp", ".jpg", ".jpeg", ".tif", ".tiff", ".webp")
 
@@ -35,7 +34,7 @@ def load_generator(run_dir: Path, which: str = "best") -> tuple[EDSR, int]:
     if loaded.task_name != "super_resolution":
         raise ValueError(f"{run_dir}: task is {loaded.task_name!r}, not 'super_resolution'")
     cfg = loaded.config
-    state = checkpoint.load(checkpoint_file(run_dir, which))
+    state = load_checkpoint(checkpoint_file(run_dir, which))
     model = EDSR(cfg.scale, cfg.model.n_resblocks, cfg.model.n_feats, cfg.model.res_scale)
     model.load_state_dict(state["modules"]["generator"])
     return model.eval(), cfg.scale

@@ -30,9 +30,7 @@ import torch
 
 from contrasuite.domains.super_resolution.task import SRConfig, SuperResolutionTask
 from contrasuite.domains.task import TaskContext
-from contrasuite.pipelines.bench import write_output
-from contrasuite.pipelines.precision import make_scaler, pick_device
-from contrasuite.pipelines.step import Step
+from contrasuite.pipelines.api import make_scaler, pick_device, Step, write_output
 
 
 def _parser() -> argparse.ArgumentParser:

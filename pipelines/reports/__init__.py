@@ -1,1 +1,0 @@
-"""Comparison reports: ``contrasuite compare NAME`` runs ``contrasuite.pipelines.reports.NAME.main(argv)``."""
