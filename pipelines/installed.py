@@ -1,7 +1,8 @@
 """``python -c 'from contrasuite.pipelines.installed import check; check()'``: is this install usable?
 
 Run by CI on the installed wheel from a folder outside the checkout: every registered task imports,
-every shipped config loads, and the configs are the installed package's own (not a checkout's).
+every shipped config loads, the configs are the installed package's own (not a checkout's), and every
+domain's report, bench and commands are found in the installed domain folders.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import contrasuite.pipelines as pipelines_package
+from contrasuite.pipelines.catalog import benches, domain_commands, reports
 from contrasuite.pipelines.config import config_root, load_config, shipped_configs
 from contrasuite.pipelines.registry import TASKS, resolve_task
 
@@ -23,4 +25,9 @@ def check() -> None:
     configs = shipped_configs()
     for path in configs:
         load_config(path)
-    print(f"installed: {len(tasks)} tasks import, {len(configs)} shipped configs load from {root}")
+    entries = {"compare": reports(), "bench": benches(), "commands": domain_commands()}
+    for kind, found in entries.items():
+        if not found:
+            raise RuntimeError(f"no {kind} entries found in the installed domain folders")
+    print(f"installed: {len(tasks)} tasks import, {len(configs)} shipped configs load from {root}; "
+          + ", ".join(f"{len(found)} {kind}" for kind, found in entries.items()))
