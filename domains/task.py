@@ -112,6 +112,20 @@ class Task(Protocol):
         ...
 
 
+@dataclass
+class ObjectiveConfig:
+    """``config.objective``: the loss terms, each ``{name: <registered objective>, weight: w, <parameter>: value}``
+    (:class:`contrasuite.core.objectives.ObjectiveSum`). A domain with more to say about its objective
+    (image_ssl's views, graph's anchor) extends this class by those fields and its own default terms."""
+
+    terms: list[Any] = field(default_factory=list)
+
+
+def objective_field(*terms: dict[str, Any]) -> Any:
+    """A domain config's ``objective`` field: an :class:`ObjectiveConfig` whose default terms are ``terms``."""
+    return field(default_factory=lambda: ObjectiveConfig(terms=[dict(t) for t in terms]))
+
+
 class TaskHooks(Protocol):
     """Optional methods of a :class:`Task`; the engine calls each one only where the task defines it
     (:func:`hook`).

@@ -31,7 +31,7 @@ from contrasuite.domains.code_search.encoder import BiEncoder, EncoderConfig
 from contrasuite.domains.code_search.evaluate import Embedder, evaluate_pairs
 from contrasuite.domains.code_search.priors import build_prior
 from contrasuite.domains.config_fields import bounded
-from contrasuite.domains.task import SmokeSettings, StepContext, TaskContext
+from contrasuite.domains.task import ObjectiveConfig, SmokeSettings, StepContext, TaskContext, objective_field
 
 
 @dataclass
@@ -45,13 +45,6 @@ class DataConfig:
     test_limit: int = bounded(0, ge=0)
     subset_seed: int = 0
     """Seed of the subsets (fixed across training seeds)."""
-
-
-@dataclass
-class ObjectiveConfig:
-    """``config.objective``: loss terms (any core objective; Soft-InfoNCE gets the prior)."""
-
-    terms: list[dict[str, Any]] = field(default_factory=lambda: [{"name": "infonce", "weight": 1.0, "temperature": 0.05}])
 
 
 @dataclass
@@ -96,7 +89,7 @@ class CodeSearchConfig:
     """Pairs per GradCache chunk on each rank (0: plain step)."""
     data: DataConfig = field(default_factory=DataConfig)
     encoder: EncoderConfig = field(default_factory=EncoderConfig)
-    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    objective: ObjectiveConfig = objective_field({"name": "infonce", "weight": 1.0, "temperature": 0.05})
     prior: dict[str, Any] = field(default_factory=lambda: {"name": "none"})
     """``{name: none|bm25|simcse|model, ...}``; see ``priors.build_prior``."""
     optim: OptimConfig = field(default_factory=OptimConfig)

@@ -35,6 +35,7 @@ from contrasuite.domains.graph.data import DatasetSpec, load_hetero, metapath_co
 from contrasuite.domains.graph.evaluate import ProbeSettings, clustering_scores, heco_probe
 from contrasuite.domains.graph.graphs import GATHER, WEIGHTS, context_chains, mean_adjacency, pathsim_topk
 from contrasuite.domains.graph.model import LAYER_NORMS, MEOWModel, mask_entries
+from contrasuite.domains.task import ObjectiveConfig as BaseObjectiveConfig
 from contrasuite.domains.task import SmokeSettings, StepContext, TaskContext
 
 NEGATIVE_KINDS = ("none", "cluster", "learned")
@@ -89,7 +90,7 @@ class NegativesConfig:
 
 
 @dataclass
-class ObjectiveConfig:
+class ObjectiveConfig(BaseObjectiveConfig):
     """Loss terms (``contrasuite.core`` objectives) between the views; ``anchor``: ``coarse`` or ``fine``."""
 
     terms: list[dict[str, Any]] = field(

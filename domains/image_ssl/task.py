@@ -40,6 +40,7 @@ from contrasuite.domains.image_ssl.augment import AugmentConfig, Normalize, TwoV
 from contrasuite.domains.image_ssl.data import CLASSES, folder_classes, load_cifar10, load_image_folder
 from contrasuite.domains.image_ssl.encoders import ENCODERS, SSLModel, build_encoder
 from contrasuite.domains.image_ssl.negatives import QueueNegatives, build_negative_source
+from contrasuite.domains.task import ObjectiveConfig as BaseObjectiveConfig
 from contrasuite.domains.task import SmokeSettings, StepContext, TaskContext, average_gradients_over_ranks, batch_shard
 
 
@@ -84,7 +85,7 @@ class ModelConfig:
 
 
 @dataclass
-class ObjectiveConfig:
+class ObjectiveConfig(BaseObjectiveConfig):
     """``config.objective``: loss terms (any core objective) and how the two views are paired."""
 
     terms: list[dict[str, Any]] = field(default_factory=lambda: [{"name": "infonce", "weight": 1.0, "temperature": 0.5}])

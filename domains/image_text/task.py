@@ -51,7 +51,10 @@ from contrasuite.domains.image_text.evaluate import image_side, retrieval, text_
 from contrasuite.domains.image_text.models import IMAGE_NETWORK, ModelConfig, TopAndHead, build_model
 from contrasuite.domains.image_text.negatives import NegativesConfig, generate, read_negatives
 from contrasuite.domains.init_from import load_weights
-from contrasuite.domains.task import SmokeSettings, StepContext, TaskContext, average_gradients_over_ranks, rank_part
+from contrasuite.domains.task import (
+    ObjectiveConfig, SmokeSettings, StepContext, TaskContext, average_gradients_over_ranks, rank_part,
+    objective_field,
+)
 
 
 OTHER_TOWER = {"images": {"text_model", "text_segments", "context_length"},
@@ -99,11 +102,6 @@ class HardNegativeConfig:
 
 
 @dataclass
-class ObjectiveConfig:
-    terms: list[dict[str, Any]] = field(default_factory=lambda: [{"name": "clip", "weight": 1.0}])
-
-
-@dataclass
 class ImageTextConfig:
     """The ``config:`` section of an ``image_text`` run."""
 
@@ -113,7 +111,7 @@ class ImageTextConfig:
     negatives_file: Optional[str] = None
     """A file from ``contrasuite generate-negatives``; null: generate in memory from ``negatives``."""
     hard_negatives: HardNegativeConfig = field(default_factory=HardNegativeConfig)
-    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    objective: ObjectiveConfig = objective_field({"name": "clip", "weight": 1.0})
     init_from: Optional[str] = None
     """A run folder or checkpoint whose ``model`` and ``objective`` start this run (stage 2 after alignment)."""
     batch_size: int = bounded(256, gt=0)

@@ -31,7 +31,9 @@ from contrasuite.domains.metric_learning.model import EmbeddingNet
 from contrasuite.domains.metric_learning.objectives import PML_TERMS, MetricObjective
 from contrasuite.domains.metric_learning.sampler import MPerClassBatches
 from contrasuite.domains.errors import SetupError
-from contrasuite.domains.task import SmokeSettings, StepContext, TaskContext, batch_shard
+from contrasuite.domains.task import (
+    ObjectiveConfig, SmokeSettings, StepContext, TaskContext, batch_shard, objective_field,
+)
 
 
 @dataclass
@@ -96,11 +98,6 @@ class SamplerConfig:
 
 
 @dataclass
-class ObjectiveConfig:
-    terms: list[Any] = field(default_factory=lambda: [{"name": "multi_similarity"}])
-
-
-@dataclass
 class EvalConfig:
     ks: list[int] = field(default_factory=lambda: [1, 2, 4, 8], metadata={"limits": {"ge": 1}})
     batch_size: int = bounded(256, gt=0)
@@ -112,7 +109,7 @@ class MetricLearningConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
-    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    objective: ObjectiveConfig = objective_field({"name": "multi_similarity"})
     eval: EvalConfig = field(default_factory=EvalConfig)
 
 

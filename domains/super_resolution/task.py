@@ -49,7 +49,9 @@ from contrasuite.domains.super_resolution.inference import upscale
 from contrasuite.domains.super_resolution.losses import contrastive_layout, dual_contrastive_d_loss
 from contrasuite.domains.super_resolution.metrics import psnr_y, ssim_y
 from contrasuite.domains.super_resolution.networks import EDSR, WaveletDiscriminator
-from contrasuite.domains.task import SmokeSettings, StepContext, TaskContext, batch_shard
+from contrasuite.domains.task import (
+    ObjectiveConfig, SmokeSettings, StepContext, TaskContext, batch_shard, objective_field,
+)
 
 
 @dataclass
@@ -93,11 +95,6 @@ class DiscriminatorConfig:
 
 
 @dataclass
-class ObjectiveConfig:
-    terms: list[dict[str, Any]] = field(default_factory=lambda: [{"name": "infonce", "weight": 0.02, "temperature": 1.0}])
-
-
-@dataclass
 class SRConfig:
     """``config:`` section of a super-resolution run."""
 
@@ -123,7 +120,7 @@ class SRConfig:
     min_lr: float = bounded(0.0, ge=0)
     discriminator: DiscriminatorConfig = field(default_factory=DiscriminatorConfig)
     frequency: FrequencyConfig = field(default_factory=FrequencyConfig)
-    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    objective: ObjectiveConfig = objective_field({"name": "infonce", "weight": 0.02, "temperature": 1.0})
     test_sets: list[str] = field(default_factory=lambda: ["Set5", "Set14", "B100"])
     eval_tile: Optional[int] = None
     """Tile size (LR px) for test-time inference; None runs whole images."""

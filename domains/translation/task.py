@@ -57,7 +57,10 @@ from contrasuite.domains.archives import cache_root, emoji_style_dirs
 from contrasuite.domains.averaging import check_decay, start_average, update_average
 from contrasuite.domains.errors import SetupError
 from contrasuite.domains.image_loading import EpochBatches, OnDiskImages, epoch_batches, image_loader
-from contrasuite.domains.task import SmokeSettings, StepContext, TaskContext, average_gradients_over_ranks, batch_shard
+from contrasuite.domains.task import (
+    ObjectiveConfig, SmokeSettings, StepContext, TaskContext, average_gradients_over_ranks, batch_shard,
+    objective_field,
+)
 from contrasuite.domains.translation import data as D
 from contrasuite.domains.translation.augment import DiffAugment
 from contrasuite.domains.translation.metrics import (
@@ -112,11 +115,6 @@ class NCEConfig:
 
 
 @dataclass
-class ObjectiveConfig:
-    terms: list[dict[str, Any]] = field(default_factory=lambda: [{"name": "infonce", "weight": 1.0, "temperature": 0.07}])
-
-
-@dataclass
 class EvalConfig:
     feature_size: int = 224
     """Side the images are resized to for EfficientNet-Lite0."""
@@ -136,7 +134,7 @@ class TranslationConfig:
     generator: GeneratorConfig = field(default_factory=GeneratorConfig)
     discriminator: DiscriminatorConfig = field(default_factory=DiscriminatorConfig)
     nce: NCEConfig = field(default_factory=NCEConfig)
-    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    objective: ObjectiveConfig = objective_field({"name": "infonce", "weight": 1.0, "temperature": 0.07})
     lambda_gan: float = bounded(1.0, ge=0)
     lambda_identity: float = bounded(0.0, ge=0)
     """Weight of CycleGAN's pixel identity loss ``mean |G(y) - y|`` on target images (not in CUT; 0: off)."""

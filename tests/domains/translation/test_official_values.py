@@ -21,7 +21,7 @@ import torch
 
 from contrasuite.domains.translation.networks import PatchDiscriminator, PatchHead, ResnetGenerator, sample_locations
 from contrasuite.domains.translation.patchnce import objective_terms
-from contrasuite.domains.translation.task import NCEConfig, ObjectiveConfig, TranslationTask, lsgan
+from contrasuite.domains.translation.task import NCEConfig, TranslationConfig, TranslationTask, lsgan
 from contrasuite.core.objectives import ObjectiveSum
 
 NGF, NDF, N_BLOCKS, LAYERS, NUM_PATCHES, HEAD_DIM, SIZE = 8, 8, 5, [0, 4, 8, 12, 16], 256, 256, 64
@@ -61,7 +61,7 @@ def our_nce(g: ResnetGenerator, head: PatchHead, x: torch.Tensor, patch_norm: st
     """``NCE(x, G(x))`` through the task's own ``nce_loss`` and the default objective; patch ids drawn after
     ``torch.manual_seed(PATCH_SEED)`` (the official side was given the same ids)."""
     cfg = SimpleNamespace(nce=NCEConfig(layers=LAYERS, num_patches=NUM_PATCHES, patch_norm=patch_norm))
-    objective = ObjectiveSum(objective_terms(ObjectiveConfig().terms, patch_norm))
+    objective = ObjectiveSum(objective_terms(TranslationConfig().objective.terms, patch_norm))
     task = SimpleNamespace(generator=g, layers=LAYERS, cfg=cfg, head=head, objective=objective)
     torch.manual_seed(PATCH_SEED)
     return TranslationTask.nce_loss(task, x, g(x), False)
