@@ -51,10 +51,12 @@ import functools
 from dataclasses import dataclass
 from typing import Callable, ClassVar
 
-import numpy as np
 import torch
 from torch import Tensor
 
+from contrasuite.core.negatives.topk import (
+    columns_at_least, fewest_negatives, largest, largest_indices, largest_overall, negative_count, negatives_only,
+)
 from contrasuite.core.numerics import exp_shifted_, full_precision, safe_log1m
 from contrasuite.core.objectives.base import ContrastiveObjective, Distributed
 from contrasuite.core.objectives.infonce import weighted_infonce
@@ -111,105 +113,6 @@ def _tail_fit_constants(k_tail: int, burn: int, eps: float, dtype: torch.dtype, 
     cdf = (torch.arange(1, k_tail + 1, dtype=dtype, device=device) / (k_tail + 1.0)).clamp_min(eps)[burn:]
     responses = torch.stack([torch.log(cdf), torch.log(-torch.log(cdf))])
     return _centred(responses), torch.tensor([1.0, -1.0], dtype=dtype, device=device)
-
-
-def negatives_only(sim: Tensor, pairs: Pairs) -> Tensor:
-    """A detached copy of ``sim [N, M]`` in which every pair that is not a negative holds the dtype's
-    lowest value, so a row's largest values are its hardest negatives (single-positive pairs need no mask)."""
-    lowest = torch.finfo(sim.dtype).min
-    if pairs.targets is None:
-        return torch.where(pairs.neg, sim.detach(), lowest)
-    out = sim.detach().clone()
-    if pairs.exclude_self:
-        out.fill_diagonal_(lowest)
-    return out.scatter_(1, pairs.targets[:, None], lowest)
-
-
-def fewest_negatives(pairs: Pairs) -> int:
-    """The smallest number of negatives of an anchor (0 without anchors)."""
-    k = pairs.negatives_per_anchor()
-    if k is not None:
-        return k
-    return int(pairs.neg.sum(dim=1).min()) if pairs.shape[0] else 0
-
-
-SORT_WHOLE_ROWS_UP_TO = 512
-"""Row length up to which :func:`largest` sorts whole rows instead of partitioning them first."""
-
-
-def largest(x: Tensor, k: int, overwrite: bool = False) -> Tensor:
-    """The ``k >= 1`` largest values of each row of ``x`` (or of a 1-D ``x``), in descending order.
-
-    Exact, no gradient. On the CPU it is NumPy's SIMD sort of whole rows of up to
-    :data:`SORT_WHOLE_ROWS_UP_TO` values (measured 2x faster than a partition there), else its
-    introselect (``np.partition``) and a sort of the ``k`` values: the values ``torch.topk`` gives,
-    measured 9 to 20x faster than it there for ``k`` around a tenth of the row; elsewhere ``torch.topk``.
-    ``overwrite``: sort or partition the rows of ``x`` in place (each row keeps its values, not their
-    order), sparing a copy of ``x``; the values are the same.
-    """
-    if x.device.type != "cpu" or x.dtype not in (torch.float32, torch.float64):
-        return x.detach().topk(k, dim=-1).values
-    a = x.detach().numpy()
-    m = a.shape[-1]
-    if m <= SORT_WHOLE_ROWS_UP_TO:
-        if overwrite:
-            a.sort(axis=-1)
-        top = (a if overwrite else np.sort(a, axis=-1))[..., m - k :]
-    else:
-        top = np.sort(_partitioned_top(a, k, overwrite), axis=-1)
-    return torch.from_numpy(top[..., ::-1].copy())
-
-
-_SAME_WIDTH_INTEGERS = {np.dtype(np.float32): np.int32, np.dtype(np.float64): np.int64}
-
-
-def _partitioned_top(a: np.ndarray, k: int, overwrite: bool) -> np.ndarray:
-    """The ``k`` largest values of each row of ``a`` (in no order), by ``np.partition`` (in place with
-    ``overwrite``).
-
-    First on the bits read as same-width signed integers, whose order is the floats' order among floats
-    ``>= +0.0``, every other float (negative, ``-0.0``) reading as a negative integer: when every row's
-    ``k``-th largest integer is ``>= 0`` the selected values are the float ``k`` largest (``+0.0`` and
-    ``-0.0`` being interchangeable ties), else the rows are partitioned again as floats. Measured 1.35x
-    faster than the float partition on ``[1024, 1023]`` fp32, whose selections are positive similarities
-    unless most of a row's are negative.
-    """
-    m = a.shape[-1]
-    ints = a.view(_SAME_WIDTH_INTEGERS[a.dtype])
-    if overwrite:
-        ints.partition(m - k, axis=-1)
-        part = ints
-    else:
-        part = np.partition(ints, m - k, axis=-1)
-    if bool((part[..., m - k] >= 0).all()):
-        return part[..., m - k :].view(a.dtype)
-    if overwrite:
-        a.partition(m - k, axis=-1)  # the same values, rows in another order
-        return a[..., m - k :]
-    return np.partition(a, m - k, axis=-1)[..., m - k :]
-
-
-def largest_overall(x: Tensor, k: int, hardest: Tensor | None = None) -> Tensor:
-    """The ``k`` largest values of all of ``x [N, M]``, descending (as :func:`largest` of ``x.flatten()``).
-
-    ``hardest [N, h]``: each row's ``h`` largest values, descending. When every row's ``h``-th value is
-    at most the ``k``-th largest of all of them, the ``k`` largest of ``x`` are among them (what a row
-    leaves out is no larger than its ``h``-th value, so no larger than that ``k``-th value) and are
-    selected from these ``N h`` values instead of all ``N M``; otherwise from all of ``x``.
-    """
-    if hardest is not None and 0 < k <= hardest.numel():
-        top = largest(hardest.flatten(), k)
-        if bool((hardest[:, -1] <= top[-1]).all()):
-            return top
-    return largest(x.flatten(), k)
-
-
-def largest_indices(x: Tensor, k: int) -> Tensor:
-    """Columns ``[N, k]`` of the ``k >= 1`` largest values of each row of ``x [N, M]``, in no order (as :func:`largest`)."""
-    if x.device.type != "cpu" or x.dtype not in (torch.float32, torch.float64):
-        return x.detach().topk(k, dim=-1, sorted=False).indices
-    a = x.detach().numpy()
-    return torch.from_numpy(np.ascontiguousarray(np.argpartition(a, a.shape[-1] - k, axis=-1)[:, a.shape[-1] - k :]))
 
 
 @torch.no_grad()
@@ -549,34 +452,6 @@ def top_m_block_pairs(cols: Tensor) -> Pairs:
     """The pairs of the block ``sim.gather(1, cols)`` of :func:`top_m_columns`: the positive in column 0."""
     first = torch.zeros(cols.shape[0], dtype=torch.long, device=cols.device)
     return Pairs.single_positive(first, cols.shape[1])
-
-
-def columns_at_least(x: Tensor, kth: Tensor, k: int, excluded: tuple[Tensor, Tensor] | None = None) -> Tensor | None:
-    """Columns ``[N, k]`` of the entries of each row of ``x [N, M]`` at least its ``kth [N]`` value, the
-    ``k``-th largest (in column order); ``None`` when a row has more (ties at its ``k``-th value).
-    ``excluded = (rows, cols)``: entries left out (as if they held the lowest value: a row's positive in
-    ``sim`` rather than :func:`negatives_only`). One comparison and a scan: measured 2.5x faster than an
-    ``np.argpartition`` at N = M = 1024, k = 50 (torch's), about 3x faster again in NumPy on the CPU."""
-    n, m = x.shape
-    if x.device.type == "cpu" and x.dtype in (torch.float32, torch.float64):
-        mask = x.detach().numpy() >= kth.detach().numpy()[:, None]
-        if excluded is not None:
-            mask[excluded[0].numpy(), excluded[1].numpy()] = False
-        if np.count_nonzero(mask) != n * k:  # every row has at least k such entries
-            return None
-        return torch.from_numpy(np.flatnonzero(mask) % m).view(n, k)
-    mask = x.detach() >= kth[:, None]
-    if excluded is not None:
-        mask[excluded] = False
-    if int(mask.sum()) != n * k:
-        return None
-    return mask.nonzero()[:, 1].view(n, k)
-
-
-def negative_count(pairs: Pairs) -> int:
-    """The number of negative pairs."""
-    per_anchor = pairs.negatives_per_anchor()
-    return pairs.shape[0] * per_anchor if per_anchor is not None else int(pairs.neg.sum())
 
 
 @torch.no_grad()

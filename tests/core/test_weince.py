@@ -291,7 +291,7 @@ def test_fused_single_positive_kernel_matches_masks_and_gradcheck(paired):
 
 
 def test_largest_sorts_or_partitions_to_the_same_values():
-    from contrasuite.core.objectives.weince import SORT_WHOLE_ROWS_UP_TO, largest
+    from contrasuite.core.negatives.topk import SORT_WHOLE_ROWS_UP_TO, largest
 
     torch.manual_seed(11)
     for m in (SORT_WHOLE_ROWS_UP_TO, SORT_WHOLE_ROWS_UP_TO + 1):
@@ -305,7 +305,8 @@ def test_largest_sorts_or_partitions_to_the_same_values():
 def test_top_m_columns_from_the_tail_values_match_a_partition():
     """``restrict_to_top_m`` with the tail's sorted values (a comparison per row) keeps the same
     columns as with ``np.argpartition``; a tie at a row's k-th value falls back to the partition."""
-    from contrasuite.core.objectives.weince import columns_at_least, negatives_only, restrict_to_top_m
+    from contrasuite.core.negatives.topk import columns_at_least, negatives_only
+    from contrasuite.core.objectives.weince import restrict_to_top_m
 
     torch.manual_seed(12)
     sim = torch.rand(9, 40) * 2 - 1
@@ -479,7 +480,7 @@ def test_loss_ema_and_gradients_equal_the_frozen_results_at_n512(key):
 
 
 def test_frozen_scenarios_take_the_fallback_paths():
-    from contrasuite.core.objectives.weince import _partitioned_top, columns_at_least, largest, negatives_only
+    from contrasuite.core.negatives.topk import _partitioned_top, columns_at_least, largest, negatives_only
 
     def sim_pairs(scenario):
         a, b = frozen_inputs(scenario)
@@ -506,7 +507,7 @@ def test_frozen_scenarios_take_the_fallback_paths():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("overwrite", [False, True])
 def test_largest_by_integer_partition_and_its_fallback(dtype, overwrite):
-    from contrasuite.core.objectives.weince import SORT_WHOLE_ROWS_UP_TO, largest
+    from contrasuite.core.negatives.topk import SORT_WHOLE_ROWS_UP_TO, largest
 
     torch.manual_seed(13)
     m = SORT_WHOLE_ROWS_UP_TO + 100
