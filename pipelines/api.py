@@ -11,7 +11,7 @@ the rest of a domain never imports the engine. What is here:
   :func:`config_digest`, :func:`current_result`;
 - inputs and devices: :func:`readable_images`, :func:`require_image`, :func:`pick_device`;
 - one optimisation step as the trainer makes it (benchmarks): :class:`Step`, :func:`make_scaler`;
-- :func:`write_output`: a benchmark's rows as JSON.
+- :func:`write_output`: a benchmark's rows as JSON; :func:`mean_std`: a results table's cell.
 """
 
 from contrasuite.pipelines.bench import write_output
@@ -24,10 +24,11 @@ from contrasuite.pipelines.image_inputs import readable_images, require_image
 from contrasuite.pipelines.precision import make_scaler, pick_device
 from contrasuite.pipelines.run_dir import write_json
 from contrasuite.pipelines.step import Step
+from contrasuite.pipelines.tables import mean_std
 from contrasuite.pipelines.trainer import evaluate, seed_all, train
 
 __all__ = [
     "ROOT", "CheckpointError", "ConfigError", "Step", "config_digest", "current_result", "data_root_args", "evaluate", "load_checkpoint",
-    "load_config", "make_scaler", "pick_device", "readable_images", "require_image", "run_cli", "run_folder",
+    "load_config", "make_scaler", "mean_std", "pick_device", "readable_images", "require_image", "run_cli", "run_folder",
     "seed_all", "thread_env", "train", "write_json", "write_output",
 ]

@@ -29,7 +29,9 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from contrasuite.pipelines.api import ROOT, data_root_args, load_config, run_cli, run_folder, thread_env, write_json
+from contrasuite.pipelines.api import (
+    ROOT, data_root_args, load_config, mean_std, run_cli, run_folder, thread_env, write_json,
+)
 
 CONFIG_DIR = ROOT / "configs" / "code_search"
 METHODS = {
@@ -137,14 +139,6 @@ def _val_mrr(result: dict[str, Any]) -> float | None:
     return float(metrics["mrr"]) if isinstance(metrics, dict) and "mrr" in metrics else None
 
 
-def _cell(values: list[float]) -> str:
-    if not values:
-        return "-"
-    if len(values) == 1:
-        return f"{values[0]:.2f}"
-    return f"{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}"
-
-
 def bench_section(files: Sequence[Path]) -> str:
     """The rows of every ``contrasuite bench code_search --out FILE`` result, with the settings that made them:
     training steps (plain, GradCache) and the side-by-side embedding rows (ours, sentence-transformers)."""
@@ -176,9 +170,9 @@ def write_report(results: dict[str, list[dict[str, Any]]], args: argparse.Namesp
     for method, runs in results.items():
         if not runs:
             continue
-        cells = [METHODS[method][0], str(len(runs)), _cell([v for r in runs if (v := _val_mrr(r)) is not None])]
-        cells += [_cell([r["test"][f"mined_{m}"] for r in runs if f"mined_{m}" in r["test"]]) for m in METRICS]
-        cells += [_cell([r["test"][f"cosqa_{m}"] for r in runs if f"cosqa_{m}" in r["test"]]) for m in METRICS]
+        cells = [METHODS[method][0], str(len(runs)), mean_std([v for r in runs if (v := _val_mrr(r)) is not None])]
+        cells += [mean_std([r["test"][f"mined_{m}"] for r in runs if f"mined_{m}" in r["test"]]) for m in METRICS]
+        cells += [mean_std([r["test"][f"cosqa_{m}"] for r in runs if f"cosqa_{m}" in r["test"]]) for m in METRICS]
         cells.append(f"{statistics.mean(r['seconds'] for r in runs) / 60:.1f}")
         lines.append("| " + " | ".join(cells) + " |")
     commands = sorted({r["command"] for runs in results.values() for r in runs})

@@ -31,8 +31,8 @@ from typing import Any, Sequence
 import torch
 
 from contrasuite.pipelines.api import (
-    ROOT, config_digest, current_result, data_root_args, load_config, run_cli, run_folder, seed_all, thread_env,
-    write_json,
+    ROOT, config_digest, current_result, data_root_args, load_config, mean_std, run_cli, run_folder, seed_all,
+    thread_env, write_json,
 )
 
 CONFIG_DIR = ROOT / "configs" / "image_ssl"
@@ -151,13 +151,6 @@ def _stats(values: list[float]) -> tuple[float, float | None]:
     return mean, (statistics.stdev(values) if len(values) > 1 else None)
 
 
-def _cell(values: list[float], digits: int = 2) -> str:
-    if not values:
-        return "-"
-    mean, std = _stats(values)
-    return f"{mean:.{digits}f} ± {std:.{digits}f}" if std is not None else f"{mean:.{digits}f}"
-
-
 def versus(rows: dict[str, list[dict[str, Any]]], name: str, baseline: str) -> str:
     """``name`` against ``baseline`` in linear accuracy: the difference, its standard error and a verdict."""
     vals = [r["linear_acc"] for r in rows.get(name, [])]
@@ -228,7 +221,7 @@ def gate_section(rows: dict[str, list[dict[str, Any]]]) -> list[str]:
         lines += [f"`{name}` ({len(states)} seeds; `lambda_active` is the share of anchors with lambda > 0.5):", "",
                   "| epoch | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
         for e in shown:
-            cells = [_cell([st[k][e] for st in states], 2 if k == "beta_ema" else 3) for k in keys]
+            cells = [mean_std([st[k][e] for st in states], 2 if k == "beta_ema" else 3) for k in keys]
             lines.append(f"| {e + 1} | " + " | ".join(cells) + " |")
         lines.append("")
     if lines:
@@ -266,14 +259,14 @@ def write_report(results: list[dict[str, Any]], baseline: list[dict[str, Any]], 
             lines.append(f"| {name} | `reduced_{name}.yaml` | 0/{n_seeds} | - | - | - | - |")
             continue
         lines.append(
-            f"| {name} | `reduced_{name}.yaml` | {len(got)}/{n_seeds} | {_cell([r['knn_acc'] for r in got])} | "
-            f"{_cell([r['linear_acc'] for r in got if r['linear_acc'] is not None])} | "
+            f"| {name} | `reduced_{name}.yaml` | {len(got)}/{n_seeds} | {mean_std([r['knn_acc'] for r in got])} | "
+            f"{mean_std([r['linear_acc'] for r in got if r['linear_acc'] is not None])} | "
             f"{statistics.fmean(r['wall_s'] for r in got):.0f} | {statistics.fmean(r['cpu_s'] for r in got):.0f} |"
         )
     if baseline:
         lines.append(
             f"| random init (no training) | `reduced_infonce.yaml` | {len(baseline)}/{n_seeds} | "
-            f"{_cell([b['knn_acc'] for b in baseline])} | {_cell([b['linear_acc'] for b in baseline])} | - | - |"
+            f"{mean_std([b['knn_acc'] for b in baseline])} | {mean_std([b['linear_acc'] for b in baseline])} | - | - |"
         )
     missing = [f"{c} ({len(rows.get(c, []))}/{n_seeds})" for c in names if len(rows.get(c, [])) < n_seeds]
     total_wall = sum(r["wall_s"] for r in results)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import contrasuite.pipelines.api as api
-from contrasuite.pipelines.api import load_config, write_json
+from contrasuite.pipelines.api import load_config, mean_std, write_json
 
 LOSSES = ("circle", "multi_similarity", "hyperbolic", "supcon", "pml_circle", "pml_multi_similarity")
 # Untrained references: (config loss, overrides); evaluated like the trained runs, nothing trained.
@@ -76,14 +76,6 @@ def run_one(config: Path, seed: int, output_root: str, data_root: str | None, ex
     }
 
 
-def mean_std(values: Sequence[float]) -> str:
-    if not values:
-        return "-"
-    if len(values) == 1:
-        return f"{100 * values[0]:.1f}"
-    return f"{100 * statistics.mean(values):.1f} ± {100 * statistics.stdev(values):.1f}"
-
-
 def table(results: dict[str, list[dict]], losses: Sequence[str]) -> list[str]:
     rows = [
         "| loss | impl | seeds | " + " | ".join(m.replace("recall@", "R@").replace("map@r", "MAP@R") for m in METRICS)
@@ -93,8 +85,8 @@ def table(results: dict[str, list[dict]], losses: Sequence[str]) -> list[str]:
     for loss in losses:
         runs = results.get(loss, [])
         impl, label = DESCRIPTION[loss]
-        cells = [mean_std([r["test"][m] for r in runs]) for m in METRICS]
-        cells.append(mean_std([r["best_val"] for r in runs if r.get("best_val") is not None]))
+        cells = [mean_std([r["test"][m] for r in runs], 1, 100) for m in METRICS]
+        cells.append(mean_std([r["best_val"] for r in runs if r.get("best_val") is not None], 1, 100))
         secs = epoch_seconds(runs)
         per_epoch = f"{statistics.mean(secs):.1f}" if secs else "-"
         seeds = ",".join(str(r["seed"]) for r in runs) or "not run"

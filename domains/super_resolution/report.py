@@ -31,7 +31,9 @@ from typing import Any, Sequence
 
 import torch
 
-from contrasuite.pipelines.api import ROOT, data_root_args, load_config, run_cli, run_folder, thread_env, write_json
+from contrasuite.pipelines.api import (
+    ROOT, data_root_args, load_config, mean_std, run_cli, run_folder, thread_env, write_json,
+)
 
 METHODS = {"l1": "EDSR-baseline, L1", "pcl": "EDSR-baseline, L1 + contrastive (PCL-SR)"}
 SEEDS = (0, 1)
@@ -175,12 +177,6 @@ def save_crops(results: list[dict[str, Any]], args: argparse.Namespace, scale: i
     return written
 
 
-def _mean_std(values: list[float], digits: int) -> str:
-    if len(values) == 1:
-        return f"{values[0]:.{digits}f}"
-    return f"{statistics.fmean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
-
-
 def describe(loaded: Any) -> str:
     """The training protocol of a loaded config, in words."""
     run, cfg = loaded.run, loaded.config
@@ -220,8 +216,8 @@ def write_page(results: list[dict[str, Any]], bic: dict[str, float], bench_rows:
     for method, rows in by_method.items():
         cells = []
         for s in sets:
-            cells.append(_mean_std([r["metrics"][f"{s}/psnr_y"] for r in rows], 3))
-            cells.append(_mean_std([r["metrics"][f"{s}/ssim_y"] for r in rows], 4))
+            cells.append(mean_std([r["metrics"][f"{s}/psnr_y"] for r in rows], 3))
+            cells.append(mean_std([r["metrics"][f"{s}/ssim_y"] for r in rows], 4))
         lines.append(f"| {METHODS[method]} | " + " | ".join(cells) + " |")
     if {"l1", "pcl"} <= set(by_method):
         paired = sorted(set(r["seed"] for r in by_method["l1"]) & set(r["seed"] for r in by_method["pcl"]))

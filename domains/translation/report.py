@@ -26,7 +26,7 @@ from typing import Any, Sequence
 
 from contrasuite.domains.translation.metrics import FEATURE_NETWORK
 from contrasuite.pipelines.api import (
-    config_digest, current_result, data_root_args, run_cli, run_folder, thread_env, write_json,
+    config_digest, current_result, data_root_args, mean_std, run_cli, run_folder, thread_env, write_json,
 )
 
 VARIANTS = ("cut", "fastcut", "gan")
@@ -90,24 +90,15 @@ def train_all(units: Sequence[tuple], args: argparse.Namespace, assets: Path) ->
             print(f"done: {tag}", flush=True)
 
 
-def mean_std(values: Sequence[float], scale: float) -> str:
-    if not values:
-        return "-"
-    values = [scale * v for v in values]
-    if len(values) == 1:
-        return f"{values[0]:.3f}"
-    return f"{statistics.mean(values):.3f} ± {statistics.stdev(values):.3f}"
-
-
 def table(results: dict[str, list[dict[str, Any]]], which: str) -> list[str]:
     lines = ["| method | seeds | " + " | ".join(t for _, t, _, _ in METRICS) + " |",
              "|---|---|" + "---|" * len(METRICS)]
     floor = [r[f"test_{which}"] for rs in results.values() for r in rs]
     if floor:
-        cells = [mean_std([floor[0][f"input_{k}"]], s) for k, _, s, _ in METRICS]
+        cells = [mean_std([floor[0][f"input_{k}"]], 3, s) for k, _, s, _ in METRICS]
         lines.append("| untranslated input (floor) | - | " + " | ".join(cells) + " |")
     for variant, rs in results.items():
-        cells = [mean_std([r[f"test_{which}"][k] for r in rs], s) for k, _, s, _ in METRICS]
+        cells = [mean_std([r[f"test_{which}"][k] for r in rs], 3, s) for k, _, s, _ in METRICS]
         lines.append(f"| {LABEL[variant]} | {len(rs)} | " + " | ".join(cells) + " |")
     return lines
 
