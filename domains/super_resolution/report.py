@@ -14,6 +14,12 @@ training throughput (``contrasuite bench super_resolution``), and side-by-side c
     contrasuite compare super_resolution --seeds 0 --methods pcl
     contrasuite compare super_resolution --quick         # tiny smoke version (not written to docs/)
     contrasuite compare super_resolution --config-dir configs/super_resolution --prefix edsr_baseline_x2_  # full scale
+    contrasuite compare super_resolution --finetune      # PCL-SR's protocol: fine-tune a converged L1 model
+
+``--finetune`` measures what PCL adds over plain fine-tuning (issue 23): one L1 model
+(``<prefix>x2_l1.yaml``, ``--pretrain-epochs`` long, seed 0, cached) is fine-tuned with
+``<prefix>finetune_x2_{l1,pcl_official,pcl_gradient}.yaml`` (``config.init_from`` its ``best.pt``),
+each for every seed, beside the un-fine-tuned model; the page is ``docs/results/super_resolution_finetune.md``.
 """
 
 from __future__ import annotations
@@ -36,6 +42,13 @@ from contrasuite.pipelines.api import (
 )
 
 METHODS = {"l1": "EDSR-baseline, L1", "pcl": "EDSR-baseline, L1 + contrastive (PCL-SR)"}
+FINETUNE = {
+    "finetune_x2_l1": "fine-tuned, L1 only (the control)",
+    "finetune_x2_pcl_official": "fine-tuned, L1 + PCL, official (no contrastive gradient into the SR network)",
+    "finetune_x2_pcl_gradient": "fine-tuned, L1 + PCL, with the gradient the paper writes",
+}
+PRETRAIN = "x2_l1"
+"""The converged model every fine-tuning arm starts from: ``<prefix>x2_l1.yaml`` for ``--pretrain-epochs``."""
 SEEDS = (0, 1)
 SETS = ("Set5", "Set14", "B100")
 PAPER_GAINS = (
@@ -49,16 +62,21 @@ QUICK_OVERRIDES = (
     "config.discriminator.channel_divisor=16", "config.test_sets=[Set5]",
 )
 OUTPUT = ROOT / "docs" / "results" / "super_resolution.md"
+FINETUNE_OUTPUT = ROOT / "docs" / "results" / "super_resolution_finetune.md"
 CROPS = (("Set5", "butterfly"), ("Set14", "zebra"), ("B100", "img_004"))
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="contrasuite compare super_resolution", description=__doc__.splitlines()[0])
-    p.add_argument("--methods", default="l1,pcl", help="comma-separated: l1, pcl")
+    p.add_argument("--methods", default=None, help=f"comma-separated: l1, pcl (default both); with --finetune: "
+                   f"{', '.join(FINETUNE)} (default all)")
     p.add_argument("--seeds", default=",".join(map(str, SEEDS)))
     p.add_argument("--jobs", type=int, default=2, help="runs at a time, one thread each")
     p.add_argument("--config-dir", type=Path, default=ROOT / "configs" / "super_resolution")
-    p.add_argument("--prefix", default="reduced_x2_", help="configs are <config-dir>/<prefix><method>.yaml")
+    p.add_argument("--prefix", default=None, help="configs are <config-dir>/<prefix><method>.yaml (default reduced_x2_; "
+                   "with --finetune reduced_)")
+    p.add_argument("--finetune", action="store_true", help="PCL-SR's protocol: fine-tune one converged L1 model")
+    p.add_argument("--pretrain-epochs", type=int, default=50, help="--finetune: epochs of the L1 model fine-tuned")
     p.add_argument("--quick", action="store_true", help="tiny smoke protocol; the page goes to the results dir")
     p.add_argument("--results-dir", type=Path, default=ROOT / "runs" / "compare" / "super_resolution")
     p.add_argument("--output", type=Path, default=None, help=f"markdown page (default {OUTPUT.relative_to(ROOT)})")
@@ -73,15 +91,15 @@ def _data_root(args: argparse.Namespace) -> str:
     return args.data_root or os.environ.get("CONTRASUITE_DATA", "data")
 
 
-def run_one(method: str, seed: int, args: argparse.Namespace, cache: Path) -> dict[str, Any]:
-    """Train, select by validation PSNR, test; returns (and caches) the result."""
+def run_one(method: str, seed: int, args: argparse.Namespace, cache: Path, extra: Sequence[str] = ()) -> dict[str, Any]:
+    """Train (with ``extra`` overrides), select by validation PSNR, test; returns (and caches) the result."""
     result_path = cache / f"{method}_seed{seed}.json"
     if result_path.is_file() and not args.rerun:
         return json.loads(result_path.read_text())
     if args.report_only:
         raise FileNotFoundError(result_path)
     config = args.config_dir / f"{args.prefix}{method}.yaml"
-    overrides = [f"run.seed={seed}", f"run.output_root={cache / 'runs'}", "run.progress=false"]
+    overrides = [f"run.seed={seed}", *extra, f"run.output_root={cache / 'runs'}", "run.progress=false"]
     if args.quick:
         overrides += QUICK_OVERRIDES
     env, log = thread_env(1), cache / f"{method}_seed{seed}.log"
@@ -96,7 +114,8 @@ def run_one(method: str, seed: int, args: argparse.Namespace, cache: Path) -> di
         "method": method, "seed": seed, "run_dir": str(run_dir), "metrics": test["metrics"],
         "best_val_psnr_y": val["best"], "best_step": test.get("global_step"), "train_seconds": round(train_s, 1),
         "eval_seconds": round(time.time() - started, 1),
-        "command": shlex.join(["contrasuite", "train", str(config.relative_to(ROOT) if config.is_relative_to(ROOT) else config), *overrides[:1]]),
+        "command": shlex.join(["contrasuite", "train", str(config.relative_to(ROOT) if config.is_relative_to(ROOT) else config),
+                               *overrides[: 1 + len(extra)]]),
     }
     write_json(result, result_path)
     return result
@@ -244,15 +263,85 @@ def write_page(results: list[dict[str, Any]], bic: dict[str, float], bench_rows:
     page.write_text("\n".join(lines) + "\n")
 
 
+def write_finetune_page(pretrain: dict[str, Any], results: list[dict[str, Any]], args: argparse.Namespace,
+                        sets: Sequence[str], page: Path, protocol: str) -> None:
+    """The fine-tuning table: the un-fine-tuned model and each arm (mean ± std over seeds), and each
+    PCL arm's PSNR difference from the L1-only arm, per seed, with the mean and its standard error."""
+    by_method: dict[str, list[dict[str, Any]]] = {}
+    for r in results:
+        by_method.setdefault(r["method"], []).append(r)
+    lines = [
+        "# Super-resolution: what PCL-SR adds over plain fine-tuning",
+        "",
+        f"Generated by `contrasuite compare super_resolution --finetune --pretrain-epochs {args.pretrain_epochs}"
+        + (" --quick" if args.quick else "") + "` (domains/super_resolution/report.py). Do not edit by hand.",
+        "",
+        "**REDUCED protocol on CPU**" if not args.quick else "**QUICK smoke protocol: numbers are meaningless**",
+        "",
+        f"- The un-fine-tuned model: `{args.prefix}{PRETRAIN}.yaml` for {args.pretrain_epochs} epochs, seed 0 "
+        f"({pretrain['train_seconds']:.0f} s of training); {protocol}.",
+        f"- Each arm fine-tunes its `best.pt` (`config.init_from`) with `{args.prefix}finetune_x2_<arm>.yaml` "
+        "(lr 5e-5, cosine decay, gradient values clipped at 1, as the official scripts); checkpoints chosen by "
+        "validation PSNR-Y on held-out T91 crops, never the test sets. PSNR / SSIM on Y, border = scale.",
+        "",
+        "| model | seeds | " + " | ".join(f"{s} PSNR | {s} SSIM" for s in sets) + " |",
+        "|---|---|" + "---|---|" * len(sets),
+        "| un-fine-tuned | - | " + " | ".join(f"{pretrain['metrics'][f'{s}/psnr_y']:.3f} | "
+                                              f"{pretrain['metrics'][f'{s}/ssim_y']:.4f}" for s in sets) + " |",
+    ]
+    for method, rows in by_method.items():
+        cells = [c for s in sets for c in (mean_std([r["metrics"][f"{s}/psnr_y"] for r in rows], 3),
+                                           mean_std([r["metrics"][f"{s}/ssim_y"] for r in rows], 4))]
+        lines.append(f"| {FINETUNE[method]} | {len(rows)} | " + " | ".join(cells) + " |")
+    control = {r["seed"]: r for r in by_method.get("finetune_x2_l1", [])}
+    for method in ("finetune_x2_pcl_official", "finetune_x2_pcl_gradient"):
+        paired = [(control[r["seed"]], r) for r in by_method.get(method, []) if r["seed"] in control]
+        if not paired:
+            continue
+        lines += ["", f"PSNR of {FINETUNE[method]} minus the L1-only arm, per seed (dB):", ""]
+        for s in sets:
+            gains = [b["metrics"][f"{s}/psnr_y"] - a["metrics"][f"{s}/psnr_y"] for a, b in paired]
+            se = statistics.stdev(gains) / len(gains) ** 0.5 if len(gains) > 1 else None
+            lines.append(f"- {s}: " + ", ".join(f"{g:+.3f}" for g in gains) + f" (mean {statistics.fmean(gains):+.3f}"
+                         + (f", standard error {se:.3f})" if se is not None else ")"))
+    lines += ["", "## Runs", "", "| model | seed | best val PSNR-Y | train s | eval s | command |", "|---|---|---|---|---|---|"]
+    for r in [pretrain, *sorted(results, key=lambda r: (r["method"], r["seed"]))]:
+        lines.append(f"| {r['method']} | {r['seed']} | {r['best_val_psnr_y']:.3f} | {r['train_seconds']} | "
+                     f"{r['eval_seconds']} | `{r['command']}` |")
+    page.parent.mkdir(parents=True, exist_ok=True)
+    page.write_text("\n".join(lines) + "\n")
+
+
+def finetune(args: argparse.Namespace, methods: list[str], seeds: list[int], cache: Path) -> Path:
+    """``--finetune``: the converged L1 model once, then every (arm, seed) from it; returns the page."""
+    quick = list(QUICK_OVERRIDES) if args.quick else []
+    epochs = 1 if args.quick else args.pretrain_epochs
+    pretrain = run_one(PRETRAIN, 0, args, cache / f"pretrain_epochs{epochs}", [f"run.epochs={epochs}"])
+    start = [f"config.init_from={pretrain['run_dir']}"]
+    jobs = sorted(((m, s) for s in seeds for m in methods), key=lambda job: (job[0].endswith("_l1"), job[1]))
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        results = list(pool.map(lambda job: run_one(*job, args, cache / f"from_epochs{epochs}", start), jobs))
+    probe = load_config(args.config_dir / f"{args.prefix}{methods[0]}.yaml", quick)
+    page = args.output or (cache / "super_resolution_finetune.md" if args.quick else FINETUNE_OUTPUT)
+    write_finetune_page(pretrain, results, args, list(probe.config.test_sets), page,
+                        describe(load_config(args.config_dir / f"{args.prefix}{PRETRAIN}.yaml", [f"run.epochs={epochs}", *quick])))
+    return page
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    methods = [m for m in args.methods.split(",") if m]
-    bad = [m for m in methods if m not in METHODS]
+    known = FINETUNE if args.finetune else METHODS
+    args.prefix = args.prefix if args.prefix is not None else ("reduced_" if args.finetune else "reduced_x2_")
+    methods = [m for m in (args.methods or ",".join(known)).split(",") if m]
+    bad = [m for m in methods if m not in known]
     if bad:
-        raise SystemExit(f"unknown method {bad}; known: {list(METHODS)}")
+        raise SystemExit(f"unknown method {bad}; known: {list(known)}")
     seeds = [int(s) for s in args.seeds.split(",") if s]
     cache = args.results_dir / ("quick" if args.quick else args.prefix.rstrip("_"))
     cache.mkdir(parents=True, exist_ok=True)
+    if args.finetune:
+        print(f"wrote {finetune(args, methods, seeds, cache)}")
+        return 0
 
     probe = load_config(args.config_dir / f"{args.prefix}{methods[0]}.yaml", list(QUICK_OVERRIDES) if args.quick else [])
     scale, sets = probe.config.scale, list(probe.config.test_sets)

@@ -34,3 +34,42 @@ def test_unknown_method_is_rejected():
 
     with pytest.raises(SystemExit, match="unknown method"):
         main(["--methods", "gan"])
+
+
+def test_finetune_page_compares_each_pcl_arm_with_the_l1_arm_per_seed(tmp_path):
+    from contrasuite.domains.super_resolution.report import write_finetune_page
+
+    pretrain = result("x2_l1", 0, 33.5)
+    results = [result("finetune_x2_l1", 0, 33.6), result("finetune_x2_l1", 1, 33.7),
+               result("finetune_x2_pcl_official", 0, 33.6), result("finetune_x2_pcl_official", 1, 33.8),
+               result("finetune_x2_pcl_gradient", 0, 33.2)]
+    args = argparse.Namespace(quick=False, prefix="reduced_", pretrain_epochs=50)
+    page = tmp_path / "ft.md"
+    write_finetune_page(pretrain, results, args, ["Set5"], page, "PROTOCOL")
+    text = page.read_text()
+    assert "| un-fine-tuned | - | 33.500 | 0.9000 |" in text
+    assert "| fine-tuned, L1 only (the control) | 2 | 33.650 ± 0.071 |" in text
+    assert "- Set5: +0.000, +0.100 (mean +0.050, standard error 0.050)" in text  # official minus L1, seeds 0 and 1
+    assert "- Set5: -0.400 (mean -0.400)" in text  # the gradient arm has seed 0 only
+    assert "`contrasuite compare super_resolution --finetune --pretrain-epochs 50`" in text
+
+
+@pytest.mark.slow
+def test_finetune_runs_start_from_the_one_pretrained_model(tmp_path):
+    """--finetune --quick: one L1 model, then each arm with config.init_from at its run folder."""
+    import json
+    from pathlib import Path
+
+    from contrasuite.domains.super_resolution.report import main
+
+    out = tmp_path / "page.md"
+    assert main(["--finetune", "--quick", "--seeds", "0", "--jobs", "1", "--results-dir", str(tmp_path),
+                 "--methods", "finetune_x2_l1,finetune_x2_pcl_official", "--output", str(out)]) == 0
+    (pretrain,) = (tmp_path / "quick" / "pretrain_epochs1").glob("x2_l1_seed0.json")
+    source = json.loads(pretrain.read_text())["run_dir"]
+    arms = sorted((tmp_path / "quick" / "from_epochs1").glob("finetune_*_seed0.json"))
+    assert [p.stem for p in arms] == ["finetune_x2_l1_seed0", "finetune_x2_pcl_official_seed0"]
+    for arm in arms:
+        saved = (Path(json.loads(arm.read_text())["run_dir"]) / "config.yaml").read_text()
+        assert f"init_from: {source}" in saved
+    assert "| un-fine-tuned | - |" in out.read_text()
