@@ -15,8 +15,9 @@ with every emoji and the emoji its negative images copy in one group (:func:`spl
 negative that is (or depicts) a validation or test caption is never used in training.
 
 With ``model.freeze_trunks`` the trunks run once over every image, caption and negative and their
-features are cached on disk (``cache_dir``), so a step trains only the heads and the loss scale. No
-augmentation is applied: a flip or colour jitter would change the caption's meaning.
+features are cached on disk (``cache_dir``, :mod:`~contrasuite.domains.image_text.features`), so a
+step trains only the heads and the loss scale. No augmentation is applied: a flip or colour jitter
+would change the caption's meaning.
 ``hard_negatives.gradcache_chunks > 1`` computes the step with GradCache (same gradient, one chunk of
 activations at a time).
 
@@ -29,11 +30,8 @@ called through methods DDP cannot wrap).
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 import random
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Optional
 
@@ -48,18 +46,14 @@ from contrasuite.domains.config_fields import bounded, one_of
 from contrasuite.domains.image_text.captions import normalise
 from contrasuite.domains.image_text.data import PairSet, join_groups, load_captions, load_emoji, split_groups
 from contrasuite.domains.image_text.evaluate import image_side, retrieval, text_side
-from contrasuite.domains.image_text.models import IMAGE_NETWORK, ModelConfig, TopAndHead, build_model
+from contrasuite.domains.image_text.features import trunk_features
+from contrasuite.domains.image_text.models import ModelConfig, TopAndHead, build_model
 from contrasuite.domains.image_text.negatives import NegativesConfig, generate, read_negatives
 from contrasuite.domains.init_from import load_weights
 from contrasuite.domains.task import (
     ObjectiveConfig, SmokeSettings, StepContext, TaskContext, average_gradients_over_ranks, rank_part,
     objective_field,
 )
-
-
-OTHER_TOWER = {"images": {"text_model", "text_segments", "context_length"},
-               "texts": {"image_weights", "image_size", "grid", "train_image_stages", "extra_image_stages"}}
-"""Model settings a trunk's cached features do not depend on: the other tower's."""
 
 
 @dataclass
@@ -144,6 +138,26 @@ class StyleData:
     features: Tensor | None = None
 
 
+def style_data(pairs: PairSet, records: list[dict], generated: list[np.ndarray]) -> StyleData:
+    """A style's :class:`StyleData`: its pairs, and the negative images (``records`` and their ``generated``
+    pixels) that show one of its emoji, after the pairs' images."""
+    index = {k: i for i, k in enumerate(pairs.keys)}
+    rows, kept, truths = [], [], []
+    for rec in records:
+        if "image_key" in rec:
+            if rec["image_key"] not in index:
+                continue
+            rows.append(index[rec["image_key"]])
+        else:
+            rows.append(len(pairs) + rec["image_index"])
+        kept.append(rec)
+        copy = rec.get("same_as")
+        truths.append({normalise(rec["negative"]),
+                       *([normalise(pairs.captions[index[copy]])] if copy in index else [])})
+    images = np.concatenate([pairs.images, np.stack(generated)]) if generated else pairs.images
+    return StyleData(pairs, images, kept, rows, truths)
+
+
 class ImageTextTask:
     config_class = ImageTextConfig
     smoke = SmokeSettings(
@@ -164,7 +178,7 @@ class ImageTextTask:
         self.splits = split_pairs(train, images, cfg.data)
         self.split_keys = {name: [train.keys[r] for r in rows] for name, rows in self.splits.items()}
         self.text_records = texts
-        self.styles = {s: self._style_data(p, *images.get(s, ([], []))) for s, p in styles.items()}
+        self.styles = {s: style_data(p, *images.get(s, ([], []))) for s, p in styles.items()}
         self.train_style = train_style
         # a held-out caption never enters training, not even as a negative ("cat face" -> "dog face")
         self.held_out = {normalise(train.captions[r]) for split in ("val", "test") for r in self.splits[split]}
@@ -188,7 +202,8 @@ class ImageTextTask:
         self.frozen = cfg.model.freeze_trunks
         texts_all = list(dict.fromkeys([*styles[train_style].captions, *(r["negative"] for r in texts)]))
         self.text_row = {t: i for i, t in enumerate(texts_all)}
-        self.text_features = self._cached_features(texts_all) if self.frozen else None
+        self.text_features = trunk_features(self.model, cfg.model, cfg.cache_dir, self.styles, texts_all,
+                                            cfg.eval_batch_size, ctx.autocast) if self.frozen else None
         self.opt = torch.optim.AdamW(self._param_groups(), lr=cfg.lr, weight_decay=cfg.weight_decay)
 
     def _param_groups(self) -> list[dict[str, Any]]:
@@ -201,67 +216,6 @@ class ImageTextTask:
             top_lr = self.cfg.lr * self.cfg.trunk_lr_scale
             groups.append({"params": [p for p in params if id(p) in pretrained], "lr": top_lr})
         return groups
-
-    # ---------------------------------------------------------------- data
-    @staticmethod
-    def _style_data(pairs: PairSet, records: list[dict], generated: list[np.ndarray]) -> StyleData:
-        index = {k: i for i, k in enumerate(pairs.keys)}
-        rows, kept, truths = [], [], []
-        for rec in records:
-            if "image_key" in rec:
-                if rec["image_key"] not in index:
-                    continue
-                rows.append(index[rec["image_key"]])
-            else:
-                rows.append(len(pairs) + rec["image_index"])
-            kept.append(rec)
-            copy = rec.get("same_as")
-            truths.append({normalise(rec["negative"]),
-                           *([normalise(pairs.captions[index[copy]])] if copy in index else [])})
-        images = np.concatenate([pairs.images, np.stack(generated)]) if generated else pairs.images
-        return StyleData(pairs, images, kept, rows, truths)
-
-    # ---------------------------------------------------------------- features
-    def _cache_file(self, kind: str, extra: Any) -> Path | None:
-        """The cache file of one trunk's features: keyed by the model settings that trunk depends on."""
-        root = self.cfg.cache_dir or os.environ.get("CONTRASUITE_CACHE") or Path.home() / ".cache" / "contrasuite"
-        model = {k: v for k, v in asdict(self.cfg.model).items() if k not in OTHER_TOWER[kind]}
-        if kind == "images":  # the network itself, not only its settings (issue 23 changed it)
-            model["network"] = IMAGE_NETWORK
-        key = json.dumps([kind, model, extra], sort_keys=True, default=str)
-        return Path(root) / "image_text" / f"{kind}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.pt"
-
-    @torch.no_grad()
-    def _run_trunk(self, fn, inputs: list | np.ndarray) -> Tensor:
-        out = []
-        for start in range(0, len(inputs), self.cfg.eval_batch_size):
-            chunk = inputs[start: start + self.cfg.eval_batch_size]
-            if isinstance(chunk, np.ndarray):
-                chunk = torch.from_numpy(chunk)
-            with self.ctx.autocast():
-                out.append(fn(chunk).float().half().cpu())
-        return torch.cat(out)
-
-    def _cached_features(self, texts: list[str]) -> Tensor:
-        """Trunk features of ``texts`` and of every style's images (set on each :class:`StyleData`)."""
-        for style, data in self.styles.items():
-            digest = hashlib.sha256(data.images.tobytes()).hexdigest()
-            file = self._cache_file("images", [style, digest])
-            data.features = self._load_or_compute(file, lambda: self._run_trunk(self.model.image_features, data.images))
-        digest = hashlib.sha256("\n".join(texts).encode()).hexdigest()
-        file = self._cache_file("texts", digest)
-        return self._load_or_compute(file, lambda: self._run_trunk(self.model.text_features, texts))
-
-    @staticmethod
-    def _load_or_compute(file: Path, compute) -> Tensor:
-        if file.is_file():
-            return torch.load(file, map_location="cpu", weights_only=True)
-        value = compute()
-        file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = file.with_suffix(f".tmp{os.getpid()}")
-        torch.save(value, tmp)
-        tmp.replace(file)
-        return value
 
     # ---------------------------------------------------------------- embedding
     def _images_in(self, style: StyleData, rows: list[int]) -> Tensor:

@@ -110,13 +110,12 @@ def test_held_out_captions_never_enter_training(tmp_path, emoji_root):
 
 def test_feature_caches_are_keyed_by_their_own_tower(tmp_path):
     """Changing a text setting re-runs only the text trunk (and an image setting only the image trunk)."""
+    from contrasuite.domains.image_text.features import cache_file
     from contrasuite.domains.image_text.models import ModelConfig
-    from contrasuite.domains.image_text.task import ImageTextConfig, ImageTextTask
 
     def files(**model):
-        task = ImageTextTask()
-        task.cfg = ImageTextConfig(model=ModelConfig(**model), cache_dir=str(tmp_path))
-        return task._cache_file("images", ["twitter", "d"]), task._cache_file("texts", "d")
+        settings = ModelConfig(**model)
+        return cache_file(settings, str(tmp_path), "images", ["twitter", "d"]), cache_file(settings, str(tmp_path), "texts", "d")
 
     images, texts = files()
     seg_images, seg_texts = files(text_segments=4)
