@@ -2,6 +2,8 @@
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -38,12 +40,21 @@ def test_missing_data_is_a_skip_not_a_failure(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_every_full_scale_config_starts(tmp_path, capsys):
-    """The CI sweep: no shipped full-scale config fails to build, step or validate on the data here."""
-    out = tmp_path / "smoke.json"
-    code = main(["--json", str(out), "--threads", "1"])
-    rows = json.loads(out.read_text())
+def test_every_full_scale_config_starts(tmp_path):
+    """The CI sweep: no shipped full-scale config fails to build, step or validate on the data here.
+
+    ``contrasuite smoke`` runs in two processes of one thread at once (half the configs each, one
+    per core), as two users would run it; together they cover every full-scale config."""
+    configs = [str(p) for p in full_scale_configs()]
+    halves = [configs[0::2], configs[1::2]]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen([sys.executable, "-m", "contrasuite.pipelines.cli", "smoke", *half, "--json",
+                               str(tmp_path / f"smoke{i}.json"), "--threads", "1"], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for i, half in enumerate(halves)]
+    outputs = [p.communicate(timeout=1800)[0] for p in procs]
+    rows = [r for i in range(2) for r in json.loads((tmp_path / f"smoke{i}.json").read_text())]
     failed = [f"{r['config']}: {r['note']}" for r in rows if r["state"] == "FAIL"]
-    assert code == 0 and not failed, failed
-    assert len(rows) == len(full_scale_configs())
+    assert all(p.returncode == 0 for p in procs) and not failed, (failed, [o[-2000:] for o in outputs])
+    assert len(rows) == len(configs)
     assert all(r["params"] > 0 and r["estimate_bytes"] > 0 for r in rows if r["state"] == "ok")

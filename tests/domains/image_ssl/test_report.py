@@ -40,7 +40,7 @@ def test_report_only_builds_a_partial_table_from_cache(tmp_path, monkeypatch):
     page = out.read_text()
     assert "| infonce | `reduced_infonce.yaml` | 2/3 | 41.00 ± 1.41 | 46.00 ± 1.41 | 100 | 90 |" in page
     assert "**Incomplete**" in page and "Reduced protocol" in page and "CIFAR-10 (JPEG copy)" in page
-    assert "contrasuite compare image_ssl --report-only" in page
+    assert "contrasuite compare image_ssl --results-dir" in page and "--report-only" not in page  # the training command
 
 
 def test_cached_run_is_reused_only_while_its_config_is_unchanged(tmp_path, monkeypatch):
