@@ -9,7 +9,6 @@ reduced CPU configs use because a few epochs of a small encoder cannot absorb 8%
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 
 import kornia.augmentation as K
@@ -30,12 +29,6 @@ class AugmentConfig:
     """Brightness, contrast, saturation, hue."""
     jitter_p: float = 0.8
     grayscale_p: float = 0.2
-
-
-def batch_seed(seed: int, *keys: int) -> int:
-    """A 63-bit seed from ``(seed, epoch, batch, ...)``: independent of any RNG state, so resume is exact."""
-    digest = hashlib.sha256(",".join(str(k) for k in (seed, *keys)).encode()).digest()
-    return int.from_bytes(digest[:8], "little") >> 1
 
 
 class Normalize(nn.Module):

@@ -36,12 +36,14 @@ from contrasuite.core.metrics.probe import extract_features, knn_accuracy, linea
 from contrasuite.core.negatives.gather import distributed_objective
 from contrasuite.core.objectives import ObjectiveSum
 from contrasuite.domains.config_fields import bounded, one_of
-from contrasuite.domains.image_ssl.augment import AugmentConfig, Normalize, TwoViewAugment, batch_seed
+from contrasuite.domains.image_ssl.augment import AugmentConfig, Normalize, TwoViewAugment
 from contrasuite.domains.image_ssl.data import CLASSES, folder_classes, load_cifar10, load_image_folder
 from contrasuite.domains.image_ssl.encoders import ENCODERS, SSLModel, build_encoder
 from contrasuite.domains.image_ssl.negatives import QueueNegatives, build_negative_source
 from contrasuite.domains.task import ObjectiveConfig as BaseObjectiveConfig
-from contrasuite.domains.task import SmokeSettings, StepContext, TaskContext, average_gradients_over_ranks, batch_shard
+from contrasuite.domains.task import (
+    SmokeSettings, StepContext, TaskContext, average_gradients_over_ranks, batch_shard, derived_seed, seeded_generator,
+)
 
 
 @dataclass
@@ -165,13 +167,13 @@ class _EpochBatches:
         return self.n // self.global_batch
 
     def __iter__(self) -> Iterator[SSLBatch]:
-        gen = torch.Generator().manual_seed(batch_seed(self.seed, self.epoch))
+        gen = seeded_generator(self.seed, self.epoch)
         order = torch.randperm(self.n, generator=gen)
         part = batch_shard(self.global_batch, self.rank, self.world)
         for b in range(len(self)):
             start = b * self.global_batch
             # (the trailing 0 was the rank: one process keeps the views it always had)
-            yield SSLBatch(order[start : start + self.global_batch], batch_seed(self.seed, self.epoch, b, 0), part)
+            yield SSLBatch(order[start : start + self.global_batch], derived_seed(self.seed, self.epoch, b, 0), part)
 
 
 def balanced_subset(labels: np.ndarray, size: int, seed: int, what: str) -> np.ndarray:

@@ -50,7 +50,7 @@ from contrasuite.domains.super_resolution.losses import contrastive_layout, dual
 from contrasuite.domains.super_resolution.metrics import psnr_y, ssim_y
 from contrasuite.domains.super_resolution.networks import EDSR, WaveletDiscriminator
 from contrasuite.domains.task import (
-    ObjectiveConfig, SmokeSettings, StepContext, TaskContext, batch_shard, objective_field,
+    ObjectiveConfig, SmokeSettings, StepContext, TaskContext, batch_shard, objective_field, seeded_generator,
 )
 
 
@@ -244,7 +244,7 @@ class SuperResolutionTask:
     def variants(self, lr: Tensor, hr: Tensor, step: int) -> tuple[Tensor, Tensor]:
         """``(positives [P, B, ...] with HR first, negatives [K, B, ...])``, no gradient; drawn from
         ``(seed, step)`` for the whole global batch, this rank's images kept (as in one process)."""
-        gen = torch.Generator().manual_seed(self.ctx.seed * 1_000_003 + step)
+        gen = seeded_generator(self.ctx.seed, "variants", step)
         part = batch_shard(self.cfg.data.batch_size, self.ctx.rank, self.ctx.world_size)
         draws = frequency.Draws(gen, self.cfg.data.batch_size, part)
         with torch.no_grad():

@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from contrasuite.domains.image_ssl.augment import AugmentConfig, Normalize, TwoViewAugment, batch_seed
+from contrasuite.domains.image_ssl.augment import AugmentConfig, Normalize, TwoViewAugment
+from contrasuite.domains.task import derived_seed as batch_seed
 from contrasuite.domains.image_ssl.encoders import ProjectionHead, SSLModel, build_encoder
 
 
