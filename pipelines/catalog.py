@@ -15,6 +15,7 @@ read with ``ast``, so listing them imports none of their heavy dependencies.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
 import inspect
 import pkgutil
@@ -66,8 +67,11 @@ def domain_folders() -> dict[str, tuple[str, Path]]:
     return out
 
 
-def _front_modules() -> list[tuple[str, str, ast.Module]]:
-    """``(domain, module name, parsed source)`` of every module with a ``main`` in every domain folder."""
+@functools.cache
+def _front_modules() -> tuple[tuple[str, str, ast.Module], ...]:
+    """``(domain, module name, parsed source)`` of every module with a ``main`` in every domain folder.
+
+    Read once per process: a CLI call asks for the commands, the reports and the benches."""
     out = []
     for domain, (package, folder) in domain_folders().items():
         for info in sorted(pkgutil.iter_modules([str(folder)]), key=lambda i: i.name):
@@ -75,7 +79,7 @@ def _front_modules() -> list[tuple[str, str, ast.Module]]:
             text = path.read_text() if path.is_file() else ""
             if "\ndef main(" in text:  # only modules with a main(argv) can be entries; skip parsing the rest
                 out.append((domain, f"{package}.{info.name}", ast.parse(text)))
-    return out
+    return tuple(out)
 
 
 def reports() -> dict[str, Entry]:

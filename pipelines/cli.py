@@ -153,8 +153,7 @@ def _run(args: argparse.Namespace) -> int:
         elif args.command == "compare":
             return _dispatch("compare", reports(), args.name, args.args)
         else:
-            commands = domain_commands()
-            return int(importlib.import_module(commands[args.command].module).main(args.args) or 0)
+            return _dispatch(args.command, domain_commands(), args.command, args.args)
     except (ConfigError, CheckpointError, FileNotFoundError, DataError, RunLockedError, SetupError) as err:
         print(f"contrasuite {args.command}: {one_line(err)}", file=sys.stderr)
         return EXIT_BAD_INPUT
