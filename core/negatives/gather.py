@@ -13,12 +13,12 @@ the ranks of a process group and applies the objective's declared
   quantile over all anchors); anchors and candidates are gathered with gradient and the objective
   runs on the global batch, so its statistics are exactly the single-process ones.
 
-The two efficient paths call ``objective.per_anchor_fp32`` when the objective keeps the base class's
-``forward``. The ring also accepts an overriding ``forward`` when the objective's ``loss_of_pairs``
-returns (sum of pair terms) / max(anchors with a positive, 1), as SigLIP's does. Neither builds an
+The two efficient paths call ``objective.per_anchor_fp32`` when the objective declares
+``per_anchor_mean`` (its loss is the base class's mean of per-anchor terms). The ring also accepts an
+objective that does not when its ``loss_of_pairs`` returns (sum of pair terms) / max(anchors with a positive, 1), as SigLIP's does. Neither builds an
 ``N x M`` mask (labels and diagonals stay labels), so a tiled objective (:mod:`contrasuite.core.tiling`)
-stays tiled: local rows against gathered columns, or each ring block. Any other overriding ``forward``
-(CLIP's symmetric loss) runs the global-batch path, which is exact for any objective at W times the compute.
+stays tiled: local rows against gathered columns, or each ring block. Any other objective (CLIP's
+symmetric loss) runs the global-batch path, which is exact for any objective at W times the compute.
 
 Gradient convention (same as open_clip and DDP): the loss returned on every rank is scaled so that
 **the mean over ranks equals the single-process loss**, and the gather's backward hands each rank the
@@ -188,10 +188,6 @@ def _local_positives(
     return Pairs.of_labels(labels, cand_labels, self_offset)
 
 
-def _uses_base_forward(objective: ContrastiveObjective) -> bool:
-    return type(objective).forward is ContrastiveObjective.forward
-
-
 def distributed_objective(
     objective: ContrastiveObjective,
     anchors: Tensor,
@@ -239,15 +235,15 @@ def distributed_objective(
             raise ValueError(f"{name} must be [n, M] = [{anchors.shape[0]}, {m_total}] (local rows, all ranks' columns)")
 
     behaviour = Distributed(objective.distributed)
-    base_forward = _uses_base_forward(objective)
-    ring = behaviour is Distributed.PAIRWISE_RING and (base_forward or not self_compare)
-    if behaviour is Distributed.GLOBAL_STATISTICS or not (base_forward or ring):
+    per_anchor_mean = objective.per_anchor_mean
+    ring = behaviour is Distributed.PAIRWISE_RING and (per_anchor_mean or not self_compare)
+    if behaviour is Distributed.GLOBAL_STATISTICS or not (per_anchor_mean or ring):
         return _global_batch(
             objective, anchors, candidates, labels, candidate_labels, pos_mask, neg_weight, row_sizes, col_sizes, rank, size, group
         )
     args = (objective, anchors, local_cands, labels, local_cand_labels, pos_mask, neg_weight, self_compare)
     if ring:
-        kept, keep = _ring_sum(*args, col_sizes, rank, size, group, base_forward)
+        kept, keep = _ring_sum(*args, col_sizes, rank, size, group, per_anchor_mean)
     else:
         per, keep = _gathered_per_anchor(*args, col_sizes, rank, group)
         kept = torch.where(keep, per, torch.zeros_like(per)).sum()
@@ -292,14 +288,14 @@ def _ring_sum(
     rank: int,
     size: int,
     group: Any,
-    base_forward: bool,
+    per_anchor_mean: bool,
 ) -> tuple[Tensor, Tensor]:
     """Pair terms of the local anchors summed over candidate blocks passed round the ring.
 
-    At step ``k`` rank ``r`` holds the block of rank ``r - k``. With the base ``forward``,
-    ``objective.per_anchor`` must be a sum over candidate columns. An objective that overrides
-    ``forward`` (SigLIP) must have a ``loss_of_pairs`` returning ``(sum of pair terms) / max(number of
-    anchors with a positive, 1)``, from which the block's sum is recovered. Returns ``(sum of the local anchors' losses,
+    At step ``k`` rank ``r`` holds the block of rank ``r - k``. With ``per_anchor_mean``,
+    ``objective.per_anchor`` must be a sum over candidate columns. An objective without it (SigLIP)
+    must have a ``loss_of_pairs`` returning ``(sum of pair terms) / max(number of anchors with a
+    positive, 1)``, from which the block's sum is recovered. Returns ``(sum of the local anchors' losses,
     local anchors with a positive in any block)``.
     """
     n, device = anchors.shape[0], anchors.device
@@ -318,13 +314,13 @@ def _ring_sum(
         own = self_compare and origin == rank
         pairs = _local_positives(n, cols.start, col_sizes[origin], offsets[rank], labels, block_labels, pos_mask, own, device)
         weight = None if neg_weight is None else neg_weight[:, cols]
-        if base_forward:
+        if per_anchor_mean:
             part = objective.per_anchor_fp32(anchors, block, pairs, weight)
         else:
             part = objective.loss_of_pairs(anchors, block, pairs, weight) * pairs.has_pos.sum().clamp_min(1)
         total = part if total is None else total + part
         pos_any |= pairs.has_pos
-    if base_forward:
+    if per_anchor_mean:
         total = torch.where(pos_any, total, torch.zeros_like(total)).sum()
     return total, pos_any
 

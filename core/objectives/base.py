@@ -17,7 +17,7 @@ same call.
 from __future__ import annotations
 
 import enum
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -45,6 +45,17 @@ class ContrastiveObjective(nn.Module):
     """The objective pairs anchor ``i`` with candidate ``i``; a two-view ``labels`` batch is split (module docstring)."""
     takes_prior: ClassVar[bool] = False
     """``forward`` takes ``prior=`` (a similarity prior ``[N, M]``, Soft-InfoNCE); :class:`ObjectiveSum` passes it."""
+    chooses_similarity: ClassVar[bool] = False
+    """The constructor takes ``similarity`` (``"cosine"`` or ``"dot"``), e.g. InfoNCE; a domain can set it."""
+    per_anchor_mean: ClassVar[bool] = True
+    """The loss is this class's ``forward``: the mean of :meth:`per_anchor` over the anchors with a positive,
+    so a rank can sum its anchors' terms (core.negatives.gather). A class that overrides ``forward``
+    must declare it, ``False`` unless its ``forward`` only routes inputs to this one."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "forward" in cls.__dict__ and "per_anchor_mean" not in cls.__dict__:
+            raise TypeError(f"{cls.__name__} overrides forward: declare per_anchor_mean (see ContrastiveObjective)")
 
     def two_view_labels(self, anchors: Tensor, candidates: Tensor | None, labels: Tensor | None,
                         rest: tuple[object, ...]) -> Tensor | None:

@@ -84,6 +84,7 @@ class CLIPLoss(ContrastiveObjective):
     distributed = Distributed.GATHER_CANDIDATES
 
     paired_views: ClassVar[bool] = True
+    per_anchor_mean: ClassVar[bool] = False  # the mean of both directions
 
     def __init__(self, init_logit_scale: float = math.log(1 / 0.07), learnable: bool = True, tile_size: int | None = None) -> None:
         super().__init__()

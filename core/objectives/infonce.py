@@ -15,7 +15,7 @@ the negative. Everything is computed in log space with masked, max-shifted ``log
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Callable
+from typing import Callable, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -200,6 +200,8 @@ class InfoNCE(ContrastiveObjective):
         tile_size: compute the loss in ``tile_size x tile_size`` blocks (:func:`tiled_weighted_infonce`);
             ``None`` (default): the dense ``N x M`` logits.
     """
+
+    chooses_similarity: ClassVar[bool] = True
 
     def __init__(
         self,

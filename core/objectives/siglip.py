@@ -73,6 +73,7 @@ class SigLIP(ContrastiveObjective):
     distributed = Distributed.PAIRWISE_RING
 
     paired_views: ClassVar[bool] = True
+    per_anchor_mean: ClassVar[bool] = False  # a sum over pairs; the ring uses loss_of_pairs
 
     def __init__(
         self,

@@ -110,6 +110,8 @@ class SoftInfoNCE(ContrastiveObjective):
 
     distributed: ClassVar[Distributed] = Distributed.GATHER_CANDIDATES
     takes_prior: ClassVar[bool] = True
+    chooses_similarity: ClassVar[bool] = True
+    per_anchor_mean: ClassVar[bool] = False  # its terms need the prior, which the rank-split paths do not pass
 
     def __init__(
         self,

@@ -24,7 +24,6 @@ option (DCL, DHEL, WEINCE, ...) compare by cosine, i.e. renormalise, under eithe
 
 from __future__ import annotations
 
-import inspect
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
@@ -48,7 +47,7 @@ def objective_terms(terms: Sequence[Mapping[str, Any]], patch_norm: str = "offic
         return out
     for i, term in enumerate(out):
         cls = OBJECTIVES.get(term.get("name"))
-        if cls is None or "similarity" not in inspect.signature(cls).parameters:
+        if cls is None or not cls.chooses_similarity:
             continue
         if term.setdefault("similarity", "dot") != "dot":
             raise ValueError(f"config.objective.terms.{i}.similarity={term['similarity']!r} renormalises the patches, "

@@ -2,11 +2,14 @@
 ``objective(z, labels=labels)`` (the objectives defined on pairs split it into the two views and average
 both directions), paired rows, extra negative columns, ``pos_mask`` and ``neg_weight``."""
 
+import inspect
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 from contrasuite.core.objectives import OBJECTIVES
+from contrasuite.core.objectives.base import ContrastiveObjective
 from contrasuite.core.pairs import two_view
 
 
@@ -70,3 +73,20 @@ def test_every_objective_takes_every_form_of_the_contract(name):
     loss = call_or_refusal("neg_weight", a, b, neg_weight=torch.rand(5, 8) + 0.5)
     if loss is not None:
         _finite_with_gradient(loss, a, b)
+
+
+@pytest.mark.parametrize("name", sorted(OBJECTIVES))
+def test_declarations_match_what_the_objective_does(name):
+    """Routing reads class declarations, never signatures: they must say what the class does."""
+    cls = OBJECTIVES[name]
+    assert cls.chooses_similarity == ("similarity" in inspect.signature(cls).parameters)
+    assert cls.takes_prior == ("prior" in inspect.signature(cls.forward).parameters)
+    if cls.per_anchor_mean:
+        assert cls.forward is ContrastiveObjective.forward
+
+
+def test_overriding_forward_without_declaring_how_it_reduces_is_refused():
+    with pytest.raises(TypeError, match="Mine overrides forward: declare per_anchor_mean"):
+        class Mine(ContrastiveObjective):
+            def forward(self, anchors, candidates=None, **kwargs):
+                return anchors.sum()
