@@ -197,23 +197,28 @@ def distributed_objective(
     candidate_labels: Tensor | None = None,
     pos_mask: Tensor | None = None,
     neg_weight: Tensor | None = None,
+    prior: Tensor | None = None,
     group: Any = None,
 ) -> Tensor:
     """Run ``objective`` on a batch split over ranks, following its declared ``distributed`` behaviour.
 
     Args are the local slices of the core contract: ``anchors [n, D]``, ``candidates [m, D]`` (or
     ``None`` to compare anchors with each other, self-pairs excluded), local ``labels [n]`` and
-    ``candidate_labels [m]``. ``pos_mask`` and ``neg_weight``, when given, are the local anchors' rows
-    against **all** ranks' candidates, ``[n, sum of m over ranks]`` in rank order. Without labels or
-    ``pos_mask``, local anchor ``i`` is paired with local candidate ``i``.
+    ``candidate_labels [m]``. ``pos_mask``, ``neg_weight`` and ``prior`` (a similarity prior, for an
+    objective that declares ``takes_prior``), when given, are the local anchors' rows against **all**
+    ranks' candidates, ``[n, sum of m over ranks]`` in rank order. Without labels or ``pos_mask``, local
+    anchor ``i`` is paired with local candidate ``i``. A term that declares no ``distributed`` behaviour
+    (another library's loss) and any call with a ``prior`` run on the gathered global batch.
 
     Returns the loss whose mean over ranks is the single-process loss on the concatenated batch; see
     the module docstring for the gradient convention. With one process this is ``objective(...)``.
     """
     rank, size = world(group)
+    routed = {} if prior is None else {"prior": prior}
     if size == 1:
         return objective(
-            anchors, candidates, labels=labels, candidate_labels=candidate_labels, pos_mask=pos_mask, neg_weight=neg_weight
+            anchors, candidates, labels=labels, candidate_labels=candidate_labels, pos_mask=pos_mask, neg_weight=neg_weight,
+            **routed,
         )
     if candidates is None and labels is None and pos_mask is None:
         raise ValueError("candidates=None compares anchors with each other: give labels or pos_mask")
@@ -230,16 +235,17 @@ def distributed_objective(
     row_sizes = gather_sizes(anchors.shape[0], device, group)
     col_sizes = row_sizes if self_compare else gather_sizes(local_cands.shape[0], device, group)
     m_total = sum(col_sizes)
-    for name, value in (("pos_mask", pos_mask), ("neg_weight", neg_weight)):
+    for name, value in (("pos_mask", pos_mask), ("neg_weight", neg_weight), ("prior", prior)):
         if value is not None and value.shape != (anchors.shape[0], m_total):
             raise ValueError(f"{name} must be [n, M] = [{anchors.shape[0]}, {m_total}] (local rows, all ranks' columns)")
 
-    behaviour = Distributed(objective.distributed)
-    per_anchor_mean = objective.per_anchor_mean
+    behaviour = Distributed(getattr(objective, "distributed", Distributed.GLOBAL_STATISTICS))
+    per_anchor_mean = getattr(objective, "per_anchor_mean", False)
     ring = behaviour is Distributed.PAIRWISE_RING and (per_anchor_mean or not self_compare)
-    if behaviour is Distributed.GLOBAL_STATISTICS or not (per_anchor_mean or ring):
+    if behaviour is Distributed.GLOBAL_STATISTICS or prior is not None or not (per_anchor_mean or ring):
         return _global_batch(
-            objective, anchors, candidates, labels, candidate_labels, pos_mask, neg_weight, row_sizes, col_sizes, rank, size, group
+            objective, anchors, candidates, labels, candidate_labels, pos_mask, neg_weight, prior, row_sizes, col_sizes, rank,
+            size, group,
         )
     args = (objective, anchors, local_cands, labels, local_cand_labels, pos_mask, neg_weight, self_compare)
     if ring:
@@ -333,6 +339,7 @@ def _global_batch(
     candidate_labels: Tensor | None,
     pos_mask: Tensor | None,
     neg_weight: Tensor | None,
+    prior: Tensor | None,
     row_sizes: list[int],
     col_sizes: list[int],
     rank: int,
@@ -353,4 +360,6 @@ def _global_batch(
         kwargs["pos_mask"] = _block_diagonal(row_sizes, col_sizes, anchors.device)
     if neg_weight is not None:
         kwargs["neg_weight"] = all_gather_with_grad(neg_weight, group, row_sizes)
+    if prior is not None:
+        kwargs["prior"] = gather_labels(prior, group, row_sizes)
     return objective(all_anchors, all_cands, **kwargs)

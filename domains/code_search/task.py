@@ -23,6 +23,7 @@ from typing import Any, Iterator, Mapping
 import torch
 from torch import Tensor
 
+from contrasuite.core.negatives.gather import distributed_objective
 from contrasuite.core.objectives import ObjectiveSum
 from contrasuite.domains.archives import cache_root
 from contrasuite.domains.code_search.data import COSQA_CORPUS, COSQA_FOLDER, COSQA_QUERIES, PairSet, load_cosqa, load_split
@@ -172,16 +173,11 @@ class CodeSearchTask:
         return {k: v.to(dev) for k, v in q.items()}, {k: v.to(dev) for k, v in c.items()}
 
     def loss(self, queries: Tensor, codes: Tensor, batch: Tensor) -> Tensor:
-        """The configured terms for local ``queries [n, D]`` against the gathered ``codes`` of the global ``batch``."""
+        """The configured terms for local ``queries [n, D]`` against every rank's ``codes`` of the global
+        ``batch`` (query ``i`` pairs with code ``i``), each term by its declared distributed behaviour."""
         local = self._local(batch)
-        candidates = self.ctx.gather(codes)
-        n, m = queries.shape[0], candidates.shape[0]
-        offset = self.ctx.rank * self.local_batch
-        pos = torch.zeros(n, m, dtype=torch.bool, device=queries.device)
-        rows = torch.arange(n, device=queries.device)
-        pos[rows, offset + rows] = True
         prior = None if self.prior is None else self.prior(local, batch).to(queries.device)
-        self.last_terms: dict[str, Tensor] = self.objective.parts(queries, candidates, pos_mask=pos, prior=prior)
+        self.last_terms: dict[str, Tensor] = self.objective.parts(queries, codes, prior=prior, via=distributed_objective)
         """This step's weighted objective terms, so a non-finite loss names its term."""
         return sum(self.last_terms.values())
 

@@ -11,7 +11,8 @@ passed to the core builder as ``extra`` names, and are declared on the task clas
 * ``pml_multi_similarity``: ``losses.MultiSimilarityLoss(alpha, beta, base)`` fed by
   ``miners.MultiSimilarityMiner(epsilon)`` (as the paper mines; PML keeps mining outside the loss).
 
-Every term is called as ``term(embeddings, labels=labels)`` in fp32 with autocast off.
+Every term is called as ``term(embeddings, labels=labels)``, the core contract's labels form, and
+computes in fp32 with autocast off (core objectives by the numerics policy, ``PMLTerm`` itself).
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ PML_TERMS: dict[str, type[nn.Module]] = {"pml_circle": PMLCircle, "pml_multi_sim
 
 
 class MetricObjective(ObjectiveSum):
-    """Weighted sum of terms (core names plus ``PML_TERMS``) on ``(embeddings, labels)``, fp32, autocast off."""
+    """Weighted sum of terms (core names plus ``PML_TERMS``), called as ``objective(embeddings, labels=labels)``."""
 
     def __init__(self, terms: Sequence[Mapping[str, Any]]) -> None:
         super().__init__(terms, extra=PML_TERMS)
@@ -83,11 +84,3 @@ class MetricObjective(ObjectiveSum):
     def hyperbolic(self) -> HyperbolicPairwiseCE | None:
         """The hyperbolic term, if any: retrieval then ranks by distance on its ball."""
         return next((t for t in self.terms if isinstance(t, HyperbolicPairwiseCE) and t.c > 0), None)
-
-    def parts(self, embeddings: Tensor, labels: Tensor) -> dict[str, Tensor]:  # type: ignore[override]
-        """Each weighted term on ``(embeddings, labels)``, in fp32 with autocast off."""
-        with full_precision(embeddings):
-            return ObjectiveSum.parts(self, embeddings.float(), labels=labels)
-
-    def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
-        return sum(self.parts(embeddings, labels).values())

@@ -20,6 +20,7 @@ from typing import Any, Iterator, Mapping
 import torch
 from torch import Tensor, nn
 
+from contrasuite.core.negatives.gather import distributed_objective
 from contrasuite.domains.archives import cache_root
 from contrasuite.domains.config_fields import bounded, one_of
 from contrasuite.domains.efficientnet_lite0 import FEATURE_DIM, NETWORK
@@ -248,9 +249,7 @@ class MetricLearningTask:
         self.train_model.train()
         with step.autocast():
             emb = self.model.from_stem(inputs) if self.cache else self.train_model(inputs)
-        if self.ctx.world_size > 1:
-            emb, labels = self.ctx.gather(emb), self.ctx.gather(labels)
-        terms = self.objective.parts(emb, labels)
+        terms = self.objective.parts(emb, labels=labels, via=distributed_objective)  # each term as it declares, across ranks
         loss = sum(terms.values())
         step.optimize("model", loss, terms=terms)
         return {"loss": float(loss.detach())}

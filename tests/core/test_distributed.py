@@ -132,12 +132,26 @@ def rel_err(got: Tensor, want: Tensor) -> float:
     return float((got - want).abs().max() / (want.abs().max() + 1e-12))
 
 
-def compare(factory, layout: str, rank: int, world: int) -> dict:
+class ForeignCentred(nn.Module):
+    """Another library's loss: no ``distributed`` declaration, and a statistic of the whole batch."""
+
+    def forward(self, anchors: Tensor, candidates: Tensor | None = None, *, labels: Tensor | None = None, **_: object) -> Tensor:
+        centred = anchors - anchors.mean(0)
+        return (centred.pow(2).sum(1) * (1 + labels.double())).mean()
+
+
+def compare(factory, layout: str, rank: int, world: int, with_prior: bool = False) -> dict:
+    """``with_prior``: a similarity prior ``[N, M]`` (Soft-InfoNCE's), local rows against all columns."""
     g = global_inputs(layout, world)
     rows, cols = g["rows"], g["cols"]
     kw = {} if g["labels"] is None else {"labels": g["labels"]}
     if g["pos_mask"] is not None:
         kw["pos_mask"] = g["pos_mask"]
+    r0, c0 = sum(rows[:rank]), sum(cols[:rank])
+    local_kw = {} if g["labels"] is None else {"labels": g["labels"][r0 : r0 + rows[rank]]}
+    if with_prior:
+        kw["prior"] = torch.rand(sum(rows), sum(cols), generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+        local_kw["prior"] = kw["prior"][r0 : r0 + rows[rank]]
     torch.manual_seed(0)
     ref_obj = factory().double()
     A = g["anchors"].clone().requires_grad_()
@@ -150,10 +164,8 @@ def compare(factory, layout: str, rank: int, world: int) -> dict:
 
     torch.manual_seed(0)
     obj = factory().double()
-    r0, c0 = sum(rows[:rank]), sum(cols[:rank])
     a = g["anchors"][r0 : r0 + rows[rank]].clone().requires_grad_()
     c = None if C is None else g["candidates"][c0 : c0 + cols[rank]].clone().requires_grad_()
-    local_kw = {} if g["labels"] is None else {"labels": g["labels"][r0 : r0 + rows[rank]]}
     try:
         loss = distributed_objective(obj, a, c, **local_kw)
         loss.backward()
@@ -172,7 +184,8 @@ def compare(factory, layout: str, rank: int, world: int) -> dict:
         want = torch.zeros_like(p_ref) if p_ref.grad is None else p_ref.grad
         errors[f"grad_param:{name}"] = rel_err(grad / world, want)
     ok = all(e < 1e-6 for e in errors.values())
-    return {"status": "ok" if ok else "mismatch", "errors": errors, "behaviour": Distributed(obj.distributed).value}
+    behaviour = getattr(obj, "distributed", "undeclared")
+    return {"status": "ok" if ok else "mismatch", "errors": errors, "behaviour": str(behaviour)}
 
 
 LAYOUTS = ("paired", "paired_extra", "labels")
@@ -215,6 +228,8 @@ def run_group(rank: int, world: int, init_file: str, out_dir: str) -> None:
             for layout in LAYOUTS:
                 results[f"{name}/{layout}"] = compare(cls, layout, rank, world)
         results["control:quantile_as_gather/labels"] = compare(QuantileDeclaredAsGather, "labels", rank, world)
+        results["prior:soft_infonce/paired_extra"] = compare(OBJECTIVES["soft_infonce"], "paired_extra", rank, world, True)
+        results["foreign:centred/labels"] = compare(ForeignCentred, "labels", rank, world)
         results["queue:gathered_enqueue/keys"] = queue_enqueues_gathered_keys(rank, world)
         results["gather:uneven_sizes/grad"] = gather_backward_sums_over_ranks(rank, world)
     finally:
@@ -250,7 +265,8 @@ def test_split_batch_equals_single_process(world, tmp_path):
             continue
         reasons = {k: per_rank[0][k].get("reason") for k in per_rank[0] if k.startswith(name + "/")}
         assert name in passed, f"{name}: no input layout applies ({reasons}); list it in NOT_COMPARABLE with a reason"
-    assert {"local:ring_sigmoid", "local:global_quantile", "registry:infonce", "tiled:infonce", "tiled:siglip"} <= set(passed)
+    assert {"local:ring_sigmoid", "local:global_quantile", "registry:infonce", "tiled:infonce", "tiled:siglip",
+            "prior:soft_infonce", "foreign:centred"} <= set(passed)
 
 
 def test_not_comparable_entries_are_registered():

@@ -77,7 +77,7 @@ def test_pml_terms_registered_and_agree_with_core():
     emb = torch.randn(24, 8, generator=g, requires_grad=True)
     labels = torch.arange(12).repeat_interleave(2)
     for ours, ref in (("multi_similarity", "pml_multi_similarity"), ("circle", "pml_circle")):
-        a = MetricObjective([{"name": ours}])(emb, labels)
+        a = MetricObjective([{"name": ours}])(emb, labels=labels)
         b = ObjectiveSum([{"name": ref}], extra=PML_TERMS)(emb, labels=labels)
         assert a.item() == pytest.approx(b.item(), rel=1e-4), ours
         ga, = torch.autograd.grad(a, emb)
