@@ -1,7 +1,7 @@
 """How the compare reports run the project's own commands: ``contrasuite train`` and ``eval`` in a child
 process with a fixed number of torch threads, the command line, stdout and stderr appended to a log,
 and the run folder read from ``train``'s ``run folder:`` line. A failed command raises an error that
-names the command and the log."""
+names the command and the log. :func:`train_and_test` is the one way a report trains and tests a run."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import os
 import shlex
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 """The repository root: the children run there, so config paths relative to it work."""
@@ -94,3 +95,36 @@ def run_folder(stdout: str) -> Path:
         if line.startswith("run folder:"):
             return Path(line.removeprefix("run folder:").strip())
     raise RuntimeError("no 'run folder:' line in the output of contrasuite train")
+
+
+@dataclass(frozen=True)
+class TestedRun:
+    """A run trained by ``contrasuite train`` and tested by ``contrasuite eval``."""
+
+    run_dir: Path
+    test: dict[str, Any]
+    """``eval_test.json``: the checkpoint, its position (``epoch``, ``global_step``) and ``metrics``."""
+    command: str
+    """The training command line (``contrasuite train CONFIG OVERRIDES``)."""
+    train_seconds: float
+    eval_seconds: float
+    cpu_seconds: float
+    """User plus system CPU time of both children."""
+
+    def val(self) -> dict[str, Any]:
+        """``eval_val.json``: the validation history and the ``best`` score the checkpoint was chosen by."""
+        return json.loads((self.run_dir / "eval_val.json").read_text())
+
+
+def train_and_test(config: Path | str, overrides: Sequence[str], log: Path, env: Mapping[str, str], *,
+                   checkpoint: str | None = None, data_root: str | None = None) -> TestedRun:
+    """``contrasuite train CONFIG OVERRIDES``, then ``contrasuite eval RUN_DIR [--checkpoint C]`` (default:
+    the run's ``run.eval_checkpoint``), both in children with ``env``, logged to ``log``."""
+    args = ["train", str(config), *overrides, *data_root_args(data_root)]
+    started = time.time()
+    trained = run_cli(args, log, env)
+    run_dir = run_folder(trained.stdout)
+    train_seconds, started = time.time() - started, time.time()
+    tested = run_cli(["eval", str(run_dir), *(["--checkpoint", checkpoint] if checkpoint else [])], log, env)
+    return TestedRun(run_dir, json.loads((run_dir / "eval_test.json").read_text()), "contrasuite " + shlex.join(args),
+                     train_seconds, time.time() - started, trained.cpu_seconds + tested.cpu_seconds)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import statistics
 import sys
 import time
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from contrasuite.pipelines.api import (
-    ROOT, data_root_args, load_config, mean_std, run_cli, run_folder, thread_env, write_json,
+    ROOT, load_config, mean_std, thread_env, train_and_test, write_json,
 )
 
 CONFIG_DIR = ROOT / "configs" / "code_search"
@@ -110,16 +109,11 @@ def train_run(method: str, seed: int, args: argparse.Namespace, folder: Path, ex
     quick and a reduced run of the same method and seed keep separate logs)."""
     config = CONFIG_DIR / f"{METHODS[method][1]}.yaml"
     overrides = [f"run.seed={seed}", *_common(args), *extra]
-    train_args = ["train", str(config.relative_to(ROOT)), *overrides, *data_root_args(args.data_root)]
-    env, log = thread_env(args.threads), folder / "logs" / f"{method}_seed{seed}.log"
+    log = folder / "logs" / f"{method}_seed{seed}.log"
     log.unlink(missing_ok=True)
-    started = time.time()
-    run_dir = run_folder(run_cli(train_args, log, env).stdout)
-    run_cli(["eval", str(run_dir)], log, env)
-    test = json.loads((run_dir / "eval_test.json").read_text())["metrics"]
-    val = json.loads((run_dir / "eval_val.json").read_text())
-    return {"val": val, "test": test, "seconds": time.time() - started, "run_dir": str(run_dir),
-            "command": "contrasuite " + shlex.join(train_args)}
+    run = train_and_test(config.relative_to(ROOT), overrides, log, thread_env(args.threads), data_root=args.data_root)
+    return {"val": run.val(), "test": run.test["metrics"], "seconds": run.train_seconds + run.eval_seconds,
+            "run_dir": str(run.run_dir), "command": run.command}
 
 
 def _cached(path: Path, compute) -> dict[str, Any]:

@@ -4,8 +4,8 @@ Each (method, dataset) run trains ``configs/graph/reduced/<method>_<dataset>.yam
 config with ``--full``) through the engine, evaluates the validation-selected checkpoint on test and
 caches the result as JSON in ``--cache``, so an interrupted table is completed by running the same
 command again. ``--memory`` also records AdaMEOW's pairwise-weight memory and time per epoch on
-DBLP. The table goes to ``docs/results/graph.md`` next to the published HeCo figures and the
-official MEOW code's ACM run.
+DBLP (``contrasuite bench graph``, in a child process like the trainings). The table goes to
+``docs/results/graph.md`` next to the published HeCo figures and the official MEOW code's ACM run.
 
     contrasuite compare graph [--datasets acm dblp imdb] [--methods meow adameow infonce weince]
                               [--seeds 0 1] [--full] [--memory] [--table-only] [--cache DIR] [--out FILE]
@@ -18,17 +18,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import resource
 import statistics
-import time
 from pathlib import Path
 from typing import Any, Sequence
 
-import torch
 
-from contrasuite.pipelines.api import evaluate, load_config, train, write_json
+from contrasuite.pipelines.api import data_root_args, load_config, run_cli, thread_env, train_and_test, write_json
 
 ROOT = Path(__file__).resolve().parents[2]
 METHODS = ("meow", "adameow", "infonce", "weince")
@@ -70,72 +65,24 @@ def cache_file(cache: Path, method: str, dataset: str, full: bool, seed: int) ->
     return cache / f"{method}_{dataset}{'_full' if full else ''}{f'_seed{seed}' if seed else ''}.json"
 
 
-def run_one(method: str, dataset: str, full: bool, cache: Path, data_root: str | None, seed: int = 0) -> dict[str, Any]:
-    """Train, test and cache one cell; a cached cell is returned as is."""
+def run_one(method: str, dataset: str, full: bool, cache: Path, data_root: str | None, seed: int = 0,
+            extra: Sequence[str] = ()) -> dict[str, Any]:
+    """Train and test one cell in child processes (``extra``: more overrides) and cache it; a cached cell
+    is returned as is."""
     out = cache_file(cache, method, dataset, full, seed)
     if out.is_file():
         return json.loads(out.read_text())
     path = config_path(method, dataset, full)
-    loaded = load_config(path, [f"run.output_root={cache / 'runs'}", "run.progress=false", f"run.seed={seed}"],
+    overrides = [f"run.output_root={cache.resolve() / 'runs'}", "run.progress=false", f"run.seed={seed}", *extra]
+    run = train_and_test(path, overrides, cache / "logs" / f"{out.stem}.log", thread_env(1), checkpoint="best",
                          data_root=data_root)
-    started = time.time()
-    run_dir = train(loaded)
-    train_s = time.time() - started
-    result = evaluate(run_dir, "best")
+    epochs = load_config(path, overrides, data_root=data_root).run.epochs
     record = {
-        "method": method, "dataset": dataset, "seed": seed, "config": str(path.relative_to(ROOT)), "run_dir": str(run_dir),
-        "epochs": loaded.run.epochs, "train_seconds": round(train_s, 1),
-        "seconds_per_epoch": round(train_s / max(loaded.run.epochs, 1), 2),
-        "best_epoch": result.get("epoch"), "metrics": result["metrics"],
-        "command": f"contrasuite train {path.relative_to(ROOT)} run.seed={seed} && contrasuite eval RUN_DIR",
-    }
-    write_json(record, out)
-    return record
-
-
-def adameow_memory(dataset: str, cache: Path, data_root: str | None, epochs: int = 3) -> dict[str, Any]:
-    """Bytes autograd keeps for AdaMEOW's pair weights (chunked vs the naive N x N x d form), peak
-    process memory and seconds per training epoch, on ``dataset``."""
-    out = cache / f"adameow_memory_{dataset}.json"
-    if out.is_file():
-        return json.loads(out.read_text())
-    from contrasuite.domains.graph.task import GraphTask
-    from contrasuite.domains.task import TaskContext
-
-    loaded = load_config(config_path("adameow", dataset, True), data_root=data_root)
-    task = GraphTask()
-    task.setup(TaskContext(loaded.config, torch.device("cpu"), "fp32", cache, Path(loaded.run.data_root), 0))
-    saved = [0]
-
-    def pack(t: torch.Tensor) -> torch.Tensor:
-        saved[0] += t.numel() * t.element_size()
-        return t
-
-    task.model.train()
-    coarse, fine = task.views(0)
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        weights = task.weigher(fine, coarse)
-    n, d = fine.shape
-    hidden = task.weigher.first.out_features
-    del weights, coarse, fine
-    times = []
-    for epoch in range(epochs):
-        started = time.time()
-        coarse, fine = task.views(epoch)
-        loss = sum(task.loss_terms(coarse, fine, epoch).values())
-        task.optimizer.zero_grad()
-        loss.backward()
-        task.optimizer.step()
-        times.append(time.time() - started)
-    record = {
-        "dataset": dataset, "nodes": n, "dim": d, "hidden": hidden,
-        "weights_saved_for_backward_MiB": round(saved[0] / 2**20, 1),
-        "naive_pair_input_MiB": round(n * n * d * 4 / 2**20, 1),
-        "naive_hidden_MiB": round(n * n * hidden * 4 / 2**20, 1),
-        "peak_rss_MiB": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        "seconds_per_epoch": round(sorted(times)[len(times) // 2], 2),
-        "threads": torch.get_num_threads(), "cpu": platform.processor() or platform.machine(),
-        "load_average_1min": round(os.getloadavg()[0], 1), "cpu_count": os.cpu_count(),
+        "method": method, "dataset": dataset, "seed": seed, "config": str(path.relative_to(ROOT)), "run_dir": str(run.run_dir),
+        "epochs": epochs, "train_seconds": round(run.train_seconds, 1),
+        "seconds_per_epoch": round(run.train_seconds / max(epochs, 1), 2),
+        "best_epoch": run.test.get("epoch"), "metrics": run.test["metrics"],
+        "command": f"contrasuite train {path.relative_to(ROOT)} {' '.join([f'run.seed={seed}', *extra])} && contrasuite eval RUN_DIR",
     }
     write_json(record, out)
     return record
@@ -271,11 +218,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             if runs:
                 records[(method, ds)] = runs
     memory_file = args.cache / "adameow_memory_dblp.json"
-    memory = None
-    if args.memory and not args.table_only:
-        memory = adameow_memory("dblp", args.cache, args.data_root)
-    elif memory_file.is_file():
-        memory = json.loads(memory_file.read_text())
+    if args.memory and not args.table_only and not memory_file.is_file():
+        run_cli(["bench", "graph", "--dataset", "dblp", "--json", str(memory_file.resolve()), *data_root_args(args.data_root)],
+                args.cache / "logs" / "bench_graph.log", thread_env(1))
+    memory = json.loads(memory_file.read_text()) if memory_file.is_file() else None
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(render(records, memory, args.full, shown))
     print(f"wrote {args.out}")

@@ -23,7 +23,6 @@ import os
 import shlex
 import statistics
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Sequence
@@ -31,8 +30,7 @@ from typing import Any, Sequence
 import torch
 
 from contrasuite.pipelines.api import (
-    ROOT, config_digest, current_result, data_root_args, load_config, mean_std, run_cli, run_folder, seed_all,
-    thread_env, write_json,
+    ROOT, config_digest, current_result, load_config, mean_std, seed_all, thread_env, train_and_test, write_json,
 )
 
 CONFIG_DIR = ROOT / "configs" / "image_ssl"
@@ -88,19 +86,15 @@ def run_one(name: str, seed: int, args: argparse.Namespace, cache: Path) -> dict
         return cached
     if result_path.is_file() and not args.rerun:
         print(f"{name} seed {seed}: the config changed since the cached run; running it again", flush=True)
-    train_args = ["train", str(config), *overrides, *data_root_args(args.data_root)]
-    env, log = thread_env(1), cache / "logs" / f"{name}_seed{seed}.log"
+    log = cache / "logs" / f"{name}_seed{seed}.log"
     log.unlink(missing_ok=True)
-    started = time.time()
-    train = run_cli(train_args, log, env)
-    run_dir = run_folder(train.stdout)
-    evaluation = run_cli(["eval", str(run_dir), "--checkpoint", "last"], log, env)
-    metrics = json.loads((run_dir / "eval_test.json").read_text())["metrics"]
+    run = train_and_test(config, overrides, log, thread_env(1), checkpoint="last", data_root=args.data_root)
+    metrics, run_dir = run.test["metrics"], run.run_dir
     result = {
         "config": name, "seed": seed, "quick": args.quick,
         "knn_acc": metrics["knn_acc"], "linear_acc": metrics.get("linear_acc"),
-        "wall_s": round(time.time() - started, 1), "cpu_s": round(train.cpu_seconds + evaluation.cpu_seconds, 1),
-        "run_dir": str(run_dir), "command": shlex.join(["contrasuite", *train_args]),
+        "wall_s": round(run.train_seconds + run.eval_seconds, 1), "cpu_s": round(run.cpu_seconds, 1),
+        "run_dir": str(run_dir), "command": run.command,
         "objective_state": objective_state_per_epoch(run_dir / "metrics.csv"), "config_sha256": digest,
     }
     write_json(result, result_path)

@@ -21,15 +21,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Sequence
 
 from contrasuite.domains.image_text.models import IMAGE_NETWORK
-from contrasuite.pipelines.api import ROOT, data_root_args, run_cli, run_folder, thread_env, write_json
+from contrasuite.pipelines.api import ROOT, data_root_args, thread_env, train_and_test, write_json
 
 CONFIG_DIR = ROOT / "configs" / "image_text"
 VARIANTS = (("pairs", "pairs only"), ("text_negatives", "+ text negatives"),
@@ -38,13 +36,6 @@ SEEDS = (0, 1, 2)
 QUICK = ("config.data.limit=60", "run.epochs=1", "config.batch_size=32")
 OUTPUT = ROOT / "docs" / "results" / "clip_hard_negatives.md"
 HEADLINE = ("i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10", "comp_text/mean", "comp_image/mean")
-
-
-def _train(config: str, overrides: Sequence[str], log: Path, env: dict[str, str]) -> tuple[Path, float, str]:
-    args = ["train", str(CONFIG_DIR / f"{config}.yaml"), *overrides]
-    start = time.time()
-    run_dir = run_folder(run_cli(args, log, env).stdout)
-    return run_dir, time.time() - start, shlex.join(["contrasuite", *args])
 
 
 def run_one(name: str, seed: int, args: argparse.Namespace, env: dict[str, str], align_dir: Path | None) -> dict:
@@ -60,10 +51,9 @@ def run_one(name: str, seed: int, args: argparse.Namespace, env: dict[str, str],
         overrides.append(f"config.init_from={align_dir}")
     overrides += [f"run.output_root={args.results_dir / 'runs'}", *data_root_args(args.data_root)]
     config = "reduced_align" if name == "align" else f"reduced_{name}"
-    run_dir, seconds, command = _train(config, overrides, args.results_dir / "log.txt", env)
-    run_cli(["eval", str(run_dir), "--checkpoint", "last"], args.results_dir / "log.txt", env)
-    metrics, val = (json.loads((run_dir / f"eval_{split}.json").read_text()) for split in ("test", "val"))
-    result = {"name": name, "seed": seed, "run_dir": str(run_dir), "seconds": seconds, "command": command,
+    run = train_and_test(CONFIG_DIR / f"{config}.yaml", overrides, args.results_dir / "log.txt", env, checkpoint="last")
+    metrics, val = run.test, run.val()
+    result = {"name": name, "seed": seed, "run_dir": str(run.run_dir), "seconds": run.train_seconds, "command": run.command,
               "metrics": metrics.get("metrics", metrics), "val_metrics": val.get("metrics", val),
               "image_network": IMAGE_NETWORK}
     write_json(result, cache)

@@ -19,8 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-import contrasuite.pipelines.api as api
-from contrasuite.pipelines.api import load_config, mean_std, write_json
+from contrasuite.pipelines.api import mean_std, thread_env, train_and_test, write_json
 
 LOSSES = ("circle", "multi_similarity", "hyperbolic", "supcon", "pml_circle", "pml_multi_similarity")
 # Untrained references: (config loss, overrides); evaluated like the trained runs, nothing trained.
@@ -52,17 +51,19 @@ PUBLISHED = {
 }
 
 
-def run_one(config: Path, seed: int, output_root: str, data_root: str | None, extra: Sequence[str]) -> dict[str, Any]:
-    """Train, test the best checkpoint, collect metrics and per-epoch seconds."""
-    overrides = [f"run.seed={seed}", f"run.output_root={output_root}", "run.resume=never", *extra]
-    loaded = load_config(config, overrides, data_root=data_root)
+def run_one(config: Path, seed: int, output_root: str, data_root: str | None, extra: Sequence[str],
+            threads: int = 1) -> dict[str, Any]:
+    """Train and test the best checkpoint in child processes (log: ``<output_root>/logs``), collect
+    metrics and per-epoch seconds."""
+    overrides = [f"run.seed={seed}", f"run.output_root={Path(output_root).resolve()}", "run.resume=never", *extra]
+    log = Path(output_root) / "logs" / f"{Path(config).stem}_seed{seed}.log"
     started = time.time()
-    run_dir = api.train(loaded)
-    test = api.evaluate(run_dir, "best")
+    run = train_and_test(Path(config).resolve(), overrides, log, thread_env(threads), checkpoint="best", data_root=data_root)
+    run_dir, test = run.run_dir, run.test
     seconds_file = run_dir / "epoch_seconds.jsonl"  # absent when nothing was trained
     lines = seconds_file.read_text().splitlines() if seconds_file.is_file() else []
     epoch_seconds = [json.loads(line)["seconds"] for line in lines if line.strip()]
-    val = json.loads((run_dir / "eval_val.json").read_text())
+    val = run.val()
     return {
         "config": str(config),
         "seed": seed,
@@ -163,6 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--results-dir", type=Path, default=Path("runs/metric_learning/compare"))
     parser.add_argument("--output-root", default="runs", help="run.output_root of the training runs")
     parser.add_argument("--data-root", default=None)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of each training run")
     parser.add_argument("--out", type=Path, default=Path("docs/results/metric_learning.md"))
     parser.add_argument("--set", dest="overrides", nargs="*", default=[], help="extra key=value overrides for every run")
     parser.add_argument("--table-only", action="store_true", help="only rewrite the page from stored runs")
@@ -176,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 config_loss, extra = BASELINES.get(loss, (loss, []))
                 config = args.config_dir / f"{args.prefix}{config_loss}.yaml"
                 print(f"== {loss} seed {seed}: {config} {' '.join(extra)}", file=sys.stderr)
-                result = run_one(config, seed, args.output_root, args.data_root, [*args.overrides, *extra])
+                result = run_one(config, seed, args.output_root, args.data_root, [*args.overrides, *extra], args.threads)
                 write_json(result, stored)
             if stored.is_file():
                 results.setdefault(loss, []).append(json.loads(stored.read_text()))

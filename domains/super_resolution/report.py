@@ -30,7 +30,6 @@ import os
 import shlex
 import statistics
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Sequence
@@ -38,7 +37,7 @@ from typing import Any, Sequence
 import torch
 
 from contrasuite.pipelines.api import (
-    ROOT, data_root_args, load_config, mean_std, run_cli, run_folder, thread_env, write_json,
+    ROOT, data_root_args, load_config, mean_std, run_cli, thread_env, train_and_test, write_json,
 )
 
 METHODS = {"l1": "EDSR-baseline, L1", "pcl": "EDSR-baseline, L1 + contrastive (PCL-SR)"}
@@ -102,18 +101,13 @@ def run_one(method: str, seed: int, args: argparse.Namespace, cache: Path, extra
     overrides = [f"run.seed={seed}", *extra, f"run.output_root={cache / 'runs'}", "run.progress=false"]
     if args.quick:
         overrides += QUICK_OVERRIDES
-    env, log = thread_env(1), cache / f"{method}_seed{seed}.log"
+    log = cache / f"{method}_seed{seed}.log"
     log.unlink(missing_ok=True)
-    started = time.time()
-    run_dir = run_folder(run_cli(["train", str(config), *overrides, *data_root_args(args.data_root)], log, env).stdout)
-    train_s = time.time() - started
-    started = time.time()
-    test = json.loads(run_cli(["eval", str(run_dir), "--checkpoint", "best"], log, env).stdout)
-    val = json.loads((run_dir / "eval_val.json").read_text())
+    run = train_and_test(config, overrides, log, thread_env(1), checkpoint="best", data_root=args.data_root)
     result = {
-        "method": method, "seed": seed, "run_dir": str(run_dir), "metrics": test["metrics"],
-        "best_val_psnr_y": val["best"], "best_step": test.get("global_step"), "train_seconds": round(train_s, 1),
-        "eval_seconds": round(time.time() - started, 1),
+        "method": method, "seed": seed, "run_dir": str(run.run_dir), "metrics": run.test["metrics"],
+        "best_val_psnr_y": run.val()["best"], "best_step": run.test.get("global_step"),
+        "train_seconds": round(run.train_seconds, 1), "eval_seconds": round(run.eval_seconds, 1),
         "command": shlex.join(["contrasuite", "train", str(config.relative_to(ROOT) if config.is_relative_to(ROOT) else config),
                                *overrides[: 1 + len(extra)]]),
     }

@@ -26,7 +26,7 @@ from typing import Any, Sequence
 
 from contrasuite.domains.translation.metrics import FEATURE_NETWORK
 from contrasuite.pipelines.api import (
-    config_digest, current_result, data_root_args, mean_std, run_cli, run_folder, thread_env, write_json,
+    config_digest, current_result, mean_std, run_cli, thread_env, train_and_test, write_json,
 )
 
 VARIANTS = ("cut", "fastcut", "gan")
@@ -58,11 +58,12 @@ def run_one(config: Path, seed: int, args: argparse.Namespace, extra: Sequence[s
     log.unlink(missing_ok=True)
     overrides = [f"run.seed={seed}", f"run.output_root={Path(args.output_root).resolve()}", "run.resume=never", *extra]
     started = time.time()
-    run_dir = run_folder(run_cli(["train", str(config.resolve()), *overrides, *data_root_args(args.data_root)], log, env).stdout)
+    run = train_and_test(config.resolve(), overrides, log, env, checkpoint="last", data_root=args.data_root)
+    run_dir = run.run_dir
     result: dict[str, Any] = {"config": str(config), "seed": seed, "overrides": list(extra), "run_dir": str(run_dir),
-                              "train_seconds": round(time.time() - started, 1)}
-    for which in ("last", "best"):  # best last, so the newest test grid is the best checkpoint's
-        result[f"test_{which}"] = json.loads(run_cli(["eval", str(run_dir), "--checkpoint", which], log, env).stdout)["metrics"]
+                              "train_seconds": round(run.train_seconds, 1), "test_last": run.test["metrics"]}
+    # the best checkpoint tested last, so the newest test grid is its
+    result["test_best"] = json.loads(run_cli(["eval", str(run_dir), "--checkpoint", "best"], log, env).stdout)["metrics"]
     grid = newest(run_dir / "samples", "test_step*.png")
     if grid is not None:
         assets.mkdir(parents=True, exist_ok=True)

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from contrasuite.pipelines.cli_runs import data_root_args, run_cli, run_folder, thread_env
+from contrasuite.pipelines.cli_runs import data_root_args, run_cli, run_folder, thread_env, train_and_test
 
 
 def test_train_then_eval_through_the_runner(toy_yaml, cli_env, tmp_path):
@@ -20,6 +20,17 @@ def test_train_then_eval_through_the_runner(toy_yaml, cli_env, tmp_path):
     text = log.read_text()
     assert f"$ contrasuite train {config}" in text and f"$ contrasuite eval {run_dir}" in text
     assert f"run folder: {run_dir}" in text
+
+
+def test_train_and_test_returns_the_tested_checkpoint_and_the_command(toy_yaml, cli_env, tmp_path):
+    config = toy_yaml(run={"max_steps": 2})
+    env = thread_env(1, {"PYTHONPATH": cli_env["PYTHONPATH"]})
+    run = train_and_test(config, ["run.seed=3"], tmp_path / "toy.log", env, checkpoint="last")
+    assert run.test == json.loads((run.run_dir / "eval_test.json").read_text())
+    assert run.test["checkpoint"] == "last" and run.test["split"] == "test" and "metrics" in run.test
+    assert run.command == f"contrasuite train {config} run.seed=3"
+    assert run.train_seconds > 0 and run.eval_seconds > 0 and run.cpu_seconds > 0
+    assert "best" in run.val()
 
 
 def test_a_failed_command_names_the_command_and_the_log(tmp_path):

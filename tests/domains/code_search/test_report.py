@@ -27,6 +27,7 @@ def test_bench_section_lists_rows_and_failures(tmp_path):
 def test_train_run_logs_under_its_protocol_folder(tmp_path, monkeypatch):
     """A quick and a reduced run of the same method and seed write separate logs (the protocol's folder)."""
     import contrasuite.domains.code_search.report as code_search
+    import contrasuite.pipelines.cli_runs as cli_runs
     from contrasuite.pipelines.cli_runs import Finished
 
     run_dir = tmp_path / "run"
@@ -34,8 +35,8 @@ def test_train_run_logs_under_its_protocol_folder(tmp_path, monkeypatch):
     (run_dir / "eval_test.json").write_text(json.dumps({"metrics": {"mrr": 12.5}}))
     (run_dir / "eval_val.json").write_text(json.dumps({"mrr": 11.0}))
     logs = []
-    monkeypatch.setattr(code_search, "run_cli", lambda argv, log, env: logs.append(log) or Finished("", 0.0))
-    monkeypatch.setattr(code_search, "run_folder", lambda stdout: run_dir)
+    monkeypatch.setattr(cli_runs, "run_cli", lambda argv, log, env: logs.append(log) or Finished("", 0.0))
+    monkeypatch.setattr(cli_runs, "run_folder", lambda stdout: run_dir)
     args = code_search._parser().parse_args(["--cache", str(tmp_path / "cache"), "--mined", str(tmp_path / "mined")])
     result = code_search.train_run("infonce", 1, args, tmp_path / "cache" / "quick")
     assert logs == [tmp_path / "cache" / "quick" / "logs" / "infonce_seed1.log"] * 2  # train, then eval

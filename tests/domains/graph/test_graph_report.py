@@ -1,7 +1,12 @@
 """The graph comparison report: cached cells, resumable table, published rows."""
 
 import json
+import os
+from pathlib import Path
 
+import pytest
+
+import contrasuite.domains.graph.bench as bench
 import contrasuite.domains.graph.report as report
 
 
@@ -61,3 +66,30 @@ def test_meow_against_infonce_gives_difference_standard_error_and_verdict():
     page = report.render(close, None, True, ["--full"])
     assert "(full length)" in page and "mean 60 s to the checkpoint selected on validation" in page
     assert "272 s" in page and "## DBLP" not in page and "Not yet run" not in page
+
+
+DATA = Path(os.environ["CONTRASUITE_DATA"])
+needs_acm = pytest.mark.skipif(not (DATA / "graph" / "acm").is_dir(),
+                               reason="needs the ACM graph under $CONTRASUITE_DATA")
+
+
+@needs_acm
+def test_a_cell_trains_and_tests_through_the_commands_in_child_processes(tmp_path):
+    """One way of training for every report: ``contrasuite train`` and ``eval`` in children, logged."""
+    short = ["run.epochs=1", "run.eval_every_epochs=1", "config.probe.runs=2", "config.val_probe_runs=1"]
+    record = report.run_one("infonce", "acm", False, tmp_path, str(DATA), 0, extra=short)
+    assert record["best_epoch"] == 1 and record["epochs"] == 1
+    assert 0 < record["metrics"]["macro_f1_20"] <= 100 and record["train_seconds"] > 0
+    assert record["command"].startswith("contrasuite train configs/graph/reduced/infonce_acm.yaml run.seed=0 run.epochs=1")
+    log = (tmp_path / "logs" / "infonce_acm.log").read_text()
+    assert "$ contrasuite train" in log and "$ contrasuite eval" in log
+    assert json.loads((tmp_path / "infonce_acm.json").read_text()) == record
+
+
+@needs_acm
+def test_the_pair_weight_bench_keeps_far_less_than_the_naive_form(tmp_path):
+    out = tmp_path / "memory.json"
+    assert bench.main(["--dataset", "acm", "--epochs", "1", "--json", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert record["nodes"] == 4019 and record["seconds_per_epoch"] > 0
+    assert record["weights_saved_for_backward_MiB"] < record["naive_pair_input_MiB"] / 20

@@ -49,7 +49,7 @@ def test_cached_run_is_reused_only_while_its_config_is_unchanged(tmp_path, monke
     digest = report.config_digest(report.CONFIG_DIR / "reduced_dcl.yaml", overrides)
     cached = {"config": "dcl", "seed": 1, "knn_acc": 1.0, "config_sha256": digest}
     (tmp_path / "dcl_seed1.json").write_text(json.dumps(cached))
-    monkeypatch.setattr(report, "run_cli", lambda *a, **k: (_ for _ in ()).throw(AssertionError("ran again")))
+    monkeypatch.setattr(report, "train_and_test", lambda *a, **k: (_ for _ in ()).throw(AssertionError("ran again")))
     assert report.run_one("dcl", 1, args, tmp_path) == cached
     assert digest != report.config_digest(report.CONFIG_DIR / "reduced_dcl.yaml", [*overrides, "run.epochs=7"])
     assert digest == report.config_digest(report.CONFIG_DIR / "reduced_dcl.yaml", [*overrides, "run.progress=false"])
