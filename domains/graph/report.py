@@ -114,9 +114,11 @@ def versus(records: dict[tuple[str, str], list[dict]], ds: str, method: str = "m
 def _timing(method: str, runs: list[dict]) -> str:
     """Seconds per epoch, epochs, the selected epochs and the mean time to reach the selected checkpoint."""
     to_best = statistics.mean(r["best_epoch"] * r["seconds_per_epoch"] for r in runs)
-    return (f"{method}: {runs[0]['seconds_per_epoch']} s/epoch, {runs[0]['epochs']} epochs, best epoch "
-            f"{', '.join(str(r['best_epoch']) for r in runs)} (mean {to_best:.0f} s to the checkpoint selected on "
-            "validation)")
+    still_rising = all(r["best_epoch"] == r["epochs"] for r in runs)
+    return (f"{method}: {', '.join(str(r['seconds_per_epoch']) for r in runs)} s/epoch (wall), {runs[0]['epochs']} epochs, "
+            f"best epoch {', '.join(str(r['best_epoch']) for r in runs)}"
+            + (" (the last: still improving when the schedule ends)" if still_rising else "")
+            + f", mean {to_best:.0f} s to the checkpoint selected on validation")
 
 
 def _cell(runs: list[dict[str, float]], key: str) -> str:
@@ -221,7 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.memory and not args.table_only and not memory_file.is_file():
         run_cli(["bench", "graph", "--dataset", "dblp", "--json", str(memory_file.resolve()), *data_root_args(args.data_root)],
                 args.cache / "logs" / "bench_graph.log", thread_env(1))
-    memory = json.loads(memory_file.read_text()) if memory_file.is_file() else None
+    memory = json.loads(memory_file.read_text()) if memory_file.is_file() and not args.full else None  # the reduced page's
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(render(records, memory, args.full, shown))
     print(f"wrote {args.out}")
