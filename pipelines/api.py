@@ -10,7 +10,8 @@ the rest of a domain never imports the engine. What is here:
   :func:`train_and_test`, and its parts :data:`ROOT`, :func:`run_cli` (any other command),
   :func:`thread_env`, :func:`data_root_args`; :func:`config_digest`, :func:`current_result`;
 - inputs and devices: :func:`readable_images`, :func:`require_image`, :func:`pick_device`;
-- one optimisation step as the trainer makes it (benchmarks): :class:`Step`, :func:`make_scaler`;
+- a task outside the trainer (benchmarks, a report's evaluation): :func:`setup_task`, and
+  :class:`StepRunner` for its training steps as the trainer makes them;
 - :func:`write_output`: a benchmark's rows as JSON; :func:`mean_std`: a results table's cell.
 """
 
@@ -21,14 +22,14 @@ from contrasuite.pipelines.cli_runs import (
 )
 from contrasuite.pipelines.config import ConfigError, load_config
 from contrasuite.pipelines.image_inputs import readable_images, require_image
-from contrasuite.pipelines.precision import make_scaler, pick_device
+from contrasuite.pipelines.precision import pick_device
 from contrasuite.pipelines.run_dir import write_json
-from contrasuite.pipelines.step import Step
+from contrasuite.pipelines.standalone import StepRunner, setup_task
 from contrasuite.pipelines.tables import mean_std
 from contrasuite.pipelines.trainer import seed_all
 
 __all__ = [
-    "ROOT", "CheckpointError", "ConfigError", "Step", "config_digest", "current_result", "data_root_args", "load_checkpoint",
-    "load_config", "make_scaler", "mean_std", "pick_device", "readable_images", "require_image", "run_cli",
-    "seed_all", "thread_env", "write_json", "write_output", "train_and_test",
+    "ROOT", "CheckpointError", "ConfigError", "StepRunner", "config_digest", "current_result", "data_root_args", "load_checkpoint",
+    "load_config", "mean_std", "pick_device", "readable_images", "require_image", "run_cli",
+    "seed_all", "thread_env", "write_json", "write_output", "setup_task", "train_and_test",
 ]

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from contrasuite.pipelines.api import (
-    ROOT, load_config, mean_std, thread_env, train_and_test, write_json,
+    ROOT, load_config, mean_std, setup_task, thread_env, train_and_test, write_json,
 )
 
 CONFIG_DIR = ROOT / "configs" / "code_search"
@@ -89,15 +89,11 @@ def zero_shot(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from contrasuite.domains.code_search.encoder import console_progress
-    from contrasuite.domains.task import TaskContext
-
     torch.set_num_threads(args.threads)
     loaded = load_config(CONFIG_DIR / "reduced_infonce.yaml", _common(args), data_root=args.data_root)
     data_root = Path(loaded.run.data_root)
-    task = loaded.task_class()
-    run_dir = args.cache / "zero_shot"
-    task.setup(TaskContext(config=loaded.config, device=torch.device("cpu"), precision="fp32", run_dir=run_dir,
-                           data_root=data_root, seed=0, progress=console_progress))
+    task = setup_task(loaded.task_class(), loaded.config, device=torch.device("cpu"), run_dir=args.cache / "zero_shot",
+                      data_root=data_root, progress=console_progress)
     started = time.time()
     val = dict(task.evaluate("val"))
     test = dict(task.evaluate("test"))

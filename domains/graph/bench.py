@@ -21,15 +21,13 @@ import os
 import platform
 import resource
 import time
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
 
 from contrasuite.domains.graph.task import GraphTask
-from contrasuite.domains.task import TaskContext
-from contrasuite.pipelines.api import ROOT, Step, load_config, make_scaler
+from contrasuite.pipelines.api import ROOT, StepRunner, load_config, setup_task
 
 DATASETS = ("acm", "dblp", "imdb")
 
@@ -37,9 +35,8 @@ DATASETS = ("acm", "dblp", "imdb")
 def pair_weight_memory(dataset: str, data_root: str | None, epochs: int = 3) -> dict[str, Any]:
     """The record described in the module docstring, for ``adameow_<dataset>.yaml``."""
     loaded = load_config(ROOT / "configs" / "graph" / f"adameow_{dataset}.yaml", data_root=data_root)
-    ctx = TaskContext(loaded.config, torch.device("cpu"), "fp32", Path("."), Path(loaded.run.data_root), 0)
-    task = GraphTask()
-    task.setup(ctx)
+    device = torch.device("cpu")
+    task = setup_task(GraphTask(), loaded.config, device=device, data_root=loaded.run.data_root)
     saved = [0]
 
     def pack(t: torch.Tensor) -> torch.Tensor:
@@ -53,14 +50,11 @@ def pair_weight_memory(dataset: str, data_root: str | None, epochs: int = 3) -> 
     n, d = fine.shape
     hidden = task.weigher.first.out_features
     del weights, coarse, fine
-    scaler = make_scaler("fp32", ctx.device)
+    train_step = StepRunner(task, device, "fp32")
     times = []
-    for epoch in range(epochs):
-        step = Step(epoch=epoch, step=epoch, optimizers=task.optimizers(), schedulers=task.schedulers(),
-                    autocast=ctx.autocast, scaler=scaler, grad_clip=None, non_finite="stop", no_sync=nullcontext)
+    for epoch in range(epochs):  # a batch is an epoch: the full graph
         started = time.perf_counter()
-        task.train_step(epoch, step)
-        step.finish()
+        train_step(epoch, epoch, epoch)
         times.append(time.perf_counter() - started)
     return {
         "dataset": dataset, "nodes": n, "dim": d, "hidden": hidden,

@@ -30,7 +30,8 @@ from typing import Any, Sequence
 import torch
 
 from contrasuite.pipelines.api import (
-    ROOT, config_digest, current_result, load_config, mean_std, seed_all, thread_env, train_and_test, write_json,
+    ROOT, config_digest, current_result, load_config, mean_std, seed_all, setup_task, thread_env, train_and_test,
+    write_json,
 )
 
 CONFIG_DIR = ROOT / "configs" / "image_ssl"
@@ -124,15 +125,12 @@ def random_init_reference(seed: int, args: argparse.Namespace, cache: Path) -> d
     result_path = cache / f"random_init_seed{seed}.json"
     if result_path.is_file() and not args.rerun:
         return json.loads(result_path.read_text())
-    from contrasuite.domains.task import TaskContext
-
     overrides = [f"run.seed={seed}", *(QUICK_OVERRIDES if args.quick else ())]
     loaded = load_config(CONFIG_DIR / "reduced_infonce.yaml", overrides, data_root=args.data_root)
     torch.set_num_threads(1)
     seed_all(seed)
-    task = loaded.task_class()
-    task.setup(TaskContext(config=loaded.config, device=torch.device("cpu"), precision=loaded.run.precision,
-                           run_dir=cache, data_root=Path(loaded.run.data_root), seed=seed))
+    task = setup_task(loaded.task_class(), loaded.config, device=torch.device("cpu"), precision=loaded.run.precision,
+                      run_dir=cache, data_root=loaded.run.data_root, seed=seed)
     metrics = task.evaluate("test")
     result = {"config": "random_init", "seed": seed, "quick": args.quick, "knn_acc": metrics["knn_acc"],
               "linear_acc": metrics.get("linear_acc"), "data_source": task.data_source}

@@ -19,7 +19,6 @@ and the largest difference from ``ssim_y``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import platform
 import time
@@ -29,8 +28,7 @@ from typing import Any, Sequence
 import torch
 
 from contrasuite.domains.super_resolution.task import SRConfig, SuperResolutionTask
-from contrasuite.domains.task import TaskContext
-from contrasuite.pipelines.api import make_scaler, pick_device, Step, write_output
+from contrasuite.pipelines.api import StepRunner, pick_device, setup_task, write_output
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -56,20 +54,15 @@ def measure(mode: str, precision: str, args: argparse.Namespace, device: torch.d
     cfg.data.patch_size, cfg.data.batch_size = args.patch, args.batch
     cfg.data.steps_per_epoch = args.warmup + args.steps
     torch.manual_seed(0)
-    task = SuperResolutionTask()
-    ctx = TaskContext(config=cfg, device=device, precision=precision, run_dir=Path("."), data_root=data_root, seed=0)
-    task.setup(ctx)
-    scaler = make_scaler(precision, device)
+    task = setup_task(SuperResolutionTask(), cfg, device=device, precision=precision, data_root=data_root)
+    train_step = StepRunner(task, device, precision)
     batches = list(task.batches(0))
     times, cpu_times = [], []
     for i, batch in enumerate(batches):
-        step = Step(epoch=0, step=i, optimizers=task.optimizers(), schedulers=task.schedulers(), autocast=ctx.autocast,
-                    scaler=scaler, grad_clip=None, non_finite="stop", no_sync=contextlib.nullcontext)
         if device.type == "cuda":
             torch.cuda.synchronize()
         start, cpu_start = time.perf_counter(), time.process_time()
-        task.train_step(batch, step)
-        step.finish()
+        train_step(batch, 0, i)
         if device.type == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - start)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from contextlib import nullcontext
 import platform
 import tempfile
 import time
@@ -31,10 +30,9 @@ import numpy as np
 import torch
 from PIL import Image
 
-from contrasuite.domains.task import TaskContext
 from contrasuite.domains.translation.data import DataConfig
 from contrasuite.domains.translation.task import TranslationConfig, TranslationTask
-from contrasuite.pipelines.api import make_scaler, pick_device, Step
+from contrasuite.pipelines.api import StepRunner, pick_device, setup_task
 
 SETTINGS = {
     # name: (crop, batch, ngf, n_blocks, ndf, num_patches, nce layers)
@@ -55,22 +53,16 @@ def make_task(setting: str, variant: str, folder: Path, device: torch.device, pr
     cfg.nce.num_patches, cfg.nce.layers = patches, layers
     for k, v in VARIANTS[variant].items():
         setattr(cfg.nce, k, v)
-    task = TranslationTask()
-    task.setup(TaskContext(config=cfg, device=device, precision=precision, run_dir=folder, data_root=folder, seed=0))
-    return task
+    return setup_task(TranslationTask(), cfg, device=device, precision=precision, run_dir=folder, data_root=folder)
 
 
 def measure(task: TranslationTask, device: torch.device, precision: str, warmup: int, steps: int) -> tuple[float, float]:
     """``(iterations per wall second, process CPU seconds per iteration)``."""
-    ctx = TaskContext(config=None, device=device, precision=precision, run_dir=Path("."), data_root=Path("."), seed=0)
-    scaler = make_scaler(precision, device)
+    train_step = StepRunner(task, device, precision)
     batches = task.batches(0)
 
     def one(i: int) -> None:
-        step = Step(epoch=0, step=i, optimizers=task.optimizers(), schedulers=task.schedulers(), autocast=ctx.autocast,
-                    scaler=scaler, grad_clip=None, non_finite="stop", no_sync=nullcontext)
-        task.train_step(next(batches), step)
-        step.finish()
+        train_step(next(batches), 0, i)
 
     for i in range(warmup):
         one(i)
