@@ -59,7 +59,7 @@ from contrasuite.domains.errors import SetupError
 from contrasuite.domains.image_loading import EpochBatches, OnDiskImages, epoch_batches, image_loader
 from contrasuite.domains.task import (
     ObjectiveConfig, SmokeSettings, StepContext, TaskContext, average_gradients_over_ranks, batch_shard,
-    objective_field,
+    objective_field, seeded_generator,
 )
 from contrasuite.domains.translation import data as D
 from contrasuite.domains.translation.augment import DiffAugment
@@ -344,8 +344,8 @@ class TranslationTask:
         use_nce = cfg.nce.weight > 0
         identity = (use_nce and cfg.nce.identity) or cfg.lambda_identity > 0  # G(y) is needed
         # The step's draws (flip, patch positions) come from (seed, step): the same on every rank, as in
-        # one process, whatever the number of processes.
-        draws = torch.Generator().manual_seed(self.ctx.seed * 1_000_003 + step.step)
+        # one process, whatever the number of processes (a stream of its own, not the epoch generator's).
+        draws = seeded_generator(self.ctx.seed, "translation step", step.step)
         flipped = cfg.nce.flip_equivariance and bool(torch.rand((), generator=draws) < 0.5)
         n = real_a.shape[0]
         with step.autocast():
