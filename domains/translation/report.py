@@ -39,9 +39,10 @@ LABEL = {
 METRICS = (("psnr", "PSNR (dB)", 1.0, True), ("ssim", "SSIM", 1.0, True),
            ("fd", "FD (Lite0)", 1.0, False), ("kid", "KID x 1000 (Lite0)", 1000.0, False))
 CONFIG_DIR = Path("configs/translation")
-CODE = {"fd_kid_network": FEATURE_NETWORK}
+CODE = {"fd_kid_network": FEATURE_NETWORK, "step_draws": "seeded_generator"}
 """Code a run's result depends on beyond its config: FD/KID's network (also the validation KID that picks
-``best``), so the runs made on another one retrain (issue 23)."""
+``best``), so the runs made on another one retrain (issue 23), and where a step's flip and patch draws
+come from (their own derived stream since they stopped sharing the epoch generator's seed)."""
 
 
 def newest(folder: Path, pattern: str) -> Path | None:
