@@ -15,10 +15,11 @@ the ranks of a process group and applies the objective's declared
 
 The two efficient paths call ``objective.per_anchor_fp32`` when the objective declares
 ``per_anchor_mean`` (its loss is the base class's mean of per-anchor terms). The ring also accepts an
-objective that does not when its ``loss_of_pairs`` returns (sum of pair terms) / max(anchors with a positive, 1), as SigLIP's does. Neither builds an
-``N x M`` mask (labels and diagonals stay labels), so a tiled objective (:mod:`contrasuite.core.tiling`)
-stays tiled: local rows against gathered columns, or each ring block. Any other objective (CLIP's
-symmetric loss) runs the global-batch path, which is exact for any objective at W times the compute.
+objective that does not when its ``loss_of_pairs`` returns (sum of pair terms) / max(anchors with a
+positive, 1), as SigLIP's does. Neither builds an ``N x M`` mask (labels and diagonals stay labels),
+so a tiled objective (:mod:`contrasuite.core.tiling`) stays tiled: local rows against gathered
+columns, or each ring block. Any other objective (CLIP's symmetric loss) runs the global-batch path,
+which is exact for any objective at W times the compute.
 
 Gradient convention (same as open_clip and DDP): the loss returned on every rank is scaled so that
 **the mean over ranks equals the single-process loss**, and the gather's backward hands each rank the
@@ -204,8 +205,8 @@ def distributed_objective(
 
     Args are the local slices of the core contract: ``anchors [n, D]``, ``candidates [m, D]`` (or
     ``None`` to compare anchors with each other, self-pairs excluded), local ``labels [n]`` and
-    ``candidate_labels [m]``. ``pos_mask``, ``neg_weight`` and ``prior`` (a similarity prior, for an
-    objective that declares ``takes_prior``), when given, are the local anchors' rows against **all**
+    ``candidate_labels [m]``. ``pos_mask``, ``neg_weight`` and ``prior`` (a similarity prior without
+    gradient, for an objective that declares ``takes_prior``), when given, are the local anchors' rows against **all**
     ranks' candidates, ``[n, sum of m over ranks]`` in rank order. Without labels or ``pos_mask``, local
     anchor ``i`` is paired with local candidate ``i``. A term that declares no ``distributed`` behaviour
     (another library's loss) and any call with a ``prior`` run on the gathered global batch.
