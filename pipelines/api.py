@@ -5,7 +5,7 @@ import the engine from here and nowhere else in ``contrasuite.pipelines`` (tests
 the rest of a domain never imports the engine. What is here:
 
 - configs and runs: :func:`load_config`, :class:`ConfigError`, :func:`seed_all`, :func:`load_checkpoint`
-  (:class:`CheckpointError`), :func:`write_json`;
+  (:class:`CheckpointError`), :func:`write_json`, :func:`logged_per_epoch` (what a run logged);
 - running the project's own commands in child processes, the one way the reports train:
   :func:`train_and_test`, and its parts :data:`ROOT`, :func:`run_cli` (any other command),
   :func:`thread_env`, :func:`data_root_args`; :func:`config_digest`, :func:`current_result`;
@@ -23,13 +23,13 @@ from contrasuite.pipelines.cli_runs import (
 from contrasuite.pipelines.config import ConfigError, load_config
 from contrasuite.pipelines.image_inputs import readable_images, require_image
 from contrasuite.pipelines.precision import pick_device
-from contrasuite.pipelines.run_dir import write_json
+from contrasuite.pipelines.run_dir import logged_per_epoch, write_json
 from contrasuite.pipelines.standalone import StepRunner, setup_task
 from contrasuite.pipelines.tables import mean_std
 from contrasuite.pipelines.trainer import seed_all
 
 __all__ = [
     "ROOT", "CheckpointError", "ConfigError", "StepRunner", "config_digest", "current_result", "data_root_args", "load_checkpoint",
-    "load_config", "mean_std", "pick_device", "readable_images", "require_image", "run_cli",
+    "load_config", "logged_per_epoch", "mean_std", "pick_device", "readable_images", "require_image", "run_cli",
     "seed_all", "thread_env", "write_json", "write_output", "setup_task", "train_and_test",
 ]

@@ -9,8 +9,10 @@ It holds ``config.yaml`` (resolved), ``environment.json`` (versions, git commit,
 
 from __future__ import annotations
 
+import csv
 import json
 import os
+import statistics
 import platform
 import subprocess
 import sys
@@ -56,6 +58,20 @@ def write_json(data: Any, path: Path) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
     os.replace(tmp, path)
+
+
+def logged_per_epoch(run_dir: Path, prefix: str) -> dict[str, list[float]]:
+    """The values a run logged under names starting with ``prefix`` (``metrics.csv``), averaged per epoch:
+    ``{name without prefix: [mean of epoch 0, 1, ...]}``; empty when the run logged none."""
+    sums: dict[str, dict[int, list[float]]] = {}
+    metrics = Path(run_dir) / "metrics.csv"
+    if metrics.is_file():
+        with metrics.open() as f:
+            for row in csv.DictReader(f):
+                if row["name"].startswith(prefix):
+                    by_epoch = sums.setdefault(row["name"].removeprefix(prefix), {})
+                    by_epoch.setdefault(int(row["epoch"]), []).append(float(row["value"]))
+    return {k: [statistics.fmean(by_epoch[e]) for e in sorted(by_epoch)] for k, by_epoch in sums.items()}
 
 
 def read_json(path: Path) -> dict:

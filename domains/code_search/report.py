@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from contrasuite.pipelines.api import (
-    ROOT, load_config, mean_std, setup_task, thread_env, train_and_test, write_json,
+    ROOT, load_config, logged_per_epoch, mean_std, setup_task, thread_env, train_and_test, write_json,
 )
 
 CONFIG_DIR = ROOT / "configs" / "code_search"
@@ -108,8 +108,9 @@ def train_run(method: str, seed: int, args: argparse.Namespace, folder: Path, ex
     log = folder / "logs" / f"{method}_seed{seed}.log"
     log.unlink(missing_ok=True)
     run = train_and_test(config.relative_to(ROOT), overrides, log, thread_env(args.threads), data_root=args.data_root)
+    prior = {name.rsplit(".", 1)[-1]: statistics.fmean(v) for name, v in logged_per_epoch(run.run_dir, "train/prior/").items()}
     return {"val": run.val(), "test": run.test["metrics"], "seconds": run.train_seconds + run.eval_seconds,
-            "run_dir": str(run.run_dir), "command": run.command}
+            "run_dir": str(run.run_dir), "command": run.command, "prior": prior}
 
 
 def _cached(path: Path, compute) -> dict[str, Any]:
@@ -155,7 +156,8 @@ def bench_section(files: Sequence[Path]) -> str:
 
 def write_report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> str:
     manifest = json.loads((args.mined / "manifest.json").read_text())
-    head = ["method", "seeds", "val MRR", *(f"mined {m}" for m in METRICS), *(f"CoSQA {m}" for m in METRICS), "min/run"]
+    head = ["method", "seeds", "val MRR", *(f"mined {m}" for m in METRICS), *(f"CoSQA {m}" for m in METRICS),
+            "flagged negatives %", "min/run"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for method, runs in results.items():
         if not runs:
@@ -163,6 +165,8 @@ def write_report(results: dict[str, list[dict[str, Any]]], args: argparse.Namesp
         cells = [METHODS[method][0], str(len(runs)), mean_std([v for r in runs if (v := _val_mrr(r)) is not None])]
         cells += [mean_std([r["test"][f"mined_{m}"] for r in runs if f"mined_{m}" in r["test"]]) for m in METRICS]
         cells += [mean_std([r["test"][f"cosqa_{m}"] for r in runs if f"cosqa_{m}" in r["test"]]) for m in METRICS]
+        flagged = [100 * r["prior"]["flagged_share"] for r in runs if "flagged_share" in r.get("prior", {})]
+        cells.append(mean_std(flagged, digits=3))
         cells.append(f"{statistics.mean(r['seconds'] for r in runs) / 60:.1f}")
         lines.append("| " + " | ".join(cells) + " |")
     commands = sorted({r["command"] for runs in results.values() for r in runs})
@@ -181,6 +185,9 @@ tuning must use the mined validation split, never CoSQA). Numbers are percentage
   (train {counts['train']}, val {counts['val']}, test {counts['test']}) from the standard library and site-packages.
 * **CoSQA**: the 500 dev queries ranked against the 6,267-function corpus (MRR over the whole corpus).
 * **val MRR**: mined validation subset (500 pairs), which selects `best.pt`.
+* **flagged negatives %**: the share of in-batch negatives whose Soft-InfoNCE weight is below 0.5, i.e. that
+  the prior singles out as likely false negatives (over half of their row's prior mass when alpha = beta = 1),
+  mean over the training steps (`train/prior/*.flagged_share` in each run's metrics.csv).
 
 {chr(10).join(lines)}
 

@@ -194,7 +194,11 @@ class CodeSearchTask:
                 q, c = self.net(**q_tok), self.net(**c_tok)
             loss = self.loss(q, c, batch)
             step.optimize("encoder", loss, terms=self.last_terms)
-        return {"loss": float(loss.detach())}
+        # What each term reports of its last call, e.g. Soft-InfoNCE's share of negatives its prior flags
+        # as likely false ones (``prior/0:soft_infonce.flagged_share``).
+        states = {f"prior/{name}.{k}": v for name, term in zip(self.objective.names, self.objective.terms)
+                  if callable(log_values := getattr(term, "log_values", None)) for k, v in log_values().items()}
+        return {"loss": float(loss.detach()), **states}
 
     @torch.no_grad()
     def embed_for_health(self, batch: Tensor) -> tuple[Tensor, Tensor]:

@@ -17,7 +17,6 @@ exact command, and the WEINCE-vs-InfoNCE sentence computed from the numbers.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import shlex
@@ -30,7 +29,7 @@ from typing import Any, Sequence
 import torch
 
 from contrasuite.pipelines.api import (
-    ROOT, config_digest, current_result, load_config, mean_std, seed_all, setup_task, thread_env, train_and_test,
+    ROOT, config_digest, current_result, load_config, logged_per_epoch, mean_std, seed_all, setup_task, thread_env, train_and_test,
     write_json,
 )
 
@@ -96,7 +95,7 @@ def run_one(name: str, seed: int, args: argparse.Namespace, cache: Path) -> dict
         "knn_acc": metrics["knn_acc"], "linear_acc": metrics.get("linear_acc"),
         "wall_s": round(run.train_seconds + run.eval_seconds, 1), "cpu_s": round(run.cpu_seconds, 1),
         "run_dir": str(run_dir), "command": run.command,
-        "objective_state": objective_state_per_epoch(run_dir / "metrics.csv"), "config_sha256": digest,
+        "objective_state": objective_state_per_epoch(run_dir), "config_sha256": digest,
     }
     write_json(result, result_path)
     print(f"{name} seed {seed}: kNN {result['knn_acc']:.2f}  linear {result['linear_acc'] or float('nan'):.2f}  "
@@ -108,16 +107,10 @@ def epoch_overrides(args: argparse.Namespace) -> list[str]:
     return [] if args.epochs is None else [f"run.epochs={args.epochs}"]
 
 
-def objective_state_per_epoch(metrics_csv: Path) -> dict[str, list[float]]:
-    """The objectives' logged state (``state/...``, e.g. WEINCE's gate ``lambda_mean``) averaged per epoch."""
-    sums: dict[str, dict[int, list[float]]] = {}
-    if metrics_csv.is_file():
-        with metrics_csv.open() as f:
-            for row in csv.DictReader(f):
-                if row["name"].startswith("state/"):
-                    key = row["name"].rsplit(".", 1)[-1]
-                    sums.setdefault(key, {}).setdefault(int(row["epoch"]), []).append(float(row["value"]))
-    return {k: [statistics.fmean(by_epoch[e]) for e in sorted(by_epoch)] for k, by_epoch in sums.items()}
+def objective_state_per_epoch(run_dir: Path) -> dict[str, list[float]]:
+    """The objectives' logged state (``state/...``, e.g. WEINCE's gate ``lambda_mean``) averaged per epoch,
+    by the state's last name (``lambda_mean``)."""
+    return {name.rsplit(".", 1)[-1]: values for name, values in logged_per_epoch(run_dir, "state/").items()}
 
 
 def random_init_reference(seed: int, args: argparse.Namespace, cache: Path) -> dict[str, Any]:

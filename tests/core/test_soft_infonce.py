@@ -132,3 +132,20 @@ def test_objective_sum_hands_the_prior_only_to_terms_that_take_it():
     parts = total.parts(q, k, prior=prior)  # InfoNCE would raise on an unexpected prior= argument
     torch.testing.assert_close(parts["0:infonce"], InfoNCE(0.5)(q, k))
     torch.testing.assert_close(parts["1:soft_infonce"], SoftInfoNCE(t=0.5, alpha=0.8)(q, k, prior=prior))
+
+
+def test_log_values_report_the_negatives_the_prior_flags():
+    """One negative per row holds almost all the prior's mass: its weight hits the floor, the rest rise to 1.5."""
+    n = 4
+    prior = torch.zeros(n, n)
+    prior[torch.arange(n), (torch.arange(n) + 1) % n] = 20.0
+    z = F.normalize(torch.randn(n, 8, generator=torch.Generator().manual_seed(0)), dim=1)
+    loss = SoftInfoNCE()
+    assert loss.log_values() == {}
+    loss(z, z.flip(0), prior=prior)
+    values = loss.log_values()
+    assert values["flagged_share"] == pytest.approx(1 / 3) and values["floor_share"] == pytest.approx(1 / 3)
+    assert values["weight_min"] == pytest.approx(0.1)
+    tiled = SoftInfoNCE(tile_size=2)
+    tiled(z, z.flip(0), prior=prior)
+    assert tiled.log_values() == {}  # the tiled path never holds the N x M weights

@@ -8,6 +8,7 @@ import torch
 from contrasuite.domains.code_search.data import COSQA_FOLDER, load_cosqa
 from contrasuite.pipelines import trainer
 from contrasuite.pipelines.config import load_config
+from contrasuite.pipelines.run_dir import logged_per_epoch
 
 CONFIGS = sorted((Path(__file__).resolve().parents[3] / "configs" / "code_search").glob("*.yaml"))
 
@@ -28,12 +29,18 @@ def test_shipped_config_trains_and_evaluates(config, run_overrides, tmp_path, in
         extra += ["config.prior.max_steps=2", "config.prior.batch_size=4"]
     if "gradcache" in config.stem:
         extra += ["config.grad_cache_chunk=2", "run.health_every_steps=1"]
-    run = trainer.train(load_config(config, run_overrides(tmp_path) + extra))
+    run = trainer.train(load_config(config, run_overrides(tmp_path) + extra + ["run.log_every_steps=1"]))
     result = trainer.evaluate(run)
     metrics = result["metrics"]
     assert result["global_step"] == 2
     assert 0 < metrics["mined_mrr"] <= 100 and 0 <= metrics["mined_r@1"] <= metrics["mined_r@5"] <= 100
     assert (run / "eval_val.json").is_file()
+    prior_logs = logged_per_epoch(run, "train/prior/")
+    if "soft" in config.stem:  # the share of negatives the prior flags, logged with the loss
+        assert set(prior_logs) == {f"0:soft_infonce.{k}" for k in ("flagged_share", "floor_share", "weight_min")}
+        assert all(0 <= v[0] <= 1 for v in prior_logs.values())
+    else:
+        assert prior_logs == {}
 
 
 def test_gradcache_step_matches_the_full_batch_gradient(make_task):
