@@ -44,6 +44,13 @@ METRICS = ("mrr", "r@1", "r@5", "r@10")
 QUICK = ("config.data.train_limit=64", "config.data.val_limit=32", "config.data.test_limit=32", "config.batch_size=8",
          "config.eval.cosqa=false")
 QUICK_SIMCSE = ("config.prior.max_steps=2", "config.prior.batch_size=4")
+PROTOCOLS = {
+    "reduced": ((), "REDUCED", "about an hour on 2 CPU cores", "for one epoch on 1,280 mined pairs (40 steps of 32)"),
+    "scale": (("config.data.train_limit=0", "config.batch_size=256", "config.grad_cache_chunk=32"), "SCALE",
+              "Soft-InfoNCE's premise (in-batch false negatives need large batches)",
+              "for one epoch on the whole mined training split in batches of 256 pairs (GradCache, chunks of 32)"),
+}
+"""``--protocol``: (overrides on the reduced configs, title, what it is sized for, the training it does)."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -56,7 +63,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--cache", type=Path, default=Path("runs/code_search/compare"))
     p.add_argument("--threads", type=int, default=2, help="OMP/torch threads per run")
     p.add_argument("--data-root", default=None)
-    p.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "code_search.md")
+    p.add_argument("--out", type=Path, default=None, help="default: docs/results/code_search.md (scale: _scale.md)")
+    p.add_argument("--protocol", choices=PROTOCOLS, default="reduced",
+                   help="reduced: 1,280 pairs in batches of 32; scale: the whole training split in batches of 256 "
+                        "(its own cache folder; default page docs/results/code_search_scale.md)")
     p.add_argument("--quick", action="store_true", help="tiny smoke settings; nothing written to docs/")
     p.add_argument("overrides", nargs="*", help="extra key=value overrides for every run")
     return p
@@ -69,7 +79,8 @@ def _from_root(path: Path) -> str:
 
 
 def _common(args: argparse.Namespace) -> list[str]:
-    out = [f"config.data.folder={_from_root(args.mined)}", f"run.output_root={_from_root(args.cache / 'runs')}"]
+    out = [f"config.data.folder={_from_root(args.mined)}", f"run.output_root={_from_root(args.cache / 'runs')}",
+           *PROTOCOLS[args.protocol][0]]
     return out + (list(QUICK) if args.quick else []) + list(args.overrides)
 
 
@@ -172,11 +183,12 @@ def write_report(results: dict[str, list[dict[str, Any]]], args: argparse.Namesp
     commands = sorted({r["command"] for runs in results.values() for r in runs})
     counts = manifest["counts"]
     bench_text = bench_section(sorted(Path("runs/bench").glob("code_search*.json")))
-    return f"""# Code search results (REDUCED CPU protocol)
+    _, title, sized_for, training = PROTOCOLS[args.protocol]
+    return f"""# Code search results ({title} CPU protocol)
 
-Produced by `contrasuite compare code_search` ({time.strftime('%Y-%m-%d')}). This is a **reduced** protocol sized for
-about an hour on 2 CPU cores, not the paper's setting: all-MiniLM-L6-v2 (a sentence encoder, not a code model) fine-tuned
-for one epoch on 1,280 mined pairs (40 steps of 32), queries cut to 32 and code to 64 tokens in training, code to 128
+Produced by `contrasuite compare code_search --protocol {args.protocol}` ({time.strftime('%Y-%m-%d')}). This protocol is
+sized for {sized_for}, not the paper's setting: all-MiniLM-L6-v2 (a sentence encoder, not a code model) fine-tuned
+{training}, queries cut to 32 and code to 64 tokens in training, code to 128
 tokens at evaluation, fp32 on the CPU. Soft-InfoNCE uses the code defaults t/alpha/beta of the configs (not tuned; any
 tuning must use the mined validation split, never CoSQA). Numbers are percentages, mean ± std over seeds.
 
@@ -199,6 +211,11 @@ Commands (each run then `contrasuite eval RUN_DIR`):
 {bench_text}"""
 
 
+def default_page(protocol: str) -> Path:
+    """``docs/results/code_search.md`` for the reduced protocol, ``code_search_<protocol>.md`` for another."""
+    return ROOT / "docs" / "results" / ("code_search.md" if protocol == "reduced" else f"code_search_{protocol}.md")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     methods = [m for m in args.methods.split(",") if m]
@@ -208,7 +225,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     seeds = [int(s) for s in args.seeds.split(",") if s]
     ensure_mined(args)
-    folder = args.cache / ("quick" if args.quick else "reduced")
+    folder = args.cache / ("quick" if args.quick else args.protocol)
+    args.out = args.out or default_page(args.protocol)
     results: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
     if "zero_shot" in methods:
         results["zero_shot"].append(_cached(folder / "zero_shot.json", lambda: zero_shot(args)))

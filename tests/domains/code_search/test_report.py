@@ -42,3 +42,23 @@ def test_train_run_logs_under_its_protocol_folder(tmp_path, monkeypatch):
     assert logs == [tmp_path / "cache" / "quick" / "logs" / "infonce_seed1.log"] * 2  # train, then eval
     assert result["test"] == {"mrr": 12.5} and result["val"] == {"mrr": 11.0}
     assert "run.seed=1" in result["command"]
+
+
+def test_the_scale_protocol_trains_the_whole_split_in_large_cached_batches(tmp_path, monkeypatch):
+    """``--protocol scale``: every run gets the whole training split, batch 256, GradCache; its own cache and page."""
+    import contrasuite.domains.code_search.report as code_search
+
+    args = code_search._parser().parse_args(["--protocol", "scale", "--cache", str(tmp_path / "cache")])
+    common = code_search._common(args)
+    assert {"config.data.train_limit=0", "config.batch_size=256", "config.grad_cache_chunk=32"} <= set(common)
+    assert not {"config.batch_size=256"} & set(code_search._common(code_search._parser().parse_args([])))
+    seen = []
+    monkeypatch.setattr(code_search, "ensure_mined", lambda args: None)
+    monkeypatch.setattr(code_search, "_cached", lambda path, compute: seen.append(path) or {"test": {}})
+    monkeypatch.setattr(code_search, "write_report", lambda results, args: "page")
+    page = tmp_path / "page.md"
+    argv = ["--protocol", "scale", "--methods", "infonce", "--seeds", "0", "--cache", str(tmp_path / "c"), "--out", str(page)]
+    assert code_search.main(argv) == 0
+    assert seen == [tmp_path / "c" / "scale" / "infonce_seed0.json"] and page.read_text() == "page"
+    assert code_search.default_page("scale").name == "code_search_scale.md"
+    assert code_search.default_page("reduced").name == "code_search.md"
