@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from contrasuite.core.objectives import OBJECTIVES, InfoNCE, WEINCE, WEINCERepro, weince, weince_gate
-from contrasuite.core.objectives.weince import pooled_tail_beta, tail_statistics
+from contrasuite.core.objectives.weince_gate import tail_statistics
+from contrasuite.core.objectives.weince_repro import pooled_tail_beta
 from contrasuite.core.pairs import Pairs, resolve_pairs, two_view
 
 EPS = 1e-6
@@ -306,7 +307,7 @@ def test_top_m_columns_from_the_tail_values_match_a_partition():
     """``restrict_to_top_m`` with the tail's sorted values (a comparison per row) keeps the same
     columns as with ``np.argpartition``; a tie at a row's k-th value falls back to the partition."""
     from contrasuite.core.negatives.topk import columns_at_least, negatives_only
-    from contrasuite.core.objectives.weince import restrict_to_top_m
+    from contrasuite.core.objectives.weince_repro import restrict_to_top_m
 
     torch.manual_seed(12)
     sim = torch.rand(9, 40) * 2 - 1
