@@ -30,7 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not hasattr(cfg, "negatives") or not hasattr(cfg, "data"):
         raise ConfigError(f"{args.config}: task {loaded.task_name!r} has no config.negatives/config.data (use image_text)")
     from contrasuite.domains.image_text.negatives import generate, write_negatives
-    from contrasuite.domains.image_text.task import load_pairs
+    from contrasuite.domains.image_text.style_data import load_pairs
 
     pairs = load_pairs(cfg, Path(loaded.run.data_root))
     texts, images = generate(pairs, cfg.negatives)

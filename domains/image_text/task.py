@@ -31,131 +31,26 @@ called through methods DDP cannot wrap).
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Any, Iterator, Mapping, Optional
+from dataclasses import replace
+from typing import Any, Iterator, Mapping
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from contrasuite.core.objectives import ObjectiveSum
 from contrasuite.domains.averaging import check_decay, start_average, update_average
-from contrasuite.domains.config_fields import bounded, one_of
 from contrasuite.domains.image_text.captions import normalise
-from contrasuite.domains.image_text.data import PairSet, join_groups, load_captions, load_emoji, split_groups
+from contrasuite.domains.image_text.config import ImageTextConfig
 from contrasuite.domains.image_text.evaluate import image_side, retrieval, text_side
 from contrasuite.domains.image_text.features import trunk_features
-from contrasuite.domains.image_text.models import ModelConfig, TopAndHead, build_model
-from contrasuite.domains.image_text.negatives import NegativesConfig, generate, read_negatives
+from contrasuite.domains.image_text.models import TopAndHead, build_model
+from contrasuite.domains.image_text.negatives import generate, read_negatives
+from contrasuite.domains.image_text.style_data import StyleData, load_pairs, split_pairs, style_data
 from contrasuite.domains.init_from import load_weights
 from contrasuite.domains.task import (
-    ObjectiveConfig, SmokeSettings, StepContext, TaskContext, average_gradients_over_ranks, rank_part,
-    objective_field,
+    SmokeSettings, StepContext, TaskContext, average_gradients_over_ranks, rank_part,
 )
-
-
-@dataclass
-class DataConfig:
-    """``config.data``."""
-
-    source: str = one_of("emoji", ("emoji", "captions"))
-    """``emoji`` (``<data_root>/emoji``) or ``captions`` (``captions_file`` + ``image_root``)."""
-    style: str = "twitter"
-    """Emoji style trained and tested on (``twitter``: Twemoji)."""
-    unseen_style: Optional[str] = "google"
-    """Emoji style only evaluated, never trained on (``google``: Noto); null: none."""
-    captions_file: Optional[str] = None
-    image_root: Optional[str] = None
-    val_fraction: float = bounded(0.1, ge=0, lt=1)
-    test_fraction: float = bounded(0.2, ge=0, lt=1)
-    split_seed: int = 0
-    """Seed of the split by group (fixed across training seeds)."""
-    limit: int = bounded(0, ge=0)
-    """Emoji: keep only the first ``limit`` base emoji (0: all), for smoke runs."""
-
-
-@dataclass
-class HardNegativeConfig:
-    """``config.hard_negatives``: which negatives a training step uses."""
-
-    texts: bool = False
-    images: bool = False
-    texts_per_pair: int = 3
-    images_per_pair: int = 2
-    image_pairs: bool = False
-    """Negative images also bring their true captions, as pairs (GNM): a negative image is then an anchor of
-    the image->text direction and its caption one of the text->image direction (False: NegCLIP-style
-    negative-only columns)."""
-    weight: float = 1.0
-    """Weight of a hard negative (a negative made from the same emoji) in the softmax denominators."""
-    focus_weight: float = 0.0
-    """Weight of a second loss term whose denominators hold only the hard negatives: each image against
-    its own negative captions, each caption against its own negative images (0: off)."""
-
-
-@dataclass
-class ImageTextConfig:
-    """The ``config:`` section of an ``image_text`` run."""
-
-    data: DataConfig = field(default_factory=DataConfig)
-    model: ModelConfig = field(default_factory=ModelConfig)
-    negatives: NegativesConfig = field(default_factory=NegativesConfig)
-    negatives_file: Optional[str] = None
-    """A file from ``contrasuite generate-negatives``; null: generate in memory from ``negatives``."""
-    hard_negatives: HardNegativeConfig = field(default_factory=HardNegativeConfig)
-    objective: ObjectiveConfig = objective_field({"name": "clip", "weight": 1.0})
-    init_from: Optional[str] = None
-    """A run folder or checkpoint whose ``model`` and ``objective`` start this run (stage 2 after alignment)."""
-    batch_size: int = bounded(256, gt=0)
-    """The global batch: under W processes each rank takes a contiguous ``batch_size / W`` of it and contrasts
-    its images with its own texts (no negatives across ranks; DDP averages the gradients)."""
-    lr: float = bounded(1e-3, gt=0)
-    weight_decay: float = bounded(0.01, ge=0)
-    ema: float = bounded(0.0, ge=0, lt=1)
-    """Decay of a weight average of the model that evaluation uses (0: off; ``contrasuite.domains.averaging``)."""
-    trunk_lr_scale: float = bounded(0.1, ge=0)
-    """Learning rate of pretrained layers that train (``model.train_image_stages``), relative to ``lr``."""
-    gradcache_chunks: int = bounded(0, ge=0)
-    eval_batch_size: int = bounded(512, gt=0)
-    cache_dir: Optional[str] = None
-    """Trunk-feature cache (default ``$CONTRASUITE_CACHE`` or ``~/.cache/contrasuite``)."""
-
-
-@dataclass
-class StyleData:
-    """One style's pairs, the rows of its negative images, and (cached) trunk inputs or features."""
-
-    pairs: PairSet
-    images: np.ndarray
-    """Pairs' images followed by the generated negative images."""
-    neg_records: list[dict]
-    neg_rows: list[int]
-    neg_truths: list[set[str]]
-    """Normalised true captions of each negative image (its ``negative`` and, for a near copy of
-    another image of the set, that image's caption)."""
-    features: Tensor | None = None
-
-
-def style_data(pairs: PairSet, records: list[dict], generated: list[np.ndarray]) -> StyleData:
-    """A style's :class:`StyleData`: its pairs, and the negative images (``records`` and their ``generated``
-    pixels) that show one of its emoji, after the pairs' images."""
-    index = {k: i for i, k in enumerate(pairs.keys)}
-    rows, kept, truths = [], [], []
-    for rec in records:
-        if "image_key" in rec:
-            if rec["image_key"] not in index:
-                continue
-            rows.append(index[rec["image_key"]])
-        else:
-            rows.append(len(pairs) + rec["image_index"])
-        kept.append(rec)
-        copy = rec.get("same_as")
-        truths.append({normalise(rec["negative"]),
-                       *([normalise(pairs.captions[index[copy]])] if copy in index else [])})
-    images = np.concatenate([pairs.images, np.stack(generated)]) if generated else pairs.images
-    return StyleData(pairs, images, kept, rows, truths)
 
 
 class ImageTextTask:
@@ -402,27 +297,6 @@ class ImageTextTask:
         style = self.styles[self.train_style]
         return (self._embed_images(self._images_in(style, batch["rows"])),
                 self._embed_texts(self._texts_in(batch["captions"])))
-
-
-def load_pairs(cfg: ImageTextConfig, data_root: Path) -> dict[str, PairSet]:
-    """The image-caption pairs of every style ``config.data`` names (emoji: the training and unseen style)."""
-    if cfg.data.source == "emoji":
-        styles = [cfg.data.style] + ([cfg.data.unseen_style] if cfg.data.unseen_style else [])
-        return {s: load_emoji(data_root, s, limit=cfg.data.limit) for s in styles}
-    if cfg.data.source == "captions":
-        if not cfg.data.captions_file or not cfg.data.image_root:
-            raise ValueError("data.source=captions needs data.captions_file and data.image_root")
-        return {"images": load_captions(cfg.data.captions_file, cfg.data.image_root)}
-    raise ValueError(f"data.source must be emoji or captions, got {cfg.data.source!r}")
-
-
-def split_pairs(pairs: PairSet, image_sets: Mapping[str, tuple[list[dict], list]], cfg: DataConfig) -> dict[str, list[int]]:
-    """Row indices of ``pairs`` per split, by group, where an emoji and the emoji that one of its negative
-    images copies (``same_as``, in any style) share a group: a held-out emoji's negative image is never a
-    training image, and no training negative image is a held-out image."""
-    links = [(r["key"], r["same_as"]) for records, _ in image_sets.values() for r in records if "same_as" in r]
-    groups = join_groups(pairs.groups, pairs.keys, links)
-    return split_groups(groups, (cfg.val_fraction, cfg.test_fraction), cfg.split_seed)
 
 
 def _split(x: Tensor | list, n: int) -> list:

@@ -8,7 +8,8 @@ import torch
 
 from contrasuite.domains.image_text.data import load_emoji
 from contrasuite.domains.image_text.negatives import NegativesConfig, generate
-from contrasuite.domains.image_text.task import DataConfig, split_pairs
+from contrasuite.domains.image_text.config import DataConfig
+from contrasuite.domains.image_text.style_data import split_pairs
 from contrasuite.pipelines.config import load_config
 from contrasuite.pipelines.trainer import Trainer
 
