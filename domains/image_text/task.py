@@ -22,10 +22,11 @@ would change the caption's meaning.
 activations at a time).
 
 On several processes ``batch_size`` is the global batch: every rank builds the same batch (pairs,
-sampled hard negatives, masks), embeds its contiguous part of the images and of the texts, gathers
-them with gradient and scores the whole batch, so every negative counts on every rank and the step
-equals the one-process step (parameter gradients averaged over ranks by hooks, the towers being
-called through methods DDP cannot wrap).
+sampled hard negatives, masks), embeds its contiguous part of the images and of the texts, and scores
+them through :func:`~contrasuite.core.negatives.gather.distributed_objective` (its images' rows of the
+masks against every rank's texts), so every negative counts and the step equals the one-process step
+(parameter gradients averaged over ranks by hooks, the towers being called through methods DDP cannot
+wrap).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from contrasuite.core.negatives.gather import distributed_objective
 from contrasuite.core.objectives import ObjectiveSum
 from contrasuite.domains.averaging import check_decay, start_average, update_average
 from contrasuite.domains.image_text.captions import normalise
@@ -222,24 +224,26 @@ class ImageTextTask:
         neg_weight = batch["neg_weight"].to(device) if "neg_weight" in batch else None
         rank, world = self.ctx.rank, self.ctx.world_size  # each rank embeds its part of the global batch
         image_rows, texts = batch["image_rows"], batch["texts"]
-        inputs = (self._images_in(style, image_rows[rank_part(len(image_rows), rank, world)]),
-                  self._texts_in(texts[rank_part(len(texts), rank, world)]))
+        mine = rank_part(len(image_rows), rank, world)
+        inputs = (self._images_in(style, image_rows[mine]), self._texts_in(texts[rank_part(len(texts), rank, world)]))
 
         def embed(chunk):
             return self._embed_images(chunk[0]), self._embed_texts(chunk[1])
 
         focus = batch["focus_weight"].to(device) if "focus_weight" in batch else None
+        # The masks' rows of this rank's images, against every rank's texts: the core scores the split
+        # batch by each term's declared behaviour (CLIP: the gathered whole; SigLIP: the ring), and the
+        # parameter hooks average the ranks' gradients, which gives the one-process gradient.
+        local = {"pos_mask": pos_mask[mine], **({} if neg_weight is None else {"neg_weight": neg_weight[mine]})}
 
         terms: dict[str, Tensor] = {}
 
         def loss_fn(images, texts):
-            # Every rank scores the whole gathered batch; the gather's backward sums the ranks' gradients
-            # and the parameter hooks average them, which gives the one-process gradient.
-            images, texts = self.ctx.gather(images), self.ctx.gather(texts)
-            terms.update(self.objective.parts(images, texts, pos_mask=pos_mask, neg_weight=neg_weight))
+            terms.update(self.objective.parts(images, texts, via=distributed_objective, **local))
             if focus is not None:  # the same objective with only the hard negatives in its denominators
-                terms["focus"] = self.cfg.hard_negatives.focus_weight * self.objective(
-                    images, texts, pos_mask=pos_mask, neg_weight=focus)
+                parts = self.objective.parts(images, texts, pos_mask=local["pos_mask"], neg_weight=focus[mine],
+                                             via=distributed_objective)
+                terms["focus"] = self.cfg.hard_negatives.focus_weight * sum(parts.values())
             return sum(terms.values())
 
         n = self.cfg.gradcache_chunks
