@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from contrasuite.core.negatives.gather import distributed_objective
 from contrasuite.core.objectives import ObjectiveSum
 from contrasuite.domains.config_fields import bounded, one_of
 from contrasuite.domains.image_loading import EpochBatches, epoch_batches, image_loader
@@ -262,16 +263,18 @@ class SuperResolutionTask:
                 emb = torch.cat([self.embedder.embed(g) for g in groups])
             else:
                 emb = self.embedder.embed(torch.cat(groups))
-        # Gathered over ranks (with gradient) into the one-process order, images within each variant, so
-        # in-batch negatives span the global batch and every rank scores the one-process loss.
-        gather = self.ctx.gather
-        anchors = gather(emb[:b])
-        by_image = emb[b:].unflatten(0, (-1, b)).transpose(0, 1)  # [b, P + K, D]
-        candidates = gather(by_image).transpose(0, 1).flatten(0, 1)
-        b = anchors.shape[0]
-        pos_mask, neg_weight = contrastive_layout(b, pos.shape[0], neg.shape[0], self.cfg.in_batch_negatives, sr.device)
-        extra = {} if neg_weight is None else {"neg_weight": neg_weight}
-        return self.objective(anchors, candidates, pos_mask=pos_mask, **extra)
+        # Candidates image by image (each image's P + K variants together), so that every rank's block,
+        # in rank order, is the global batch's; the layout's columns (variant by variant) are put in that
+        # order, and the core scores this rank's anchors across ranks by each term's declared behaviour.
+        variants, total = pos.shape[0] + neg.shape[0], b * self.ctx.world_size
+        candidates = emb[b:].unflatten(0, (variants, b)).transpose(0, 1).flatten(0, 1)
+        pos_mask, neg_weight = contrastive_layout(total, pos.shape[0], neg.shape[0], self.cfg.in_batch_negatives, sr.device)
+        by_image = torch.arange(variants * total, device=sr.device).view(variants, total).t().flatten()
+        rows = slice(self.ctx.rank * b, (self.ctx.rank + 1) * b)
+        layout = {"pos_mask": pos_mask[rows][:, by_image]}
+        if neg_weight is not None:
+            layout["neg_weight"] = neg_weight[rows][:, by_image]
+        return sum(self.objective.parts(emb[:b], candidates, via=distributed_objective, **layout).values())
 
     def train_step(self, batch: tuple[Tensor, Tensor], step: StepContext) -> Mapping[str, float]:
         lr, hr = (t.to(self.device, non_blocking=True) for t in batch)
