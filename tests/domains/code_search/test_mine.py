@@ -69,6 +69,7 @@ def test_mining_is_deterministic_and_capped(source_tree, tmp_path):
     b = mine([source_tree], tmp_path / "b", MineConfig(max_pairs=10), log=lambda m: None)
     assert a.counts["pairs"] == 10 and a.counts["capped_total"] > 0
     assert (tmp_path / "a" / "train.jsonl").read_bytes() == (tmp_path / "b" / "train.jsonl").read_bytes()
+    assert b.counts == a.counts
     c = mine([source_tree], tmp_path / "c", MineConfig(max_per_package=3), log=lambda m: None)
     assert c.counts["capped_per_package"] > 0
     counts = {}
