@@ -18,7 +18,7 @@ With ``model.freeze_trunks`` the trunks run once over every image, caption and n
 features are cached on disk (``cache_dir``, :mod:`~contrasuite.domains.image_text.features`), so a
 step trains only the heads and the loss scale. No augmentation is applied: a flip or colour jitter
 would change the caption's meaning.
-``hard_negatives.gradcache_chunks > 1`` computes the step with GradCache (same gradient, one chunk of
+``gradcache_chunks > 1`` computes the step with GradCache (same gradient, one chunk of
 activations at a time).
 
 On several processes ``batch_size`` is the global batch: every rank builds the same batch (pairs,
