@@ -12,7 +12,7 @@ from pathlib import Path
 os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
 os.environ.setdefault("CONTRASUITE_DATA", str(Path(__file__).resolve().parents[2] / "shared" / "data"))
 
-# Under pytest-xdist (``-n auto``, the README's command) the cores are shared between the workers:
+# Under pytest-xdist (``-n logical``, the README's command) the cores are shared between the workers:
 # each worker's torch, and every process a test starts, gets its share of threads.
 _WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if _WORKERS > 1:
