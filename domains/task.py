@@ -11,12 +11,11 @@ yields a single batch per epoch.
 
 from __future__ import annotations
 
+import hashlib
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, runtime_checkable
-
-import hashlib
 
 import torch
 from torch import Tensor, nn

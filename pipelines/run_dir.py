@@ -12,8 +12,8 @@ from __future__ import annotations
 import csv
 import json
 import os
-import statistics
 import platform
+import statistics
 import subprocess
 import sys
 import time

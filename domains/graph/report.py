@@ -22,7 +22,6 @@ import statistics
 from pathlib import Path
 from typing import Any, Sequence
 
-
 from contrasuite.pipelines.api import data_root_args, load_config, run_cli, thread_env, train_and_test, write_json
 
 ROOT = Path(__file__).resolve().parents[2]
