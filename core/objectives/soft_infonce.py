@@ -133,8 +133,8 @@ class SoftInfoNCE(ContrastiveObjective):
         self.min_weight = min_weight
         self._sim, self._factors = get_similarity(similarity), get_factors(similarity)
         self.tile_size = check_tile_size(tile_size)
-        self.last_weights: tuple[Tensor, Tensor] | None = None
-        """The last dense call's negative weights and its negatives mask (for :meth:`log_values`)."""
+        self.last_weights: tuple[Tensor, Pairs] | None = None
+        """The last dense call's negative weights and its pairs (read by :meth:`log_values` only)."""
 
     def forward(
         self,
@@ -157,8 +157,7 @@ class SoftInfoNCE(ContrastiveObjective):
                 args = (prior, self.t, self.alpha, self.beta, pairs, self.min_weight)
                 weight = soft_infonce_weights(*args) if self.tile_size is None else soft_infonce_weight_blocks(*args, self.tile_size)
             if self.tile_size is None:
-                pos, valid = pairs.block(slice(0, pairs.shape[0]), slice(0, pairs.shape[1]))
-                self.last_weights = (weight, ~pos if valid is None else valid & ~pos)
+                self.last_weights = (weight, pairs)
             return self.loss_of_pairs(anchors, candidates, pairs, weight)
         return super().forward(
             anchors, candidates, labels=labels, candidate_labels=candidate_labels, pos_mask=pos_mask, neg_weight=neg_weight
@@ -171,12 +170,14 @@ class SoftInfoNCE(ContrastiveObjective):
         floor, and ``weight_min``."""
         if self.last_weights is None:
             return {}
-        weight, negatives = self.last_weights
-        w = weight[negatives].float()
+        weight, pairs = self.last_weights
+        pos, valid = pairs.block(slice(0, pairs.shape[0]), slice(0, pairs.shape[1]))
+        w = weight[~pos if valid is None else valid & ~pos].float()
         if w.numel() == 0:
             return {}
-        return {"flagged_share": float((w < 0.5).float().mean()),
-                "floor_share": float((w <= self.min_weight * (1 + 1e-6)).float().mean()), "weight_min": float(w.min())}
+        flagged, floor, smallest = torch.stack([(w < 0.5).float().mean(), (w <= self.min_weight * (1 + 1e-6)).float().mean(),
+                                                w.min()]).tolist()  # one device sync
+        return {"flagged_share": flagged, "floor_share": floor, "weight_min": smallest}
 
     def per_anchor(self, anchors: Tensor, candidates: Tensor, pairs: Pairs, neg_weight: Tensor | None) -> Tensor:
         if self.tile_size is not None:
