@@ -1,13 +1,19 @@
-"""Peak memory of one call: CUDA's allocator statistics, or on the CPU a replay of the profiler's events.
+"""Peak memory of one call: CUDA's allocator statistics, the profiler's events, or the resident set.
 
-On the CPU, ``torch.profiler`` with ``profile_memory=True`` records every allocation and free of
-PyTorch's CPU allocator; summing them in time order gives the live bytes, whose maximum is the peak
-above the level at the call's start. Used by ``contrasuite smoke`` and the benches.
+:func:`peak_bytes`: on CUDA the allocator's peak; on the CPU ``torch.profiler`` with
+``profile_memory=True`` records every allocation and free of PyTorch's CPU allocator, and summing them
+in time order gives the live bytes, whose maximum is the peak above the level at the call's start. The
+profiler keeps every event, so a call of millions of operations (a tiled loss at N = 65,536) needs
+gigabytes for the measurement itself. :func:`peak_resident_bytes` (CPU, Linux) keeps nothing: it reads
+the kernel's peak resident size of a forked child. Used by ``contrasuite smoke`` and the benches.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import re
+from pathlib import Path
 from typing import Callable, TypeVar
 
 import torch
@@ -36,3 +42,54 @@ def peak_bytes(fn: Callable[[], T], device: torch.device) -> tuple[T, int]:
         live += event.nbytes()
         peak = max(peak, live)
     return out, peak
+
+
+PROC_CLEAR_REFS = Path("/proc/self/clear_refs")
+RESIDENT_PEAK_WORKS = PROC_CLEAR_REFS.exists() and hasattr(os, "fork")
+M_MMAP_THRESHOLD = -3
+"""glibc's ``mallopt`` parameter: allocations of at least this many bytes are mapped (and unmapped on free)."""
+
+
+def _status_kib(field: str) -> int:
+    found = re.search(rf"^{field}:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.MULTILINE)
+    if found is None:
+        raise RuntimeError(f"/proc/self/status has no {field} line")
+    return int(found.group(1))
+
+
+def peak_resident_bytes(fn: Callable[[], object], setup: Callable[[], None] = lambda: None) -> int:
+    """Peak resident bytes above the starting level while ``fn()`` runs (CPU, Linux).
+
+    In a forked child (the parent's allocator keeps its settings, so later timings are unaffected):
+    ``setup(); fn()`` once as a warm-up (what a first call initialises is not the call's), then every
+    allocation of 64 KiB or more is mapped (``mallopt(M_MMAP_THRESHOLD)``, so a freed tensor leaves the
+    resident set at once and a reused heap fragment is not counted), freed heap pages are returned
+    (``malloc_trim``), ``setup()`` runs, the kernel's peak counter is reset (``5`` written to
+    ``/proc/self/clear_refs``) and ``fn()`` runs; the child reports ``VmHWM - VmRSS`` through a pipe.
+    An exception in the child is raised here as ``RuntimeError`` naming it."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: measure, write one line, exit without running the parent's cleanup
+        os.close(read)
+        try:
+            setup()
+            fn()
+            libc = ctypes.CDLL(None)
+            libc.mallopt(M_MMAP_THRESHOLD, 1 << 16)
+            libc.malloc_trim(0)
+            setup()
+            PROC_CLEAR_REFS.write_text("5")
+            base = _status_kib("VmRSS")
+            fn()
+            os.write(write, str(1024 * (_status_kib("VmHWM") - base)).encode())
+        except BaseException as err:  # reported to the parent, which raises it
+            os.write(write, f"error: {type(err).__name__}: {err}".encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        reply = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    if not reply or reply.startswith("error: "):
+        raise RuntimeError(f"peak memory measurement failed in the child (wait status {status}): {reply or 'no reply'}")
+    return int(reply)

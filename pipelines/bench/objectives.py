@@ -19,13 +19,12 @@ per-repeat ratio, and ``ms`` the median time. Time is wall-clock; ``--clock cpu`
 CPU time instead (CPU device only), which on a machine shared with other jobs is far less noisy.
 Peak memory is, on CUDA,
 ``torch.cuda.max_memory_allocated`` above the starting level. On a Linux CPU it is the peak resident
-set above the starting level during one forward+backward, run in a forked child (:func:`peak_rss_mb`),
-whose C allocator is set to map every allocation of 64 KiB or more, so that a freed tensor leaves the
-resident set at once and reused heap fragments do not count. Elsewhere on the CPU it is the peak of
-live bytes replayed from the profiler's memory events (``torch.profiler`` with ``profile_memory=True``:
-allocations minus frees in time order). The two agree to 0.2 MiB on the dense objectives at N = 4096;
-on tiled ones the resident set is 0 to 11 MiB higher (resident memory the profiler's events do not
-count). The profiler's event list of a tiled objective at N = 65,536 ran a 24 GB machine out of memory.
+set above the starting level during one forward+backward, measured in a forked child
+(:func:`contrasuite.pipelines.memory.peak_resident_bytes`); elsewhere on the CPU, the peak of live bytes
+replayed from the profiler's memory events (:func:`contrasuite.pipelines.memory.peak_bytes`). The two
+agree to 0.3 MiB on the dense objectives at N = 4096; on tiled ones the resident set is 1 MiB lower
+to 11 MiB higher (over two runs; page granularity and memory the profiler's events do not count). The profiler's event list of a tiled
+objective at N = 65,536 ran a 24 GB machine out of memory.
 
 Objectives whose definition computes more than one ``N x N`` similarity matrix and reduction
 (``SAME_WORK``: DHEL's and KCL's two same-view energies, CLIP's two directions) also get
@@ -48,13 +47,10 @@ norm about 1 the baseline sees logits in the same range as a cosine objective.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import inspect
 import json
 import math
-import os
 import platform
-import re
 import statistics
 import time
 from dataclasses import asdict, dataclass
@@ -66,6 +62,7 @@ import torch.nn.functional as F
 
 from contrasuite.core.objectives import OBJECTIVES
 from contrasuite.core.pairs import two_view
+from contrasuite.pipelines import memory
 
 TEMPERATURE = 0.1
 PML_NTXENT_LIMIT_GIB = 1.0
@@ -147,73 +144,14 @@ def median_ratio(num: list[float], den: list[float]) -> float:
 
 
 def peak_mb(step: Step, a: torch.Tensor, b: torch.Tensor) -> float:
-    """Peak bytes allocated above the starting level during one forward+backward (module docstring)."""
-    a.grad = b.grad = None
-    if a.device.type == "cuda":
-        sync(a.device)
-        base = torch.cuda.memory_allocated(a.device)
-        torch.cuda.reset_peak_memory_stats(a.device)
-        run_once(step, a, b)
-        sync(a.device)
-        return (torch.cuda.max_memory_allocated(a.device) - base) / 2**20
-    if PROC_CLEAR_REFS.exists():
-        return peak_rss_mb(step, a, b)
-    from torch.profiler import ProfilerActivity, profile
+    """Peak MiB above the starting level during one forward+backward (module docstring)."""
+    def clear() -> None:
+        a.grad = b.grad = None
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        run_once(step, a, b)
-    events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
-    live = peak = 0
-    for event in sorted(events, key=lambda e: e.start_ns()):
-        live += event.nbytes()
-        peak = max(peak, live)
-    return peak / 2**20
-
-
-PROC_CLEAR_REFS = Path("/proc/self/clear_refs")
-M_MMAP_THRESHOLD = -3
-"""glibc's ``mallopt`` parameter: allocations of at least this many bytes are mapped (and unmapped on free)."""
-
-
-def _status_kib(field: str) -> int:
-    found = re.search(rf"^{field}:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.MULTILINE)
-    if found is None:
-        raise RuntimeError(f"/proc/self/status has no {field} line")
-    return int(found.group(1))
-
-
-def peak_rss_mb(step: Step, a: torch.Tensor, b: torch.Tensor) -> float:
-    """Peak resident MiB above the starting level during one forward+backward on the CPU (Linux).
-
-    A forked child maps every allocation of 64 KiB or more (``mallopt(M_MMAP_THRESHOLD)``, so a freed
-    tensor leaves the resident set and the parent's allocator keeps its own settings for timing), returns
-    freed heap pages (``malloc_trim``), resets the peak counter (``5`` to ``/proc/self/clear_refs``)
-    and reports ``VmHWM - VmRSS`` through a pipe."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: measure, write one line, exit without running the parent's cleanup
-        os.close(read)
-        try:
-            libc = ctypes.CDLL(None)
-            libc.mallopt(M_MMAP_THRESHOLD, 1 << 16)
-            run_once(step, a, b)  # the child's own warm-up: what a first call initialises is not the step's
-            a.grad = b.grad = None
-            libc.malloc_trim(0)
-            PROC_CLEAR_REFS.write_text("5")
-            base = _status_kib("VmRSS")
-            step(a, b).backward()
-            os.write(write, f"{(_status_kib('VmHWM') - base) / 1024}".encode())
-        except BaseException as err:  # reported to the parent, which raises it
-            os.write(write, f"error: {type(err).__name__}: {err}".encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as pipe:
-        reply = pipe.read()
-    _, status = os.waitpid(pid, 0)
-    if not reply or reply.startswith("error: "):
-        raise RuntimeError(f"peak memory measurement failed in the child (wait status {status}): {reply or 'no reply'}")
-    return float(reply)
+    if a.device.type == "cpu" and memory.RESIDENT_PEAK_WORKS:
+        return memory.peak_resident_bytes(lambda: step(a, b).backward(), setup=clear) / 2**20
+    clear()
+    return memory.peak_bytes(lambda: step(a, b).backward(), a.device)[1] / 2**20
 
 
 def ours(name: str, form: str, device: torch.device) -> Step | None:

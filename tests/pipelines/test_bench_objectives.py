@@ -1,12 +1,12 @@
 """``contrasuite bench objectives`` on tiny N: one row per registered objective, ratios written out."""
 
 import json
-import sys
 
 import pytest
 import torch
 
 from contrasuite.core.objectives import OBJECTIVES
+from contrasuite.pipelines import memory
 from contrasuite.pipelines.bench import objectives as bench
 
 
@@ -49,26 +49,36 @@ def test_tiled_bench_rows_dense_beside_tiled(tmp_path):
         assert err.code == 2
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the resident-set peak reads /proc (Linux)")
+@pytest.mark.skipif(not memory.RESIDENT_PEAK_WORKS, reason="the resident-set peak reads /proc and forks (Linux)")
 def test_cpu_peak_memory_counts_what_is_live_at_once():
-    """A step that holds 48 MiB at once peaks near 48 MiB; one that frees each 8 MiB buffer before the
-    next peaks near 8 MiB (freed buffers leave the resident set); a failing step raises in the parent."""
-    a, b = torch.zeros(4, 4, requires_grad=True), torch.zeros(4, 4, requires_grad=True)
+    """A call that holds 48 MiB at once peaks near 48 MiB; one that frees each 8 MiB buffer before the
+    next peaks near 8 MiB (freed buffers leave the resident set); the profiler's count agrees; a failing
+    call raises in the parent."""
     mib = 2**18  # float32 elements per MiB
 
-    def held(x, y):
+    def held():
         bufs = [torch.ones(8 * mib) for _ in range(6)]
-        return (x * y).sum() + sum(float(t[0]) for t in bufs)
+        return sum(float(t[0]) for t in bufs)
 
-    def freed(x, y):
-        return (x * y).sum() + sum(float(torch.ones(8 * mib)[0]) for _ in range(6))
+    def freed():
+        return sum(float(torch.ones(8 * mib)[0]) for _ in range(6))
 
-    assert 47 <= bench.peak_rss_mb(held, a, b) <= 52
-    assert 7.5 <= bench.peak_rss_mb(freed, a, b) <= 12
-    assert bench.peak_mb(held, a, b) == pytest.approx(bench.peak_rss_mb(held, a, b), abs=2)
+    held_mib = memory.peak_resident_bytes(held) / 2**20
+    assert 47 <= held_mib <= 52
+    assert 7.5 <= memory.peak_resident_bytes(freed) / 2**20 <= 12
+    assert memory.peak_bytes(held, torch.device("cpu"))[1] / 2**20 == pytest.approx(held_mib, abs=2)
 
-    def broken(x, y):
+    def broken():
         raise ValueError("shape [3] does not match")
 
     with pytest.raises(RuntimeError, match="ValueError: shape"):
-        bench.peak_rss_mb(broken, a, b)
+        memory.peak_resident_bytes(broken)
+
+
+def test_bench_peak_of_a_dense_loss_is_its_matrices():
+    """The bench's CPU peak of dense InfoNCE at N = 1024 is a few N x N fp32 buffers (4 MiB each), not
+    the process's growth from earlier calls."""
+    a, b = bench.features(1024, 16, torch.device("cpu"))
+    dense = bench.OBJECTIVES["infonce"]()
+    peak = bench.peak_mb(lambda x, y: dense(x, y), a, b)
+    assert 8 <= peak <= 24
