@@ -60,8 +60,8 @@ def _status_kib(field: str) -> int:
 def peak_resident_bytes(fn: Callable[[], object], setup: Callable[[], None] = lambda: None) -> int:
     """Peak resident bytes above the starting level while ``fn()`` runs (CPU, Linux).
 
-    In a forked child (the parent's allocator keeps its settings, so later timings are unaffected):
-    ``setup(); fn()`` once as a warm-up (what a first call initialises is not the call's), then every
+    In a forked child, on one thread (the parent's allocator keeps its settings, so later timings are
+    unaffected; the parent's OpenMP pool is unusable after ``fork``): ``setup(); fn()`` once as a warm-up (what a first call initialises is not the call's), then every
     allocation of 64 KiB or more is mapped (``mallopt(M_MMAP_THRESHOLD)``, so a freed tensor leaves the
     resident set at once and a reused heap fragment is not counted), freed heap pages are returned
     (``malloc_trim``), ``setup()`` runs, the kernel's peak counter is reset (``5`` written to
@@ -72,6 +72,7 @@ def peak_resident_bytes(fn: Callable[[], object], setup: Callable[[], None] = la
     if pid == 0:  # the child: measure, write one line, exit without running the parent's cleanup
         os.close(read)
         try:
+            torch.set_num_threads(1)  # a forked child cannot use the parent's OpenMP pool (it hangs)
             setup()
             fn()
             libc = ctypes.CDLL(None)

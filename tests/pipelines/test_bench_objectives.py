@@ -1,6 +1,8 @@
 """``contrasuite bench objectives`` on tiny N: one row per registered objective, ratios written out."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -82,3 +84,12 @@ def test_bench_peak_of_a_dense_loss_is_its_matrices():
     dense = bench.OBJECTIVES["infonce"]()
     peak = bench.peak_mb(lambda x, y: dense(x, y), a, b)
     assert 8 <= peak <= 24
+
+
+@pytest.mark.skipif(not memory.RESIDENT_PEAK_WORKS, reason="the resident-set peak reads /proc and forks (Linux)")
+def test_resident_peak_after_the_parent_used_several_threads_returns():
+    """The forked child runs on one thread: the parent's OpenMP pool, once used, hung a child that used it."""
+    code = ("import torch; torch.set_num_threads(2); x = torch.randn(600, 600); (x @ x).sum(); "
+            "from contrasuite.pipelines import memory; print(memory.peak_resident_bytes(lambda: (x @ x).sum()))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and int(out.stdout.split()[-1]) >= 0, out.stderr[-2000:]
