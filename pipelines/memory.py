@@ -61,8 +61,9 @@ def peak_resident_bytes(fn: Callable[[], object], setup: Callable[[], None] = la
     """Peak resident bytes above the starting level while ``fn()`` runs (CPU, Linux).
 
     In a forked child, on one thread (the parent's allocator keeps its settings, so later timings are
-    unaffected; the parent's OpenMP pool is unusable after ``fork``): ``setup(); fn()`` once as a warm-up (what a first call initialises is not the call's), then every
-    allocation of 64 KiB or more is mapped (``mallopt(M_MMAP_THRESHOLD)``, so a freed tensor leaves the
+    unaffected; the parent's OpenMP pool is unusable after ``fork``): ``setup(); fn()`` once as a
+    warm-up (what a first call initialises is not the call's), then every allocation of 64 KiB or more
+    is mapped (``mallopt(M_MMAP_THRESHOLD)``, so a freed tensor leaves the
     resident set at once and a reused heap fragment is not counted), freed heap pages are returned
     (``malloc_trim``), ``setup()`` runs, the kernel's peak counter is reset (``5`` written to
     ``/proc/self/clear_refs``) and ``fn()`` runs; the child reports ``VmHWM - VmRSS`` through a pipe.

@@ -23,8 +23,8 @@ set above the starting level during one forward+backward, measured in a forked c
 (:func:`contrasuite.pipelines.memory.peak_resident_bytes`); elsewhere on the CPU, the peak of live bytes
 replayed from the profiler's memory events (:func:`contrasuite.pipelines.memory.peak_bytes`). The two
 agree to 0.3 MiB on the dense objectives at N = 4096; on tiled ones the resident set is 1 MiB lower
-to 11 MiB higher (over two runs; page granularity and memory the profiler's events do not count). The profiler's event list of a tiled
-objective at N = 65,536 ran a 24 GB machine out of memory.
+to 11 MiB higher (over two runs; page granularity and memory the profiler's events do not count).
+The profiler's event list of a tiled objective at N = 65,536 ran a 24 GB machine out of memory.
 
 Objectives whose definition computes more than one ``N x N`` similarity matrix and reduction
 (``SAME_WORK``: DHEL's and KCL's two same-view energies, CLIP's two directions) also get
