@@ -54,8 +54,8 @@ def test_tiled_bench_rows_dense_beside_tiled(tmp_path):
 @pytest.mark.skipif(not memory.RESIDENT_PEAK_WORKS, reason="the resident-set peak reads /proc and forks (Linux)")
 def test_cpu_peak_memory_counts_what_is_live_at_once():
     """A call that holds 48 MiB at once peaks near 48 MiB; one that frees each 8 MiB buffer before the
-    next peaks near 8 MiB (freed buffers leave the resident set); the profiler's count agrees; a failing
-    call raises in the parent."""
+    next peaks far below it (freed buffers leave the resident set; 8.06 MiB on this 2-core VM, 16.1 once
+    under a loaded CI run); the profiler's count agrees; a failing call raises in the parent."""
     mib = 2**18  # float32 elements per MiB
 
     def held():
@@ -67,7 +67,7 @@ def test_cpu_peak_memory_counts_what_is_live_at_once():
 
     held_mib = memory.peak_resident_bytes(held) / 2**20
     assert 47 <= held_mib <= 52
-    assert 7.5 <= memory.peak_resident_bytes(freed) / 2**20 <= 12
+    assert 7.5 <= memory.peak_resident_bytes(freed) / 2**20 <= held_mib / 2
     assert memory.peak_bytes(held, torch.device("cpu"))[1] / 2**20 == pytest.approx(held_mib, abs=2)
 
     def broken():
