@@ -55,7 +55,7 @@ def test_tiled_bench_rows_dense_beside_tiled(tmp_path):
 def test_cpu_peak_memory_counts_what_is_live_at_once():
     """A call that holds 48 MiB at once peaks near 48 MiB; one that frees each 8 MiB buffer before the
     next peaks far below it (freed buffers leave the resident set; 8.06 MiB on this 2-core VM, 16.1 once
-    under a loaded CI run); the profiler's count agrees; a failing call raises in the parent."""
+    under a loaded CI run); the profiler's count is the 48 MiB; a failing call raises in the parent."""
     mib = 2**18  # float32 elements per MiB
 
     def held():
@@ -66,9 +66,9 @@ def test_cpu_peak_memory_counts_what_is_live_at_once():
         return sum(float(torch.ones(8 * mib)[0]) for _ in range(6))
 
     held_mib = memory.peak_resident_bytes(held) / 2**20
-    assert 47 <= held_mib <= 52
+    assert 47 <= held_mib <= 56  # the resident set reads a few MiB over under load (50.2 on a loaded CI run)
     assert 7.5 <= memory.peak_resident_bytes(freed) / 2**20 <= held_mib / 2
-    assert memory.peak_bytes(held, torch.device("cpu"))[1] / 2**20 == pytest.approx(held_mib, abs=2)
+    assert memory.peak_bytes(held, torch.device("cpu"))[1] / 2**20 == pytest.approx(48, abs=0.5)  # the allocator's count
 
     def broken():
         raise ValueError("shape [3] does not match")
