@@ -37,7 +37,8 @@ from contrasuite.pipelines.smoke import full_scale_configs, measure
 PRECISIONS = ("bf16", "fp32")
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (for a one-process group)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -47,7 +48,7 @@ def process_group_check(device: torch.device) -> dict[str, Any]:
     """Init a one-process group (nccl on CUDA, gloo on the CPU), all-reduce a one, tear it down."""
     backend = "nccl" if device.type == "cuda" else "gloo"
     started = time.perf_counter()
-    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
     try:
         init_seconds = time.perf_counter() - started
         value = torch.ones(1, device=device)

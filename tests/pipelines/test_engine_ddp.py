@@ -1,6 +1,5 @@
 """Two gloo processes under torchrun train like one process on the same global batch."""
 
-import socket
 import subprocess
 import sys
 import weakref
@@ -9,6 +8,7 @@ import pytest
 import torch
 
 from contrasuite.pipelines import distributed, trainer
+from contrasuite.pipelines.bench.gpu import free_port
 from contrasuite.pipelines.config import load_config
 
 OVERRIDES = ["config.augment=0", "run.max_steps=4", "config.batch_size=16"]
@@ -73,10 +73,7 @@ def test_ranks_that_diverge_fail_the_run(toy_yaml, cli_env, tmp_path):
 def test_shutdown_frees_a_ddp_module_held_in_a_reference_cycle_before_leaving_the_group():
     """A trainer outlives its command in reference cycles; its DDP wrappers hold the process group, which
     must not be left to interpreter shutdown (gloo aborted the process there now and then)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
     holder = {"module": torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 2))}
     holder["self"] = holder  # the cycle
     alive = weakref.ref(holder["module"])
