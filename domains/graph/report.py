@@ -204,7 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "graph.md")
     parser.add_argument("--data-root", default=None)
     args = parser.parse_args(list(argv) if argv is not None else None)
-    shown = [a for a in (argv or []) if a]
+    shown = [a for a in (argv or []) if a and a != "--table-only"]  # the command that trains what the page shows
     for ds in args.datasets:
         for method in args.methods:
             for seed in [] if args.table_only else args.seeds:

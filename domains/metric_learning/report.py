@@ -186,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "--note" in given:  # the note is printed on its own below the table
         i = given.index("--note")
         del given[i : i + 2]
-    command = "contrasuite compare metric_learning " + " ".join(given)
+    command = "contrasuite compare metric_learning " + " ".join(a for a in given if a != "--table-only")
     write_page(results, args.losses, command.strip(), args.out, args.note)
     print(f"wrote {args.out} ({sum(len(v) for v in results.values())} runs)")
     return 0

@@ -30,6 +30,7 @@ def test_table_only_renders_cached_cells_and_lists_missing(tmp_path):
     assert "88.56" in text and "91.12" in text  # HeCo paper and official MEOW rows on ACM
     assert "adameow_acm" in text.split("Not yet run")[1]  # what is missing is named
     assert "REDUCED" in text
+    assert "--table-only" not in text  # the page names the command that trains its runs
 
 
 def test_cached_cell_is_not_rerun(tmp_path):

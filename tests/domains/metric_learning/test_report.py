@@ -39,3 +39,4 @@ def test_page_from_stored_runs(tmp_path):
     circle = rows["| `circle` (CircleLoss, m=0.4, gamma=80)"]
     assert circle[2] == "0,1" and circle[3] == "19.0 ± 1.4" and circle[8] == "32.0 ± 2.8"
     assert circle[9] == "4.0"  # first epoch of each run dropped: mean of 3, 5 and 4
+    assert "--table-only" not in page.read_text()  # the page names the command that trains its runs
