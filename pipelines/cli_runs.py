@@ -118,13 +118,18 @@ class TestedRun:
 
 def train_and_test(config: Path | str, overrides: Sequence[str], log: Path, env: Mapping[str, str], *,
                    checkpoint: str | None = None, data_root: str | None = None) -> TestedRun:
-    """``contrasuite train CONFIG OVERRIDES``, then ``contrasuite eval RUN_DIR [--checkpoint C]`` (default:
-    the run's ``run.eval_checkpoint``), both in children with ``env``, logged to ``log``."""
-    args = ["train", str(config), *overrides, *data_root_args(data_root)]
+    """``contrasuite train CONFIG run.resume=auto OVERRIDES``, then ``contrasuite eval RUN_DIR [--checkpoint C]``
+    (default: the run's ``run.eval_checkpoint``), both in children with ``env``, logged to ``log``.
+
+    An interrupted run of the same config (a report stopped with its machine) is continued, not begun
+    again; its training seconds are then the sum the run recorded over its processes."""
+    args = ["train", str(config), "run.resume=auto", *overrides, *data_root_args(data_root)]
     started = time.time()
     trained = run_cli(args, log, env)
     run_dir = run_folder(trained.stdout)
-    train_seconds, started = time.time() - started, time.time()
+    status = json.loads((run_dir / "status.json").read_text())
+    train_seconds = status["train_seconds"] if status.get("resumed") else time.time() - started
+    started = time.time()
     tested = run_cli(["eval", str(run_dir), *(["--checkpoint", checkpoint] if checkpoint else [])], log, env)
     return TestedRun(run_dir, json.loads((run_dir / "eval_test.json").read_text()), "contrasuite " + shlex.join(args),
                      train_seconds, time.time() - started, trained.cpu_seconds + tested.cpu_seconds)

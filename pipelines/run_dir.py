@@ -41,15 +41,13 @@ def new_run_dir(output_root: str | Path, domain: str, stem: str) -> Path:
     raise RuntimeError(f"could not create a run folder under {base}")
 
 
-def latest_unfinished(output_root: str | Path, domain: str, stem: str) -> Path | None:
-    """The newest run of this config with a ``last.pt`` and no finished status (for ``run.resume=auto``)."""
+def unfinished_runs(output_root: str | Path, domain: str, stem: str) -> list[Path]:
+    """This config name's runs with a ``last.pt`` and no finished status, newest first (for ``run.resume=auto``)."""
     base = Path(output_root) / domain / stem
     if not base.is_dir():
-        return None
-    for run in sorted((p for p in base.iterdir() if p.is_dir()), reverse=True):
-        if (run / "checkpoints" / "last.pt").is_file() and read_json(run / "status.json").get("state") != "finished":
-            return run
-    return None
+        return []
+    return [run for run in sorted((p for p in base.iterdir() if p.is_dir()), reverse=True)
+            if (run / "checkpoints" / "last.pt").is_file() and read_json(run / "status.json").get("state") != "finished"]
 
 
 def write_json(data: Any, path: Path) -> None:

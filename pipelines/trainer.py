@@ -38,7 +38,7 @@ from contrasuite.pipelines.config import LoadedConfig, load_config, parse_overri
 from contrasuite.pipelines.metrics_log import MetricsLog
 from contrasuite.pipelines.plots import similarity_histogram, training_curves
 from contrasuite.pipelines.precision import make_scaler, pick_device, set_deterministic
-from contrasuite.pipelines.run_dir import environment, latest_unfinished, new_run_dir, read_json, write_json
+from contrasuite.pipelines.run_dir import environment, new_run_dir, read_json, unfinished_runs, write_json
 from contrasuite.pipelines.run_lock import RunLock
 from contrasuite.pipelines.step import NonFiniteStepError, Step
 
@@ -136,6 +136,9 @@ class Trainer:
         self.scaler = make_scaler(self.run.precision, self.device)
         self.log = MetricsLog(self.run_dir, enabled=self.dist.is_main, tensorboard=self.run.tensorboard)
         self.best: float | None = None
+        self._seconds_before = 0.0  # training seconds of the processes that made the restored checkpoint
+        self._resumed = False
+        self._fit_started: float | None = None
         self._epoch_rng: dict[str, Any] | None = None
         self._resume_rng: dict[str, Any] | None = None
         self._last_eval_step = -1
@@ -201,6 +204,7 @@ class Trainer:
             "best": self.best,
             "last_eval_step": self._last_eval_step,
             "consecutive_skips": self._consecutive_skips,
+            "train_seconds": self.train_seconds(),
             "config": self.loaded.resolved,
         }
 
@@ -235,6 +239,7 @@ class Trainer:
         self._resume_rng, self._epoch_rng = self._own_rng(state)
         self._last_eval_step = state["last_eval_step"]
         self._consecutive_skips = state.get("consecutive_skips", 0)
+        self._seconds_before, self._resumed = state.get("train_seconds", 0.0), True
         self.log.truncate_after(self.position.global_step)
 
     def _own_rng(self, state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
@@ -247,6 +252,12 @@ class Trainer:
                   f"{self.dist.world_size}; every rank restores rank 0's, so augmentations will not repeat the "
                   "original run's", file=sys.stderr)
         return ranks[0]
+
+    def train_seconds(self) -> float:
+        """Wall seconds of training up to now, summed over the processes a resumed run went through (each
+        counted to the checkpoint it left: work lost after a run's last checkpoint is not counted)."""
+        running = 0.0 if self._fit_started is None else time.time() - self._fit_started
+        return round(self._seconds_before + running, 1)
 
     def _status(self, state: str, **extra: Any) -> None:
         if self.dist.is_main:
@@ -295,6 +306,7 @@ class Trainer:
         """Train from the current position to the end; returns the run folder."""
         from tqdm import tqdm
 
+        self._fit_started = time.time()
         self._status("running")
         self._names = {id(p): f"{mod}.{name}" for mod, m in self._modules().items() for name, p in m.named_parameters()}
         bar = tqdm(total=self._total_steps(), initial=self.position.global_step, disable=not (self.dist.is_main and self.run.progress),
@@ -305,7 +317,7 @@ class Trainer:
             if self._last_eval_step != self.position.global_step:
                 self.validate()
             self.save("last")
-            self._status("finished")
+            self._status("finished", train_seconds=self.train_seconds(), resumed=self._resumed)
         except BaseException as err:
             self._status("failed", error=f"{type(err).__name__}: {err}")
             raise
@@ -455,12 +467,18 @@ class Trainer:
 
 
 def train(loaded: LoadedConfig) -> Path:
-    """Train a loaded config; ``run.resume=auto`` continues the newest unfinished run of it, a path resumes that run."""
+    """Train a loaded config; a path in ``run.resume`` resumes that run, ``auto`` the newest unfinished run
+    of this config name that was made under the same config (up to :data:`RESULT_NEUTRAL_KEYS`): one with
+    another seed or length is never continued in its place."""
     mode = loaded.run.resume
     if mode == "auto":
-        found = latest_unfinished(loaded.run.output_root, loaded.domain, loaded.name)
-        if found is not None:
-            return resume(found)
+        for found in unfinished_runs(loaded.run.output_root, loaded.domain, loaded.name):
+            changed = config_changes(load_config(found / "config.yaml", name=saved_run_name(found)).resolved, loaded.resolved)
+            if not changed:
+                return resume(found)
+            if distributed.env_info().is_main:
+                print(f"run.resume=auto: not continuing {found}, made under another config ({', '.join(changed[:3])})",
+                      file=sys.stderr)
     elif mode != "never":
         return resume(Path(mode))
     return Trainer(loaded).fit()

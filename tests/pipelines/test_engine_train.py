@@ -101,20 +101,29 @@ def test_corrupt_checkpoint_is_a_clear_error(toy_yaml, capsys):
     assert "config file not found" in capsys.readouterr().err
 
 
-def test_resume_auto_continues_the_unfinished_run(toy_yaml):
-    path = toy_yaml(run={"epochs": 3, "checkpoint_every_steps": 2})
-    full = trainer.train(load_config(path, ["run.output_root=" + str(path.parent / "full")]))
-    partial = trainer.train(load_config(path, ["run.max_steps=6"]))
-    status = json.loads((partial / "status.json").read_text())
-    status["state"] = "running"  # pretend it was killed after the step-6 checkpoint
-    (partial / "status.json").write_text(json.dumps(status))
-    resumed = trainer.train(load_config(path, ["run.resume=auto"]))
+def _pretend_killed(run_dir):
+    status = json.loads((run_dir / "status.json").read_text())
+    (run_dir / "status.json").write_text(json.dumps({**status, "state": "running"}))  # as if killed after last.pt
+
+
+def test_resume_auto_continues_only_an_unfinished_run_of_the_same_config(toy_yaml):
+    path = toy_yaml(run={"epochs": 3, "checkpoint_every_steps": 2, "max_steps": 6}, config={"sleep": 0.02})
+    partial = trainer.train(load_config(path))
+    _pretend_killed(partial)
+    before = load(partial / "checkpoints" / "last.pt")["train_seconds"]
+    assert before >= 6 * 0.02
+    # another seed or length is another run: never continued in its place, and left unfinished
+    for other in (["run.seed=1"], ["run.max_steps=8"]):
+        fresh = trainer.train(load_config(path, ["run.resume=auto", *other]))
+        assert fresh != partial and json.loads((fresh / "status.json").read_text())["resumed"] is False
+        assert json.loads((partial / "status.json").read_text())["state"] == "running"
+    resumed = trainer.train(load_config(path, ["run.resume=auto", "run.progress=true"]))  # a result-neutral key may differ
     assert resumed == partial  # continued, not a new folder
-    # the resumed run kept max_steps=6 from its own saved config: it is already at the end
+    status = json.loads((partial / "status.json").read_text())
+    assert status["state"] == "finished" and status["resumed"] is True and status["train_seconds"] >= before
     assert load(partial / "checkpoints" / "last.pt")["position"]["global_step"] == 6
-    fresh = trainer.train(load_config(path, ["run.resume=auto", "run.max_steps=2"]))
-    assert fresh != partial  # nothing unfinished left: a fresh run
-    assert load(full / "checkpoints" / "last.pt")["position"]["global_step"] == 12
+    again = trainer.train(load_config(path, ["run.resume=auto"]))
+    assert again not in (partial, resumed)  # nothing unfinished left: a fresh run
 
 
 def test_in_process_resume_from_mid_epoch_matches(toy_yaml):

@@ -28,7 +28,7 @@ def test_train_and_test_returns_the_tested_checkpoint_and_the_command(toy_yaml, 
     run = train_and_test(config, ["run.seed=3"], tmp_path / "toy.log", env, checkpoint="last")
     assert run.test == json.loads((run.run_dir / "eval_test.json").read_text())
     assert run.test["checkpoint"] == "last" and run.test["split"] == "test" and "metrics" in run.test
-    assert run.command == f"contrasuite train {config} run.seed=3"
+    assert run.command == f"contrasuite train {config} run.resume=auto run.seed=3"
     assert run.train_seconds > 0 and run.eval_seconds > 0 and run.cpu_seconds > 0
     assert "best" in run.val()
 
@@ -56,3 +56,18 @@ def test_data_root_args_are_absolute_for_children_that_run_in_the_repository_roo
     monkeypatch.chdir(tmp_path)
     assert data_root_args("data") == ["--data-root", str(tmp_path / "data")]
     assert data_root_args(None) == []
+
+
+def test_train_and_test_continues_an_interrupted_run_and_sums_its_training_time(toy_yaml, cli_env, tmp_path):
+    config = toy_yaml(run={"max_steps": 4, "checkpoint_every_steps": 2}, config={"sleep": 0.05})
+    env = thread_env(1, {"PYTHONPATH": cli_env["PYTHONPATH"]})
+    first = train_and_test(config, [], tmp_path / "toy.log", env)
+    status = json.loads((first.run_dir / "status.json").read_text())
+    assert status["resumed"] is False and status["train_seconds"] >= 4 * 0.05
+    (first.run_dir / "status.json").write_text(json.dumps({**status, "state": "running"}))  # as if killed after last.pt
+    again = train_and_test(config, [], tmp_path / "toy.log", env)
+    assert again.run_dir == first.run_dir  # continued in its folder, not trained again
+    status = json.loads((again.run_dir / "status.json").read_text())
+    assert status["resumed"] is True and again.train_seconds == status["train_seconds"] >= 4 * 0.05
+    seed_1 = train_and_test(config, ["run.seed=1"], tmp_path / "toy.log", env)
+    assert seed_1.run_dir != first.run_dir  # another config is another run
