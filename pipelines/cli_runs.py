@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from contrasuite.pipelines.run_dir import read_json
+
 ROOT = Path(__file__).resolve().parents[1]
 """The repository root: the children run there, so config paths relative to it work."""
 
@@ -127,7 +129,7 @@ def train_and_test(config: Path | str, overrides: Sequence[str], log: Path, env:
     started = time.time()
     trained = run_cli(args, log, env)
     run_dir = run_folder(trained.stdout)
-    status = json.loads((run_dir / "status.json").read_text())
+    status = read_json(run_dir / "status.json")
     train_seconds = status["train_seconds"] if status.get("resumed") else time.time() - started
     started = time.time()
     tested = run_cli(["eval", str(run_dir), *(["--checkpoint", checkpoint] if checkpoint else [])], log, env)
