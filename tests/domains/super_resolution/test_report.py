@@ -56,20 +56,32 @@ def test_finetune_page_compares_each_pcl_arm_with_the_l1_arm_per_seed(tmp_path):
 
 @pytest.mark.slow
 def test_finetune_runs_start_from_the_one_pretrained_model(tmp_path):
-    """--finetune --quick: one L1 model, then each arm with config.init_from at its run folder."""
+    """--finetune --quick: one L1 model, then each arm with config.init_from at its run folder. The
+    official PCL arm, whose contrastive term sends no gradient to the SR network, ends bit for bit
+    where the L1 control ends (the same batches, the same clipped L1 gradient, the same Adam steps)."""
     import json
     from pathlib import Path
+
+    import torch
 
     from contrasuite.domains.super_resolution.report import main
 
     out = tmp_path / "page.md"
     assert main(["--finetune", "--quick", "--seeds", "0", "--jobs", "1", "--results-dir", str(tmp_path),
-                 "--methods", "finetune_x2_pcl_official", "--output", str(out)]) == 0
+                 "--methods", "finetune_x2_l1,finetune_x2_pcl_official", "--output", str(out)]) == 0
     (pretrain,) = (tmp_path / "quick" / "pretrain_epochs1").glob("x2_l1_seed0.json")
     source = json.loads(pretrain.read_text())["run_dir"]
     arms = sorted((tmp_path / "quick" / "from_epochs1").glob("finetune_*_seed0.json"))
-    assert [p.stem for p in arms] == ["finetune_x2_pcl_official_seed0"]
+    assert [p.stem for p in arms] == ["finetune_x2_l1_seed0", "finetune_x2_pcl_official_seed0"]
+    generators, metrics = [], []
     for arm in arms:
-        saved = (Path(json.loads(arm.read_text())["run_dir"]) / "config.yaml").read_text()
+        result = json.loads(arm.read_text())
+        saved = (Path(result["run_dir"]) / "config.yaml").read_text()
         assert f"init_from: {source}" in saved
+        last = torch.load(Path(result["run_dir"]) / "checkpoints" / "last.pt", weights_only=True)
+        generators.append(last["modules"]["generator"])
+        metrics.append(result["metrics"])
+    start = torch.load(Path(source) / "checkpoints" / "best.pt", weights_only=True)["modules"]["generator"]
+    assert any(not torch.equal(start[k], generators[0][k]) for k in start)  # the control did train
+    assert all(torch.equal(generators[0][k], generators[1][k]) for k in start) and metrics[0] == metrics[1]
     assert "| un-fine-tuned | - |" in out.read_text()
