@@ -25,11 +25,11 @@ from contrasuite.pipelines.image_inputs import readable_images, require_image
 from contrasuite.pipelines.precision import pick_device
 from contrasuite.pipelines.run_dir import logged_per_epoch, write_json
 from contrasuite.pipelines.standalone import StepRunner, setup_task
-from contrasuite.pipelines.tables import mean_std
+from contrasuite.pipelines.tables import mean_std, page_command
 from contrasuite.pipelines.trainer import seed_all
 
 __all__ = [
     "ROOT", "CheckpointError", "ConfigError", "StepRunner", "config_digest", "current_result", "data_root_args", "load_checkpoint",
-    "load_config", "logged_per_epoch", "mean_std", "pick_device", "readable_images", "require_image", "run_cli",
+    "load_config", "logged_per_epoch", "mean_std", "page_command", "pick_device", "readable_images", "require_image", "run_cli",
     "seed_all", "thread_env", "write_json", "write_output", "setup_task", "train_and_test",
 ]

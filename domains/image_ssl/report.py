@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import statistics
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -29,8 +28,8 @@ from typing import Any, Sequence
 import torch
 
 from contrasuite.pipelines.api import (
-    ROOT, config_digest, current_result, load_config, logged_per_epoch, mean_std, seed_all, setup_task, thread_env, train_and_test,
-    write_json,
+    ROOT, config_digest, current_result, load_config, logged_per_epoch, mean_std, page_command, seed_all, setup_task,
+    thread_env, train_and_test, write_json,
 )
 
 CONFIG_DIR = ROOT / "configs" / "image_ssl"
@@ -294,8 +293,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cache.mkdir(parents=True, exist_ok=True)
     default_output = OUTPUT.with_name(f"{OUTPUT.stem}{suffix}.md")
     output = args.output or (cache / "image_ssl.md" if args.quick else default_output)
-    # The command that trains what the page shows (--report-only only re-renders its cached runs).
-    command = shlex.join(["contrasuite", "compare", "image_ssl", *(a for a in argv if a != "--report-only")])
+    command = page_command("image_ssl", argv)
     errors: list[BaseException] = []
     if not args.report_only:
         jobs = [(n, s) for s in seeds for n in names]

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from contrasuite.pipelines.api import mean_std, thread_env, train_and_test, write_json
+from contrasuite.pipelines.api import mean_std, page_command, thread_env, train_and_test, write_json
 
 LOSSES = ("circle", "multi_similarity", "hyperbolic", "supcon", "pml_circle", "pml_multi_similarity")
 # Untrained references: (config loss, overrides); evaluated like the trained runs, nothing trained.
@@ -186,7 +186,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "--note" in given:  # the note is printed on its own below the table
         i = given.index("--note")
         del given[i : i + 2]
-    command = "contrasuite compare metric_learning " + " ".join(a for a in given if a != "--table-only")
-    write_page(results, args.losses, command.strip(), args.out, args.note)
+    write_page(results, args.losses, page_command("metric_learning", given), args.out, args.note)
     print(f"wrote {args.out} ({sum(len(v) for v in results.values())} runs)")
     return 0
