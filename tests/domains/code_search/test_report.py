@@ -37,11 +37,34 @@ def test_train_run_logs_under_its_protocol_folder(tmp_path, monkeypatch):
     logs = []
     monkeypatch.setattr(cli_runs, "run_cli", lambda argv, log, env: logs.append(log) or Finished("", 0.0))
     monkeypatch.setattr(cli_runs, "run_folder", lambda stdout: run_dir)
+    (tmp_path / "mined").mkdir()
+    (tmp_path / "mined" / "manifest.json").write_text(json.dumps({"dataset_version": "abc"}))
     args = code_search._parser().parse_args(["--cache", str(tmp_path / "cache"), "--mined", str(tmp_path / "mined")])
     result = code_search.train_run("infonce", 1, args, tmp_path / "cache" / "quick")
     assert logs == [tmp_path / "cache" / "quick" / "logs" / "infonce_seed1.log"] * 2  # train, then eval
     assert result["test"] == {"mrr": 12.5} and result["val"] == {"mrr": 11.0}
-    assert "run.seed=1" in result["command"]
+    assert "run.seed=1" in result["command"] and result["dataset_version"] == "abc"
+
+
+def test_a_cached_run_of_another_mined_dataset_is_refused(tmp_path):
+    """The mined set depends on the installed packages: a cache carried to another machine must match it."""
+    import pytest
+
+    import contrasuite.domains.code_search.report as code_search
+    from contrasuite.domains.errors import DataError
+
+    (tmp_path / "mined").mkdir()
+    (tmp_path / "mined" / "manifest.json").write_text(json.dumps({"dataset_version": "new"}))
+    args = code_search._parser().parse_args(["--mined", str(tmp_path / "mined")])
+    cached = tmp_path / "infonce_seed0.json"
+    cached.write_text(json.dumps({"test": {"mined_mrr": 70.0}, "dataset_version": "old"}))
+    with pytest.raises(DataError, match="infonce_seed0.json was trained on mined dataset old, but .* is new"):
+        code_search._cached(cached, lambda: {}, args)
+    cached.write_text(json.dumps({"test": {"mined_mrr": 70.0}, "dataset_version": "new"}))
+    assert code_search._cached(cached, lambda: {}, args)["test"] == {"mined_mrr": 70.0}
+    fresh = tmp_path / "soft_bm25_seed0.json"
+    assert code_search._cached(fresh, lambda: {"test": {}, "dataset_version": "new"}, args)["test"] == {}
+    assert fresh.is_file()  # a computed run is cached
 
 
 def test_the_scale_protocol_trains_the_whole_split_in_large_cached_batches(tmp_path, monkeypatch):
@@ -50,11 +73,11 @@ def test_the_scale_protocol_trains_the_whole_split_in_large_cached_batches(tmp_p
 
     args = code_search._parser().parse_args(["--protocol", "scale", "--cache", str(tmp_path / "cache")])
     common = code_search._common(args)
-    assert {"config.data.train_limit=0", "config.batch_size=256", "config.grad_cache_chunk=32"} <= set(common)
+    assert {"config.data.train_limit=0", "config.batch_size=256", "config.grad_cache_chunk=32", "run.precision=bf16"} <= set(common)
     assert not {"config.batch_size=256"} & set(code_search._common(code_search._parser().parse_args([])))
     seen = []
     monkeypatch.setattr(code_search, "ensure_mined", lambda args: None)
-    monkeypatch.setattr(code_search, "_cached", lambda path, compute: seen.append(path) or {"test": {}})
+    monkeypatch.setattr(code_search, "_cached", lambda path, compute, args: seen.append(path) or {"test": {}})
     monkeypatch.setattr(code_search, "write_report", lambda results, args: "page")
     page = tmp_path / "page.md"
     argv = ["--protocol", "scale", "--methods", "infonce", "--seeds", "0", "--cache", str(tmp_path / "c"), "--out", str(page)]
