@@ -124,13 +124,14 @@ def train_and_test(config: Path | str, overrides: Sequence[str], log: Path, env:
     (default: the run's ``run.eval_checkpoint``), both in children with ``env``, logged to ``log``.
 
     An interrupted run of the same config (a report stopped with its machine) is continued, not begun
-    again; its training seconds are then the sum the run recorded over its processes."""
+    again. The training seconds are the trainer's (the fit loop, summed over the processes of a resumed run)."""
     args = ["train", str(config), "run.resume=auto", *overrides, *data_root_args(data_root)]
     started = time.time()
     trained = run_cli(args, log, env)
     run_dir = run_folder(trained.stdout)
     status = read_json(run_dir / "status.json")
-    train_seconds = status["train_seconds"] if status.get("resumed") else time.time() - started
+    # The trainer's count (summed over a resumed run's processes); a run folder without one: the child's wall time.
+    train_seconds = status.get("train_seconds", time.time() - started)
     started = time.time()
     tested = run_cli(["eval", str(run_dir), *(["--checkpoint", checkpoint] if checkpoint else [])], log, env)
     return TestedRun(run_dir, json.loads((run_dir / "eval_test.json").read_text()), "contrasuite " + shlex.join(args),

@@ -1,5 +1,6 @@
 """Shared helpers for the engine tests: toy run configs and a subprocess environment."""
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -34,3 +35,14 @@ def cli_env():
     env["OMP_NUM_THREADS"] = "1"
     return env
 
+
+
+@pytest.fixture
+def pretend_killed():
+    """``pretend_killed(run_dir)``: a finished run's status set back to running, as if killed after its last.pt."""
+
+    def mark(run_dir: Path) -> None:
+        status = json.loads((run_dir / "status.json").read_text())
+        (run_dir / "status.json").write_text(json.dumps({**status, "state": "running"}))
+
+    return mark

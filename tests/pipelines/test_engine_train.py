@@ -101,15 +101,10 @@ def test_corrupt_checkpoint_is_a_clear_error(toy_yaml, capsys):
     assert "config file not found" in capsys.readouterr().err
 
 
-def _pretend_killed(run_dir):
-    status = json.loads((run_dir / "status.json").read_text())
-    (run_dir / "status.json").write_text(json.dumps({**status, "state": "running"}))  # as if killed after last.pt
-
-
-def test_resume_auto_continues_only_an_unfinished_run_of_the_same_config(toy_yaml):
+def test_resume_auto_continues_only_an_unfinished_run_of_the_same_config(toy_yaml, pretend_killed):
     path = toy_yaml(run={"epochs": 3, "checkpoint_every_steps": 2, "max_steps": 6}, config={"sleep": 0.02})
     partial = trainer.train(load_config(path))
-    _pretend_killed(partial)
+    pretend_killed(partial)
     before = load(partial / "checkpoints" / "last.pt")["train_seconds"]
     assert before >= 6 * 0.02
     # another seed or length is another run: never continued in its place, and left unfinished

@@ -58,13 +58,13 @@ def test_data_root_args_are_absolute_for_children_that_run_in_the_repository_roo
     assert data_root_args(None) == []
 
 
-def test_train_and_test_continues_an_interrupted_run_and_sums_its_training_time(toy_yaml, cli_env, tmp_path):
+def test_train_and_test_continues_an_interrupted_run_and_sums_its_training_time(toy_yaml, cli_env, tmp_path, pretend_killed):
     config = toy_yaml(run={"max_steps": 4, "checkpoint_every_steps": 2}, config={"sleep": 0.05})
     env = thread_env(1, {"PYTHONPATH": cli_env["PYTHONPATH"]})
     first = train_and_test(config, [], tmp_path / "toy.log", env)
     status = json.loads((first.run_dir / "status.json").read_text())
     assert status["resumed"] is False and status["train_seconds"] >= 4 * 0.05
-    (first.run_dir / "status.json").write_text(json.dumps({**status, "state": "running"}))  # as if killed after last.pt
+    pretend_killed(first.run_dir)
     again = train_and_test(config, [], tmp_path / "toy.log", env)
     assert again.run_dir == first.run_dir  # continued in its folder, not trained again
     status = json.loads((again.run_dir / "status.json").read_text())
