@@ -143,12 +143,13 @@ def median_ratio(num: list[float], den: list[float]) -> float:
     return statistics.median(x / y for x, y in zip(num, den))
 
 
-def peak_mb(step: Step, a: torch.Tensor, b: torch.Tensor) -> float:
-    """Peak MiB above the starting level during one forward+backward (module docstring)."""
+def peak_mb(step: Step, a: torch.Tensor, b: torch.Tensor, exact: bool = False) -> float:
+    """Peak MiB above the starting level during one forward+backward (module docstring); ``exact``: always
+    PyTorch's allocator count (the resident-set peak adds a few MiB of page granularity)."""
     def clear() -> None:
         a.grad = b.grad = None
 
-    if a.device.type == "cpu" and memory.RESIDENT_PEAK_WORKS:
+    if a.device.type == "cpu" and memory.RESIDENT_PEAK_WORKS and not exact:
         return memory.peak_resident_bytes(lambda: step(a, b).backward(), setup=clear) / 2**20
     clear()
     return memory.peak_bytes(lambda: step(a, b).backward(), a.device)[1] / 2**20

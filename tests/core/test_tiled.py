@@ -17,7 +17,7 @@ from contrasuite.core.gradcache import cached_backward
 from contrasuite.core.objectives import DCL, DCLW, CLIPLoss, FocalInfoNCE, InfoNCE, SigLIP, SoftInfoNCE
 from contrasuite.core.pairs import Pairs, resolve_pairs, two_view
 from contrasuite.core.tiling import Tiling, check_tile_size, tiled_rows
-from contrasuite.pipelines.memory import peak_bytes
+from contrasuite.pipelines.bench.objectives import peak_mb
 
 TOLERANCE = {torch.float32: 1e-5, torch.float64: 1e-10}
 OBJECTIVES = {
@@ -251,13 +251,6 @@ def test_tile_size_validation_and_block_weights_need_tiles():
     assert torch.equal(blocks, InfoNCE(tile_size=2)(a, a.clone(), neg_weight=weights))  # the same blocks, the same sums
 
 
-def peak_mb(step, a: torch.Tensor, b: torch.Tensor) -> float:
-    """Peak MiB held by PyTorch's allocator during one forward+backward (the profiler's exact count; the
-    bench's resident-set peak adds a few MiB of page granularity, too coarse for this bound)."""
-    a.grad = b.grad = None
-    return peak_bytes(lambda: step(a, b).backward(), a.device)[1] / 2**20
-
-
 def test_tiled_never_allocates_the_matrix():
     """Peak bytes of a forward+backward at N = M = 4096, D = 16 (the dense logits alone are 64 MiB)
     within ``16 (N + M) D + 8 tile^2`` floats: the factors, their gradients and a few block buffers."""
@@ -277,9 +270,9 @@ def test_tiled_never_allocates_the_matrix():
         "clip": lambda x, y: CLIPLoss(tile_size=tile)(x, y),
     }
     for name, step in steps.items():
-        peak = peak_mb(step, a, b)
+        peak = peak_mb(step, a, b, exact=True)  # the bench's resident-set peak is too coarse for this bound
         assert peak < bound_mb, f"{name}: peak {peak:.1f} MiB, bound {bound_mb:.1f} MiB"
-    assert peak_mb(lambda x, y: InfoNCE()(x, y), a, b) > matrix_mb  # the check can fail: dense does allocate it
+    assert peak_mb(lambda x, y: InfoNCE()(x, y), a, b, exact=True) > matrix_mb  # the check can fail: dense does allocate it
 
 
 def test_gradcache_with_a_tiled_loss_gives_the_full_batch_gradient():
