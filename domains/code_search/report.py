@@ -217,6 +217,9 @@ tuning must use the mined validation split, never CoSQA). Numbers are percentage
 * **flagged negatives %**: the share of in-batch negatives whose Soft-InfoNCE weight is below 0.5, i.e. that
   the prior singles out as likely false negatives (over half of their row's prior mass when alpha = beta = 1),
   mean over the training steps (`train/prior/*.flagged_share` in each run's metrics.csv).
+* **min/run**: the training loop (the trainer's `train_seconds`) plus the test evaluation, in minutes; process start
+  and the task's setup are not counted, so a SimCSE-prior run also spends the prior's own training (one epoch of
+  SimCSE on the training queries) before its loop.
 
 {chr(10).join(lines)}
 
