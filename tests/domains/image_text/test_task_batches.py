@@ -25,13 +25,11 @@ def task(tmp_path_factory, emoji_root):
 
 
 def one_batch(task, **hard):
-    for key, value in hard.items():
+    """The first batch with plain hard negatives (no image pairs, weight 1, no focus term) changed by ``hard``:
+    set in full for every call, so a test sees the same settings whichever tests ran before it."""
+    for key, value in {"image_pairs": False, "weight": 1.0, "focus_weight": 0.0, **hard}.items():
         setattr(task.cfg.hard_negatives, key, value)
-    try:
-        return next(iter(task.batches(0)))
-    finally:
-        task.cfg.hard_negatives.image_pairs, task.cfg.hard_negatives.weight = False, 1.0
-        task.cfg.hard_negatives.focus_weight = 0.0
+    return next(iter(task.batches(0)))
 
 
 def test_block_marks_true_matches(task):
