@@ -110,7 +110,7 @@ def zero_shot(args: argparse.Namespace) -> dict[str, Any]:
     started = time.time()
     val = dict(task.evaluate("val"))
     test = dict(task.evaluate("test"))
-    return {"val": val, "test": test, "seconds": time.time() - started, "command": "contrasuite compare code_search --methods zero_shot",
+    return {"val": val, "test": test, "seconds": time.time() - started, "command": f"contrasuite compare code_search --protocol {args.protocol} --methods zero_shot",
             "dataset_version": _dataset_version(args)}
 
 
