@@ -75,7 +75,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--prefix", default=None, help="configs are <config-dir>/<prefix><method>.yaml (default reduced_x2_; "
                    "with --finetune reduced_)")
     p.add_argument("--finetune", action="store_true", help="PCL-SR's protocol: fine-tune one converged L1 model")
-    p.add_argument("--pretrain-epochs", type=int, default=50, help="--finetune: epochs of the L1 model fine-tuned")
+    p.add_argument("--pretrain-epochs", type=int, default=30,
+                   help="--finetune: epochs of the L1 model fine-tuned (cosine decay to 0 over them)")
+    p.add_argument("--pretrain-threads", type=int, default=1, help="--finetune: torch threads of the L1 model's run "
+                   "(it runs alone; the arms run one thread each)")
     p.add_argument("--quick", action="store_true", help="tiny smoke protocol; the page goes to the results dir")
     p.add_argument("--results-dir", type=Path, default=ROOT / "runs" / "compare" / "super_resolution")
     p.add_argument("--output", type=Path, default=None, help=f"markdown page (default {OUTPUT.relative_to(ROOT)})")
@@ -90,7 +93,8 @@ def _data_root(args: argparse.Namespace) -> str:
     return args.data_root or os.environ.get("CONTRASUITE_DATA", "data")
 
 
-def run_one(method: str, seed: int, args: argparse.Namespace, cache: Path, extra: Sequence[str] = ()) -> dict[str, Any]:
+def run_one(method: str, seed: int, args: argparse.Namespace, cache: Path, extra: Sequence[str] = (),
+            threads: int = 1) -> dict[str, Any]:
     """Train (with ``extra`` overrides), select by validation PSNR, test; returns (and caches) the result."""
     result_path = cache / f"{method}_seed{seed}.json"
     if result_path.is_file() and not args.rerun:
@@ -103,7 +107,7 @@ def run_one(method: str, seed: int, args: argparse.Namespace, cache: Path, extra
         overrides += QUICK_OVERRIDES
     log = cache / f"{method}_seed{seed}.log"
     log.unlink(missing_ok=True)
-    run = train_and_test(config, overrides, log, thread_env(1), checkpoint="best", data_root=args.data_root)
+    run = train_and_test(config, overrides, log, thread_env(threads), checkpoint="best", data_root=args.data_root)
     result = {
         "method": method, "seed": seed, "run_dir": str(run.run_dir), "metrics": run.test["metrics"],
         "best_val_psnr_y": run.val()["best"], "best_step": run.test.get("global_step"),
@@ -272,7 +276,8 @@ def write_finetune_page(pretrain: dict[str, Any], results: list[dict[str, Any]],
         "",
         "**REDUCED protocol on CPU**" if not args.quick else "**QUICK smoke protocol: numbers are meaningless**",
         "",
-        f"- The un-fine-tuned model: `{args.prefix}{PRETRAIN}.yaml` for {args.pretrain_epochs} epochs, seed 0 "
+        f"- The un-fine-tuned model: `{args.prefix}{PRETRAIN}.yaml` for {args.pretrain_epochs} epochs with the learning "
+        "rate decayed to 0 on a cosine, seed 0 "
         f"({pretrain['train_seconds']:.0f} s of training); {protocol}.",
         f"- Each arm fine-tunes its `best.pt` (`config.init_from`) with `{args.prefix}finetune_x2_<arm>.yaml` "
         "(lr 5e-5, cosine decay, gradient values clipped at 1, as the official scripts); checkpoints chosen by "
@@ -310,15 +315,20 @@ def finetune(args: argparse.Namespace, methods: list[str], seeds: list[int], cac
     """``--finetune``: the converged L1 model once, then every (arm, seed) from it; returns the page."""
     quick = list(QUICK_OVERRIDES) if args.quick else []
     epochs = 1 if args.quick else args.pretrain_epochs
-    pretrain = run_one(PRETRAIN, 0, args, cache / f"pretrain_epochs{epochs}", [f"run.epochs={epochs}"])
+    pretrain_config = args.config_dir / f"{args.prefix}{PRETRAIN}.yaml"
+    steps = epochs * load_config(pretrain_config, quick).config.data.steps_per_epoch
+    # Cosine decay to 0 over the whole run: the model ends converged at its learning rate's floor.
+    schedule = [f"run.epochs={epochs}", f"config.cosine_steps={steps}"]
+    name = f"epochs{epochs}_cosine"
+    pretrain = run_one(PRETRAIN, 0, args, cache / f"pretrain_{name}", schedule, args.pretrain_threads)
     start = [f"config.init_from={pretrain['run_dir']}"]
     jobs = sorted(((m, s) for s in seeds for m in methods), key=lambda job: (job[0].endswith("_l1"), job[1]))
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        results = list(pool.map(lambda job: run_one(*job, args, cache / f"from_epochs{epochs}", start), jobs))
+        results = list(pool.map(lambda job: run_one(*job, args, cache / f"from_{name}", start), jobs))
     probe = load_config(args.config_dir / f"{args.prefix}{methods[0]}.yaml", quick)
     page = args.output or (cache / "super_resolution_finetune.md" if args.quick else FINETUNE_OUTPUT)
     write_finetune_page(pretrain, results, args, list(probe.config.test_sets), page,
-                        describe(load_config(args.config_dir / f"{args.prefix}{PRETRAIN}.yaml", [f"run.epochs={epochs}", *quick])))
+                        describe(load_config(pretrain_config, [*schedule, *quick])))
     return page
 
 
