@@ -11,7 +11,6 @@ from contrasuite.pipelines.config import load_config
 from contrasuite.domains.metric_learning.retrieve import main as retrieve_main
 
 CONFIGS = sorted((Path(__file__).resolve().parents[3] / "configs" / "metric_learning").glob("*.yaml"))
-RUNS: dict[str, Path] = {}
 
 
 def tiny_overrides(path: Path, tmp: Path, cache: Path) -> list[str]:
@@ -24,25 +23,27 @@ def tiny_overrides(path: Path, tmp: Path, cache: Path) -> list[str]:
     ]
 
 
+def smoke_run(path: Path, tmp: Path, cache: Path, data_root: Path) -> tuple[Path, int | None]:
+    """Train ``path`` for the tiny schedule; returns its run folder and ``run.max_steps``."""
+    loaded = load_config(path, tiny_overrides(path, tmp, cache), data_root=str(data_root))
+    return trainer.train(loaded), loaded.run.max_steps
+
+
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.stem)
 def test_config_trains_and_evaluates(path, tmp_path_factory, cache_dir, emoji_root, tiny_cub_session):
     data_root = tiny_cub_session if "cub200" in path.name else emoji_root
-    tmp = tmp_path_factory.mktemp(path.stem)
-    loaded = load_config(path, tiny_overrides(path, tmp, cache_dir), data_root=str(data_root))
-    run_dir = trainer.train(loaded)
+    run_dir, max_steps = smoke_run(path, tmp_path_factory.mktemp(path.stem), cache_dir, data_root)
     val = json.loads((run_dir / "eval_val.json").read_text())["metrics"]
     test = trainer.evaluate(run_dir, "best")["metrics"]
     for metrics in (val, test):
         assert set(metrics) == {"recall@1", "recall@2", "recall@4", "recall@8", "map@r"}
         assert all(0.0 <= v <= 1.0 for v in metrics.values())
-    assert (run_dir / "epoch_seconds.jsonl").is_file() or loaded.run.max_steps is not None
-    RUNS[path.stem] = run_dir
+    assert (run_dir / "epoch_seconds.jsonl").is_file() or max_steps is not None
 
 
-def test_retrieve_prints_top_matches_and_writes_strip(tmp_path, cache_dir, capsys):
-    run_dir = RUNS.get("emoji_hyperbolic") or RUNS.get("emoji_multi_similarity")
-    if run_dir is None:
-        pytest.skip("needs the emoji smoke runs of this module")
+def test_retrieve_prints_top_matches_and_writes_strip(tmp_path, cache_dir, emoji_root, capsys):
+    config = next(p for p in CONFIGS if p.stem == "emoji_hyperbolic")
+    run_dir, _ = smoke_run(config, tmp_path / "runs", cache_dir, emoji_root)
     gallery = tmp_path / "gallery"
     gallery.mkdir()
     sources = sorted(next((cache_dir / "emoji").glob("google-64-*")).glob("1f34*.png"))[:5]
