@@ -43,7 +43,7 @@ def test_finetune_page_compares_each_pcl_arm_with_the_l1_arm_per_seed(tmp_path):
     results = [result("finetune_x2_l1", 0, 33.6), result("finetune_x2_l1", 1, 33.7),
                result("finetune_x2_pcl_official", 0, 33.6), result("finetune_x2_pcl_official", 1, 33.8),
                result("finetune_x2_pcl_gradient", 0, 33.2)]
-    args = argparse.Namespace(quick=False, prefix="reduced_", pretrain_epochs=30)
+    args = argparse.Namespace(quick=False, prefix="reduced_", pretrain_epochs=30, pretrain_threads=2)
     page = tmp_path / "ft.md"
     write_finetune_page(pretrain, results, args, ["Set5"], page, "PROTOCOL")
     text = page.read_text()
@@ -51,14 +51,14 @@ def test_finetune_page_compares_each_pcl_arm_with_the_l1_arm_per_seed(tmp_path):
     assert "| fine-tuned, L1 only (the control) | 2 | 33.650 ± 0.071 |" in text
     assert "- Set5: +0.000, +0.100 (mean +0.050, standard error 0.050)" in text  # official minus L1, seeds 0 and 1
     assert "- Set5: -0.400 (mean -0.400)" in text  # the gradient arm has seed 0 only
-    assert "`contrasuite compare super_resolution --finetune --pretrain-epochs 30`" in text
+    assert "`contrasuite compare super_resolution --finetune --pretrain-epochs 30 --pretrain-threads 2`" in text
 
 
 @pytest.mark.slow
 def test_finetune_runs_start_from_the_one_pretrained_model(tmp_path):
-    """--finetune --quick: one L1 model (its lr decayed over its steps), then each arm with config.init_from at its run folder. The
-    official PCL arm, whose contrastive term sends no gradient to the SR network, ends bit for bit
-    where the L1 control ends (the same batches, the same clipped L1 gradient, the same Adam steps)."""
+    """--finetune --quick: one L1 model (its lr decayed over its steps), then each arm with
+    config.init_from at its run folder. The official PCL arm, whose contrastive term sends no gradient
+    to the SR network, ends bit for bit where the L1 control ends (the same batches, the same clipped L1 gradient, the same Adam steps)."""
     import json
     from pathlib import Path
 
