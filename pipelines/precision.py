@@ -6,6 +6,27 @@ import os
 
 import torch
 
+
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU computes bf16 matrix products in hardware (AVX512-BF16 or AMX) for oneDNN.
+
+    Without them (an AVX2-only CPU, or oneDNN capped by ``ONEDNN_MAX_CPU_ISA`` below its ``BF16``/``AMX``
+    levels) bf16 autocast is emulated: a CIFAR ResNet-18 step ran 8x slower than in fp32 (docs/engine.md)."""
+    capped = os.environ.get("ONEDNN_MAX_CPU_ISA", "ALL").upper()
+    if capped != "ALL" and not any(level in capped for level in ("BF16", "AMX")):
+        return False
+    checks = (getattr(torch.cpu, "_is_avx512_bf16_supported", None), getattr(torch.cpu, "_is_amx_tile_supported", None))
+    return any(check() for check in checks if check is not None)
+
+
+def slow_bf16_note(precision: str, device: torch.device) -> str | None:
+    """A one-line warning for bf16 autocast on a CPU that emulates it, else None."""
+    if precision != "bf16" or device.type != "cpu" or cpu_has_native_bf16():
+        return None
+    return ("run.precision=bf16 on a CPU without AVX512-BF16 or AMX: bf16 is emulated here and runs several times "
+            "slower than fp32; set run.precision=fp32 for CPU runs on this machine")
+
+
 def pick_device(requested: str, local_rank: int = 0) -> torch.device:
     """``auto`` -> CUDA (this rank's GPU) when present, else CPU; ``cuda`` fails clearly without a GPU."""
     if requested == "cpu" or (requested == "auto" and not torch.cuda.is_available()):

@@ -152,6 +152,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data-root", default=None)
     parser.add_argument("--json", type=Path, default=None, help="also write every result to this JSON file")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: leave as is)")
+    parser.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default=None,
+                        help="run every config at this precision (default: each config's own); on a CPU that "
+                             "emulates bf16 (no AVX512-BF16 or AMX), fp32 runs several times faster")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -163,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = []
     with tempfile.TemporaryDirectory(prefix="contrasuite-smoke-") as tmp:
         for path in paths:
-            results.append(measure(path.resolve(), Path(tmp), data_root=args.data_root))
+            results.append(measure(path.resolve(), Path(tmp), data_root=args.data_root, precision=args.precision))
             print(line(results[-1]), flush=True)
     counts = {s: sum(r.state == s for r in results) for s in ("ok", "skip", "FAIL")}
     print(f"smoke: {counts['ok']} ok, {counts['skip']} skipped (data not here), {counts['FAIL']} failed")

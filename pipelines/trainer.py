@@ -37,7 +37,7 @@ from contrasuite.pipelines import checkpoint, distributed
 from contrasuite.pipelines.config import LoadedConfig, load_config, parse_override, save_resolved
 from contrasuite.pipelines.metrics_log import MetricsLog
 from contrasuite.pipelines.plots import similarity_histogram, training_curves
-from contrasuite.pipelines.precision import make_scaler, pick_device, set_deterministic
+from contrasuite.pipelines.precision import make_scaler, pick_device, set_deterministic, slow_bf16_note
 from contrasuite.pipelines.run_dir import environment, new_run_dir, read_json, unfinished_runs, write_json
 from contrasuite.pipelines.run_lock import RunLock
 from contrasuite.pipelines.step import NonFiniteStepError, Step
@@ -105,6 +105,9 @@ class Trainer:
                              "(set run.sync_batchnorm=false to keep BatchNorm statistics per process)")
         distributed.init(self.dist, self.device, self.run.dist_timeout_minutes)
         set_deterministic(self.run.deterministic)
+        note = slow_bf16_note(self.run.precision, self.device)
+        if note and self.dist.is_main:
+            print(note, file=sys.stderr)
         if run_dir is None:
             made = new_run_dir(self.run.output_root, loaded.domain, loaded.name) if self.dist.is_main else None
             run_dir = Path(distributed.broadcast_object(str(made) if made else None))

@@ -10,6 +10,7 @@ from contrasuite.pipelines import trainer
 from contrasuite.pipelines.checkpoint import CheckpointError, load
 from contrasuite.pipelines.cli import main
 from contrasuite.pipelines.config import load_config
+from contrasuite.pipelines.precision import cpu_has_native_bf16
 from contrasuite.pipelines.step import NonFiniteStepError
 
 
@@ -57,6 +58,17 @@ def test_mixed_precision_runs_on_cpu(toy_yaml, precision):
     assert state["position"]["global_step"] == 3
     assert (state["scaler"] is not None) == (precision == "fp16")
     assert all(torch.isfinite(v).all() for v in state["modules"]["model"].values())
+
+
+def test_bf16_on_a_cpu_that_emulates_it_says_so_once(toy_yaml, capsys, monkeypatch):
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # oneDNN capped below its bf16 levels: emulated bf16
+    assert not cpu_has_native_bf16()
+    trainer.train(load_config(toy_yaml(run={"precision": "bf16", "max_steps": 1})))
+    assert capsys.readouterr().err.count("run.precision=bf16 on a CPU without AVX512-BF16 or AMX") == 1
+    trainer.train(load_config(toy_yaml(run={"precision": "fp32", "max_steps": 1})))
+    assert "AVX512-BF16" not in capsys.readouterr().err
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX512_CORE_AMX")
+    assert cpu_has_native_bf16() == (torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
 
 
 def test_non_finite_loss_stops_naming_step_and_optimizer(toy_yaml, capsys):
