@@ -60,6 +60,12 @@ QUICK_OVERRIDES = (
     "config.data.max_train_images=20", "config.data.val_crop=16", "config.model.n_resblocks=1", "config.model.n_feats=8",
     "config.discriminator.channel_divisor=16", "config.test_sets=[Set5]",
 )
+BICUBIC_PUBLISHED = {  # (PSNR dB, SSIM) of bicubic upscaling, Y channel, border = scale (EDSR and RCAN papers' tables)
+    ("Set5", 2): (33.66, 0.9299), ("Set5", 4): (28.42, 0.8104),
+    ("Set14", 2): (30.24, 0.8688), ("Set14", 4): (26.00, 0.7027),
+    ("B100", 2): (29.56, 0.8431), ("B100", 4): (25.96, 0.6675),
+}
+BICUBIC_SCALES = (2, 4)
 OUTPUT = ROOT / "docs" / "results" / "super_resolution.md"
 FINETUNE_OUTPUT = ROOT / "docs" / "results" / "super_resolution_finetune.md"
 CROPS = (("Set5", "butterfly"), ("Set14", "zebra"), ("B100", "img_004"))
@@ -137,6 +143,22 @@ def bicubic(args: argparse.Namespace, scale: int, sets: Sequence[str], cache: Pa
         metrics[f"{name}/psnr_y"], metrics[f"{name}/ssim_y"] = statistics.fmean(ps), statistics.fmean(ss)
     write_json(metrics, path)
     return metrics
+
+
+def bicubic_section(bic: dict[int, dict[str, float]], sets: Sequence[str]) -> list[str]:
+    """Bicubic upscaling at each scale measured here, the published numbers in brackets."""
+    lines = ["## Bicubic upscaling", "",
+             "The LR images upscaled with MATLAB bicubic; PSNR / SSIM on Y, border = scale; in brackets the published "
+             "numbers (EDSR and RCAN papers' tables).", "",
+             "| scale | " + " | ".join(f"{s} PSNR / SSIM" for s in sets) + " |", "|---|" + "---|" * len(sets)]
+    for scale, metrics in sorted(bic.items()):
+        cells = []
+        for s in sets:
+            published = BICUBIC_PUBLISHED.get((s, scale))
+            cells.append(f"{metrics[f'{s}/psnr_y']:.3f} / {metrics[f'{s}/ssim_y']:.4f}"
+                         + (f" ({published[0]:.2f} / {published[1]:.4f})" if published else ""))
+        lines.append(f"| x{scale} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def bench(args: argparse.Namespace, cache: Path, scale: int) -> dict[str, Any] | None:
@@ -244,7 +266,10 @@ def write_page(results: list[dict[str, Any]], bic: dict[str, float], bench_rows:
                      - next(r for r in by_method["l1"] if r["seed"] == k)["metrics"][f"{s}/psnr_y"] for k in paired]
             lines.append(f"- {s}: " + ", ".join(f"{g:+.3f}" for g in gains)
                          + (f" (mean {statistics.fmean(gains):+.3f})" if gains else ""))
-    lines += ["", "Paper context: " + PAPER_GAINS, "", "## Runs", "", "| method | seed | best val PSNR-Y | train s | eval s | command |", "|---|---|---|---|---|---|"]
+    lines += ["", "Paper context: " + PAPER_GAINS, "",
+              f"PCL-SR's own protocol, fine-tuning a converged L1 model with and without the contrastive term beside "
+              f"plain fine-tuning, and bicubic at x2 and x4: [{FINETUNE_OUTPUT.name}]({FINETUNE_OUTPUT.name}).",
+              "", "## Runs", "", "| method | seed | best val PSNR-Y | train s | eval s | command |", "|---|---|---|---|---|---|"]
     for r in sorted(results, key=lambda r: (r["method"], r["seed"])):
         lines.append(f"| {r['method']} | {r['seed']} | {r['best_val_psnr_y']:.3f} | {r['train_seconds']} | {r['eval_seconds']} | `{r['command']}` |")
     if bench_rows:
@@ -262,9 +287,10 @@ def write_page(results: list[dict[str, Any]], bic: dict[str, float], bench_rows:
 
 
 def write_finetune_page(pretrain: dict[str, Any], results: list[dict[str, Any]], args: argparse.Namespace,
-                        sets: Sequence[str], page: Path, protocol: str) -> None:
-    """The fine-tuning table: the un-fine-tuned model and each arm (mean ± std over seeds), and each
-    PCL arm's PSNR difference from the L1-only arm, per seed, with the mean and its standard error."""
+                        sets: Sequence[str], page: Path, protocol: str, bic: dict[int, dict[str, float]]) -> None:
+    """The fine-tuning table: bicubic, the un-fine-tuned model and each arm (mean ± std over seeds), and each
+    PCL arm's PSNR difference from the L1-only arm, per seed, with the mean and its standard error; then
+    bicubic at every scale in ``bic`` beside the published numbers."""
     by_method: dict[str, list[dict[str, Any]]] = {}
     for r in results:
         by_method.setdefault(r["method"], []).append(r)
@@ -286,6 +312,7 @@ def write_finetune_page(pretrain: dict[str, Any], results: list[dict[str, Any]],
         "",
         "| model | seeds | " + " | ".join(f"{s} PSNR | {s} SSIM" for s in sets) + " |",
         "|---|---|" + "---|---|" * len(sets),
+        "| bicubic | - | " + " | ".join(f"{bic[2][f'{s}/psnr_y']:.3f} | {bic[2][f'{s}/ssim_y']:.4f}" for s in sets) + " |",
         "| un-fine-tuned | - | " + " | ".join(f"{pretrain['metrics'][f'{s}/psnr_y']:.3f} | "
                                               f"{pretrain['metrics'][f'{s}/ssim_y']:.4f}" for s in sets) + " |",
     ]
@@ -304,6 +331,7 @@ def write_finetune_page(pretrain: dict[str, Any], results: list[dict[str, Any]],
             se = statistics.stdev(gains) / len(gains) ** 0.5 if len(gains) > 1 else None
             lines.append(f"- {s}: " + ", ".join(f"{g:+.3f}" for g in gains) + f" (mean {statistics.fmean(gains):+.3f}"
                          + (f", standard error {se:.3f})" if se is not None else ")"))
+    lines += ["", *bicubic_section(bic, sets)]
     lines += ["", "## Runs", "", "| model | seed | best val PSNR-Y | train s | eval s | command |", "|---|---|---|---|---|---|"]
     for r in [pretrain, *sorted(results, key=lambda r: (r["method"], r["seed"]))]:
         lines.append(f"| {r['method']} | {r['seed']} | {r['best_val_psnr_y']:.3f} | {r['train_seconds']} | "
@@ -327,9 +355,12 @@ def finetune(args: argparse.Namespace, methods: list[str], seeds: list[int], cac
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         results = list(pool.map(lambda job: run_one(*job, args, cache / f"from_{name}", start), jobs))
     probe = load_config(args.config_dir / f"{args.prefix}{methods[0]}.yaml", quick)
+    sets = list(probe.config.test_sets)
+    torch.set_num_threads(1)
+    bic = {scale: bicubic(args, scale, sets, cache) for scale in BICUBIC_SCALES}
     page = args.output or (cache / "super_resolution_finetune.md" if args.quick else FINETUNE_OUTPUT)
-    write_finetune_page(pretrain, results, args, list(probe.config.test_sets), page,
-                        describe(load_config(pretrain_config, [*schedule, *quick])))
+    write_finetune_page(pretrain, results, args, sets, page, describe(load_config(pretrain_config, [*schedule, *quick])),
+                        bic)
     return page
 
 

@@ -51,7 +51,7 @@ def test_every_full_scale_config_starts(tmp_path, part):
     ``contrasuite smoke`` runs one part of the configs (every ``SWEEP_PARTS``-th) in a fresh process of
     one thread, as a user would run it; the parts together cover every full-scale config, and the test
     workers share them out. On a CPU that emulates bf16 the configs run in fp32 (``--precision fp32``):
-    emulated bf16 made this sweep take 47 of CI's 62 minutes on an AVX2-only CPU."""
+    in bf16 the four parts took 500-1300 s each in CI on an AVX2-only CPU (docs/engine.md, Precision)."""
     configs = [str(p) for p in full_scale_configs()][part::SWEEP_PARTS]
     out = tmp_path / "smoke.json"
     precision = [] if cpu_has_native_bf16() else ["--precision", "fp32"]

@@ -4,15 +4,7 @@ import pytest
 
 from contrasuite.domains.super_resolution.data import eval_pairs, upscale_bicubic
 from contrasuite.domains.super_resolution.metrics import psnr_y, ssim_y
-
-PUBLISHED = {  # (PSNR dB, SSIM) of bicubic, Y channel, border = scale
-    ("Set5", 2): (33.66, 0.9299),
-    ("Set5", 4): (28.42, 0.8104),
-    ("Set14", 2): (30.24, 0.8688),
-    ("Set14", 4): (26.00, 0.7027),
-    ("B100", 2): (29.56, 0.8431),
-    ("B100", 4): (25.96, 0.6675),
-}
+from contrasuite.domains.super_resolution.report import BICUBIC_PUBLISHED
 
 
 def bicubic_scores(root, name, scale):
@@ -26,7 +18,7 @@ def bicubic_scores(root, name, scale):
 
 def check(root, name, scale):
     psnr, ssim = bicubic_scores(root, name, scale)
-    want_psnr, want_ssim = PUBLISHED[(name, scale)]
+    want_psnr, want_ssim = BICUBIC_PUBLISHED[(name, scale)]
     assert psnr == pytest.approx(want_psnr, abs=0.05), f"{name} x{scale} bicubic PSNR {psnr:.3f}"
     assert ssim == pytest.approx(want_ssim, abs=0.002), f"{name} x{scale} bicubic SSIM {ssim:.4f}"
 

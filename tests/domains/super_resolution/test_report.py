@@ -27,6 +27,7 @@ def test_page_has_table_spread_gains_and_context(tmp_path):
     assert "34.100 ± 0.141" in text  # L1 mean ± std over the two seeds
     assert "- Set5: +0.100, -0.100 (mean +0.000)" in text
     assert "| l1 | bf16 | 24 | 16 | 0.500 | 32.0 | 0.400 |" in text
+    assert "[super_resolution_finetune.md](super_resolution_finetune.md)" in text
 
 
 def test_unknown_method_is_rejected():
@@ -45,9 +46,11 @@ def test_finetune_page_compares_each_pcl_arm_with_the_l1_arm_per_seed(tmp_path):
                result("finetune_x2_pcl_gradient", 0, 33.2)]
     args = argparse.Namespace(quick=False, prefix="reduced_", pretrain_epochs=30, pretrain_threads=2)
     page = tmp_path / "ft.md"
-    write_finetune_page(pretrain, results, args, ["Set5"], page, "PROTOCOL")
+    bic = {2: {"Set5/psnr_y": 33.682, "Set5/ssim_y": 0.93051}, 4: {"Set5/psnr_y": 28.431, "Set5/ssim_y": 0.81128}}
+    write_finetune_page(pretrain, results, args, ["Set5"], page, "PROTOCOL", bic)
     text = page.read_text()
-    assert "| un-fine-tuned | - | 33.500 | 0.9000 |" in text
+    assert "| bicubic | - | 33.682 | 0.9305 |\n| un-fine-tuned | - | 33.500 | 0.9000 |" in text
+    assert "| x2 | 33.682 / 0.9305 (33.66 / 0.9299) |\n| x4 | 28.431 / 0.8113 (28.42 / 0.8104) |" in text
     assert "| fine-tuned, L1 only (the control) | 2 | 33.650 ± 0.071 |" in text
     assert "- Set5: +0.000, +0.100 (mean +0.050, standard error 0.050)" in text  # official minus L1, seeds 0 and 1
     assert "- Set5: -0.400 (mean -0.400)" in text  # the gradient arm has seed 0 only
