@@ -31,7 +31,7 @@ import torch
 from omegaconf import OmegaConf
 
 from contrasuite.domains.errors import DataError, one_line
-from contrasuite.domains.task import SmokeSettings
+from contrasuite.domains.task import AUTOCAST_DTYPES, SmokeSettings
 from contrasuite.pipelines.config import ConfigError, config_root, find_config, load_config, shipped_configs
 from contrasuite.pipelines.memory import peak_bytes
 from contrasuite.pipelines.trainer import Trainer
@@ -152,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data-root", default=None)
     parser.add_argument("--json", type=Path, default=None, help="also write every result to this JSON file")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: leave as is)")
-    parser.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default=None,
+    parser.add_argument("--precision", choices=tuple(AUTOCAST_DTYPES), default=None,
                         help="run every config at this precision (default: each config's own); on a CPU that "
                              "emulates bf16 (no AVX512-BF16 or AMX), fp32 runs several times faster")
     args = parser.parse_args(argv)

@@ -312,6 +312,7 @@ def write_finetune_page(pretrain: dict[str, Any], results: list[dict[str, Any]],
         "",
         "| model | seeds | " + " | ".join(f"{s} PSNR | {s} SSIM" for s in sets) + " |",
         "|---|---|" + "---|---|" * len(sets),
+        # The arms and the un-fine-tuned model are x2 (PRETRAIN and FINETUNE name x2 configs).
         "| bicubic | - | " + " | ".join(f"{bic[2][f'{s}/psnr_y']:.3f} | {bic[2][f'{s}/ssim_y']:.4f}" for s in sets) + " |",
         "| un-fine-tuned | - | " + " | ".join(f"{pretrain['metrics'][f'{s}/psnr_y']:.3f} | "
                                               f"{pretrain['metrics'][f'{s}/ssim_y']:.4f}" for s in sets) + " |",
