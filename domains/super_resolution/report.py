@@ -145,6 +145,11 @@ def bicubic(args: argparse.Namespace, scale: int, sets: Sequence[str], cache: Pa
     return metrics
 
 
+def metric_cells(metrics: dict[str, float], sets: Sequence[str]) -> str:
+    """``PSNR | SSIM`` table cells of one model on each test set (3 and 4 decimals)."""
+    return " | ".join(f"{metrics[f'{s}/psnr_y']:.3f} | {metrics[f'{s}/ssim_y']:.4f}" for s in sets)
+
+
 def bicubic_section(bic: dict[int, dict[str, float]], sets: Sequence[str]) -> list[str]:
     """Bicubic upscaling at each scale measured here, the published numbers in brackets."""
     lines = ["## Bicubic upscaling", "",
@@ -250,7 +255,7 @@ def write_page(results: list[dict[str, Any]], bic: dict[str, float], bench_rows:
         "",
         "| method | " + " | ".join(f"{s} PSNR | {s} SSIM" for s in sets) + " |",
         "|---|" + "---|---|" * len(sets),
-        "| bicubic | " + " | ".join(f"{bic[f'{s}/psnr_y']:.3f} | {bic[f'{s}/ssim_y']:.4f}" for s in sets) + " |",
+        f"| bicubic | {metric_cells(bic, sets)} |",
     ]
     for method, rows in by_method.items():
         cells = []
@@ -313,9 +318,8 @@ def write_finetune_page(pretrain: dict[str, Any], results: list[dict[str, Any]],
         "| model | seeds | " + " | ".join(f"{s} PSNR | {s} SSIM" for s in sets) + " |",
         "|---|---|" + "---|---|" * len(sets),
         # The arms and the un-fine-tuned model are x2 (PRETRAIN and FINETUNE name x2 configs).
-        "| bicubic | - | " + " | ".join(f"{bic[2][f'{s}/psnr_y']:.3f} | {bic[2][f'{s}/ssim_y']:.4f}" for s in sets) + " |",
-        "| un-fine-tuned | - | " + " | ".join(f"{pretrain['metrics'][f'{s}/psnr_y']:.3f} | "
-                                              f"{pretrain['metrics'][f'{s}/ssim_y']:.4f}" for s in sets) + " |",
+        f"| bicubic | - | {metric_cells(bic[2], sets)} |",
+        f"| un-fine-tuned | - | {metric_cells(pretrain['metrics'], sets)} |",
     ]
     for method, rows in by_method.items():
         cells = [c for s in sets for c in (mean_std([r["metrics"][f"{s}/psnr_y"] for r in rows], 3),
