@@ -6,7 +6,8 @@ is a domain folder, whose front modules the CLI serves:
 - ``report.py`` with a ``main(argv)``: ``contrasuite compare <d>``;
 - ``bench.py`` with a ``main(argv)``: ``contrasuite bench <d>``, beside the engine's own benches in
   ``contrasuite.pipelines.bench``;
-- any module with a top-level ``COMMAND = "name"`` and a ``main(argv)``: ``contrasuite name``.
+- any module with a top-level ``COMMAND = "name"`` and a ``main(argv)``: ``contrasuite name``;
+- ``export.py`` with ``FORMATS`` and ``export(request)``: ``contrasuite export RUN_DIR --format F`` for that domain's runs.
 
 One-line summaries are the first lines of the modules' docstrings (after the ``contrasuite ...``: part),
 read with ``ast``, so listing them imports none of their heavy dependencies.
@@ -108,6 +109,19 @@ def domain_commands() -> dict[str, Entry]:
     return dict(sorted(out.items()))
 
 
+def export_formats() -> dict[str, dict[str, str]]:
+    """``contrasuite export``: ``{domain: {format: what it holds}}``, each domain's ``export.py`` ``FORMATS``."""
+    out = {}
+    for domain, (_, folder) in domain_folders().items():
+        path = folder / "export.py"
+        if not path.is_file():
+            continue
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "FORMATS" for t in node.targets):
+                out[domain] = dict(ast.literal_eval(node.value))
+    return out
+
+
 def objective_parameters() -> dict[str, str]:
     """``{objective: "temperature=0.1, ..."}``: each registered objective's constructor defaults."""
     from contrasuite.core.objectives import OBJECTIVES
@@ -140,6 +154,8 @@ def listing() -> str:
     for verb, entries in (("compare", reports()), ("bench", benches())):
         lines += ["", f"{verb} (contrasuite {verb} NAME --help):"]
         lines += [f"  {name:18s} {entry.summary}" for name, entry in entries.items()]
+    lines += ["", "export formats (contrasuite export RUN_DIR --format F --out DIR):"]
+    lines += [f"  {domain:18s} {' '.join(formats)}" for domain, formats in export_formats().items()]
     lines += ["", "domain commands (contrasuite NAME --help):"]
     lines += [f"  {name:18s} {entry.summary}" for name, entry in domain_commands().items()]
     return "\n".join(lines)

