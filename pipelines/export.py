@@ -60,10 +60,16 @@ def _metrics_lines(run_dir: Path) -> list[str]:
     return lines or ["- no evaluation recorded in the run folder (run `contrasuite eval RUN_DIR`, then export again)"]
 
 
-def _data_lines(data: Any) -> list[str]:
-    if not isinstance(data, dict):
+def _data_section(config: dict[str, Any]) -> dict[str, Any] | None:
+    """The run's data settings: ``config.data``, or ``config.dataset`` (graph), with their key."""
+    key = next((k for k in ("data", "dataset") if isinstance(config.get(k), dict)), None)
+    return None if key is None else {"key": f"config.{key}", "values": config[key]}
+
+
+def _data_lines(data: dict[str, Any] | None) -> list[str]:
+    if not data:
         return []
-    return ["The run's `config.data`:", "", *(f"- `{k}`: `{v}`" for k, v in data.items())]
+    return [f"The run's `{data['key']}`:", "", *(f"- `{k}`: `{v}`" for k, v in data["values"].items())]
 
 
 def model_card(record: dict[str, Any], exported: Exported) -> str:
@@ -83,7 +89,7 @@ def model_card(record: dict[str, Any], exported: Exported) -> str:
         "",
         "## Interface", "", f"- inputs: {exported.inputs}", f"- outputs: {exported.outputs}", "",
         "## Check", "",
-        "Loaded back by its consumer and run on fixed inputs beside the run's own PyTorch model (fp32):",
+        "Loaded back by its consumer and compared with what the run's own PyTorch model computes (fp32):",
         "",
         *([f"- `{name}`: max abs difference {diff:.3g}" for name, diff in exported.max_abs_diff.items()]
           or ["- the stored tensors equal the checkpoint's bit for bit"]),
@@ -138,7 +144,7 @@ def export_run(run_dir: Path, fmt: str, out: Path, which: str = "best", data_roo
             "run": {"folder": str(run_dir.resolve()), "name": loaded.name,
                     "global_step": state["position"].get("global_step", "?"),
                     "config_digest": config_digest(run_dir / "config.yaml", []),
-                    "data": loaded.resolved.get("config", {}).get("data"),
+                    "data": _data_section(loaded.resolved.get("config", {})),
                     "command": shlex.join(read_json(run_dir / "environment.json").get("argv") or []) or None},
             "model_file": exported.files[0], "files": {f: sha256_of(partial / f) for f in exported.files},
             **{k: v for k, v in asdict(exported).items() if k != "files"},

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 import torch
 from torch import Tensor, nn
 
-from contrasuite.domains.exporting import Exported, ExportRequest, write_config, write_onnx, write_safetensors, write_torchscript
+from contrasuite.domains.exporting import ExportRequest, Exported, write_network
 from contrasuite.domains.super_resolution.networks import EDSR
 
 FORMATS = {
@@ -21,7 +21,6 @@ FORMATS = {
     "torchscript": "the generator, traced (the same interface)",
     "safetensors": "the generator's weights and config.json (rebuild EDSR from it)",
 }
-FILES = {"onnx": "model.onnx", "torchscript": "model.torchscript.pt", "safetensors": "model.safetensors"}
 
 
 class ClampedSR(nn.Module):
@@ -57,16 +56,8 @@ def export(request: ExportRequest) -> Exported:
     torch.manual_seed(0)
     example = {"lr": torch.rand(2, 3, 24, 20)}
     checks = [{"lr": torch.rand(1, 3, 17, 31)}]
-    file = FILES[fmt]
-    diffs: dict[str, float] = {}
-    if fmt == "onnx":
-        diffs = write_onnx(net, example, ["sr"], out / file, {"lr": {0: "batch", 2: "height", 3: "width"}}, checks)
-    elif fmt == "torchscript":
-        diffs = write_torchscript(net, example, ["sr"], out / file, checks)
-    else:
-        write_safetensors(generator.state_dict(), out / file, architecture(cfg))
-    if fmt != "safetensors":
-        write_config(architecture(cfg), out / "config.json")
+    file, diffs = write_network(fmt, out, net, generator.state_dict(), architecture(cfg), example, ["sr"],
+                                {"lr": {0: "batch", 2: "height", 3: "width"}}, checks)
     usage = {
         "onnx": 'import onnxruntime, numpy as np\nsession = onnxruntime.InferenceSession("model.onnx")\n'
                 'sr = session.run(["sr"], {"lr": lr.astype(np.float32)})[0]   # lr: [B, 3, h, w] in [0, 1]',
