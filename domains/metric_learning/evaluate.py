@@ -14,7 +14,7 @@ Queries without any same-class gallery image are left out, as in PML's ``Accurac
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -29,17 +29,31 @@ def cosine_scores(queries: Tensor, gallery: Tensor) -> Tensor:
     return F.normalize(queries.float(), dim=1) @ F.normalize(gallery.float(), dim=1).T
 
 
-def scorer_for(objective: nn.Module) -> Scorer:
-    """Cosine, or ``-d_c`` on the Poincare ball when ``objective`` has a hyperbolic term (``hyperbolic()``)."""
+def scoring_of(objective: nn.Module) -> dict[str, Any]:
+    """How retrieval ranks ``objective``'s embeddings: ``{"score": "cosine"}``, or, when it has a hyperbolic
+    term (``hyperbolic()``), ``{"score": "poincare", "c": c, "clip_r": r}``: ``-d_c`` between ``to_ball(x, c, r)``."""
     hyp = objective.hyperbolic() if hasattr(objective, "hyperbolic") else None
-    if hyp is None:
+    return {"score": "cosine"} if hyp is None else {"score": "poincare", "c": hyp.c, "clip_r": hyp.clip_r}
+
+
+def scorer(scoring: Mapping[str, Any]) -> Scorer:
+    """The scores a :func:`scoring_of` description names."""
+    if scoring["score"] == "cosine":
         return cosine_scores
+    if scoring["score"] != "poincare":
+        raise ValueError(f"unknown retrieval score {scoring['score']!r} (cosine or poincare)")
+    c, clip_r = scoring["c"], scoring["clip_r"]
 
     def poincare_scores(queries: Tensor, gallery: Tensor) -> Tensor:
-        q, g = to_ball(queries.float(), hyp.c, hyp.clip_r), to_ball(gallery.float(), hyp.c, hyp.clip_r)
-        return -pairwise_poincare_distance(q, g, hyp.c)
+        q, g = to_ball(queries.float(), c, clip_r), to_ball(gallery.float(), c, clip_r)
+        return -pairwise_poincare_distance(q, g, c)
 
     return poincare_scores
+
+
+def scorer_for(objective: nn.Module) -> Scorer:
+    """Cosine, or ``-d_c`` on the Poincare ball when ``objective`` has a hyperbolic term (:func:`scoring_of`)."""
+    return scorer(scoring_of(objective))
 
 
 def retrieval_metrics(

@@ -25,6 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from contrasuite.domains.efficientnet_lite0 import FEATURE_DIM, NUM_BLOCKS, efficientnet_lite0
+from contrasuite.domains.efficientnet_lite0 import normalize as lite_normalize
 
 
 class EmbeddingNet(nn.Module):
@@ -84,3 +85,11 @@ class EmbeddingNet(nn.Module):
         if self.freeze_blocks:
             return self.from_stem(self.stem_features(images))
         return self.head(self.backbone(images))
+
+
+class NormalizedEmbeddingNet(EmbeddingNet):
+    """:class:`EmbeddingNet` on float images in ``[0, 1]``, EfficientNet-Lite's input normalisation inside;
+    the same parameters and state dict (what ``contrasuite export`` writes and ``retrieve`` runs)."""
+
+    def forward(self, images: Tensor) -> Tensor:
+        return super().forward(lite_normalize(images))

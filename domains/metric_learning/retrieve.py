@@ -1,10 +1,12 @@
 """``contrasuite retrieve RUN_DIR QUERY_IMAGE GALLERY_DIR``: the nearest gallery images of a query.
 
 The embedding net of a ``metric_learning`` run is rebuilt from its ``config.yaml`` and loaded from
-``checkpoints/best.pt`` (``--checkpoint last``). Every image under ``GALLERY_DIR`` (recursively) is
-embedded; the top ``--top`` matches are printed as ``rank score path`` (cosine similarity, or the
-negative Poincare distance for a hyperbolic run), and a PNG strip (query, then the matches) is
-written to ``--out`` (default ``RUN_DIR/retrievals/<query name>.png``).
+``checkpoints/best.pt`` (``--checkpoint last``); ``RUN_DIR`` may also be what ``contrasuite export``
+wrote (the folder, or its ``model.onnx`` / ``model.torchscript.pt`` / ``model.safetensors``). Every image
+under ``GALLERY_DIR`` (recursively) is embedded; the top ``--top`` matches are printed as ``rank score
+path`` (cosine similarity, or the negative Poincare distance for a hyperbolic run), and a PNG strip
+(query, then the matches) is written to ``--out`` (default ``RUN_DIR/retrievals/<query name>.png``, or
+the export folder's ``retrievals/``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Sequence
 from PIL import Image, ImageDraw
 
 from contrasuite.domains.errors import DataError, one_line
+from contrasuite.domains.exporting import export_folder
 from contrasuite.domains.metric_learning.images import read_rgb
 from contrasuite.domains.metric_learning.inference import Embedder
 from contrasuite.domains.init_from import checkpoint_file
@@ -38,10 +41,13 @@ def gallery_files(folder: Path) -> list[Path]:
 
 
 def load_embedder(run_dir: Path, which: str = "best") -> Embedder:
+    """A run's embedder, or an export's (its folder or model file)."""
+    if not (run_dir / "config.yaml").is_file() and export_folder(run_dir) is not None:
+        return Embedder.from_export(run_dir)
     loaded = load_config(run_dir / "config.yaml")
     if loaded.task_name != "metric_learning":
         raise ValueError(f"{run_dir}: task is {loaded.task_name!r}, not 'metric_learning'")
-    return Embedder(loaded.config, load_checkpoint(checkpoint_file(run_dir, which))["modules"])
+    return Embedder.from_run(loaded.config, load_checkpoint(checkpoint_file(run_dir, which))["modules"])
 
 
 def strip(query: Path, matches: Sequence[tuple[Path, float]], out: Path) -> None:
@@ -83,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     matches = [(files[i], float(s)) for s, i in zip(top.values.tolist(), top.indices.tolist())]
     for rank, (path, score) in enumerate(matches, 1):
         print(f"{rank}\t{score:.4f}\t{path}")
-    out = args.out or args.run_dir / "retrievals" / f"{args.query.stem}.png"
+    out = args.out or (export_folder(args.run_dir) or args.run_dir) / "retrievals" / f"{args.query.stem}.png"
     strip(args.query, matches, out)
     print(f"strip: {out}")
     return 0
