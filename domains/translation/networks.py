@@ -193,10 +193,20 @@ def gather_patches(feat: Tensor, idx: Tensor) -> Tensor:
     return feat.flatten(2)[:, :, idx].transpose(1, 2)
 
 
+def reflect_index(n: int, size: int, like: Tensor) -> Tensor:
+    """``0 .. size-1`` as indices into an axis of length ``n``, reflected past its end (``F.pad``'s reflect mode),
+    on ``like``'s device: made from it (not ``arange(device=...)``), so a traced TorchScript runs on any device."""
+    i = like.new_ones(size, dtype=torch.long).cumsum(0) - 1
+    return torch.where(i < n, i, 2 * (n - 1) - i)
+
+
 def translate_any_size(generator: nn.Module, x: Tensor, multiple: int = 4) -> Tensor:
-    """``generator(x)`` for any ``H, W``: reflection-pad to a multiple of ``multiple`` (two 2x down-samplings), crop back."""
+    """``generator(x)`` for any ``H, W`` (at least 5 for the ResNet generator, so its deepest map has more than one
+    pixel): reflection-pad bottom and right to a multiple of ``multiple`` (two 2x down-samplings), crop back.
+
+    The pad is a gather rather than ``F.pad``, with the padded size written as ``multiple * ceil(H / multiple)``:
+    that way ``torch.export`` proves the shapes for every ``H, W`` and an export keeps them free."""
     h, w = x.shape[-2:]
-    ph, pw = -h % multiple, -w % multiple
-    if ph or pw:
-        x = F.pad(x, (0, pw, 0, ph), mode="reflect")
-    return generator(x)[..., :h, :w]
+    rows = reflect_index(h, multiple * ((h + multiple - 1) // multiple), x)
+    cols = reflect_index(w, multiple * ((w + multiple - 1) // multiple), x)
+    return generator(x.index_select(-2, rows).index_select(-1, cols))[..., :h, :w]

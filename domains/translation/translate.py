@@ -1,7 +1,9 @@
 """``contrasuite translate RUN_DIR INPUT_DIR OUTPUT_DIR``: apply a trained translation generator to a folder.
 
 The generator is rebuilt from the run's ``config.yaml`` and loaded from ``checkpoints/best.pt``
-(``--checkpoint last`` for the last one; its weight average when the run kept one, ``config.ema``).
+(``--checkpoint last`` for the last one; its weight average when the run kept one, ``config.ema``);
+``RUN_DIR`` may also be what ``contrasuite export`` wrote (the folder, or its ``model.onnx`` /
+``model.torchscript.pt`` / ``model.safetensors``).
 Every image in ``INPUT_DIR`` (transparency composited on white) is translated at its own size
 (reflection-padded to a multiple of 4 and cropped back) and written as ``OUTPUT_DIR/<stem>.png``.
 """
@@ -15,32 +17,32 @@ from typing import Sequence
 
 import torch
 from PIL import Image
+from torch import nn
 
 from contrasuite.domains.errors import DataError, one_line
+from contrasuite.domains.exporting import export_folder, load_exported
 from contrasuite.domains.translation.data import list_images, read_rgb, to_float, to_uint8
-from contrasuite.domains.translation.networks import ResnetGenerator, translate_any_size
-from contrasuite.domains.translation.task import build_generator
+from contrasuite.domains.translation.export import generator_from_config, trained_generator
+from contrasuite.domains.translation.networks import translate_any_size
 from contrasuite.domains.init_from import checkpoint_file
 from contrasuite.pipelines.api import CheckpointError, load_checkpoint, load_config, pick_device, readable_images
 
 COMMAND = "translate"
 
 
-def load_generator(run_dir: Path, which: str = "best") -> ResnetGenerator:
-    """The trained generator of a ``translation`` run (fp32, eval mode, CPU)."""
+def load_generator(run_dir: Path, which: str = "best") -> nn.Module:
+    """The trained generator of a ``translation`` run (fp32, eval mode, CPU), or of its export."""
     run_dir = Path(run_dir)
+    if not (run_dir / "config.yaml").is_file() and export_folder(run_dir) is not None:
+        return load_exported(run_dir, "translation", generator_from_config)[0]
     loaded = load_config(run_dir / "config.yaml")
     if loaded.task_name != "translation":
         raise ValueError(f"{run_dir}: task is {loaded.task_name!r}, not 'translation'")
-    state = load_checkpoint(checkpoint_file(run_dir, which))
-    generator = build_generator(loaded.config)
-    modules = state["modules"]
-    generator.load_state_dict(modules.get("generator_ema", modules["generator"]))  # the average when trained with one
-    return generator.eval()
+    return trained_generator(loaded.config, load_checkpoint(checkpoint_file(run_dir, which))["modules"])[0]
 
 
 @torch.no_grad()
-def translate_folder(generator: ResnetGenerator, src: Path, dst: Path, device: torch.device) -> list[Path]:
+def translate_folder(generator: nn.Module, src: Path, dst: Path, device: torch.device) -> list[Path]:
     """Translate every readable image of ``src`` into ``dst`` (others skipped, with a warning); the written paths."""
     files = readable_images(list_images(src), "translate")
     generator = generator.to(device)

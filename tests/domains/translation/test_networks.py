@@ -64,6 +64,16 @@ def test_any_size_translation_keeps_size():
     assert translate_any_size(g, torch.randn(1, 3, 30, 22)).shape == (1, 3, 30, 22)
 
 
+@pytest.mark.parametrize("size", [(5, 7), (8, 8), (30, 22), (13, 16)])
+def test_any_size_pad_is_reflection_padding(size):
+    """The gather-based pad (what keeps H, W free in an export) pads exactly as ``F.pad``'s reflect mode."""
+    x = torch.randn(1, 3, *size)
+    seen = []
+    translate_any_size(lambda padded: seen.append(padded) or padded, x)
+    h, w = size
+    assert torch.equal(seen[0], torch.nn.functional.pad(x, (0, -w % 4, 0, -h % 4), mode="reflect"))
+
+
 def test_global_skip_starts_near_the_identity():
     torch.manual_seed(0)
     x = torch.rand(2, 3, 32, 32) * 2 - 1
