@@ -50,6 +50,12 @@ def _task_setup(loaded: Any, state: dict, path: Path, data_root: Path, scratch: 
     return setup
 
 
+def _training_command(run_dir: Path) -> str | None:
+    """The command line that trained the run (``environment.json``), its program by name, not by path."""
+    argv = list(read_json(run_dir / "environment.json").get("argv") or [])
+    return shlex.join([Path(argv[0]).name, *argv[1:]]) if argv else None
+
+
 def _metrics_lines(run_dir: Path) -> list[str]:
     lines = []
     for split in ("val", "test"):
@@ -145,7 +151,7 @@ def export_run(run_dir: Path, fmt: str, out: Path, which: str = "best", data_roo
                     "global_step": state["position"].get("global_step", "?"),
                     "config_digest": config_digest(run_dir / "config.yaml", []),
                     "data": _data_section(loaded.resolved.get("config", {})),
-                    "command": shlex.join(read_json(run_dir / "environment.json").get("argv") or []) or None},
+                    "command": _training_command(run_dir)},
             "model_file": exported.files[0], "files": {f: sha256_of(partial / f) for f in exported.files},
             **{k: v for k, v in asdict(exported).items() if k != "files"},
         }
