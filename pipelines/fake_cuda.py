@@ -34,6 +34,7 @@ from __future__ import annotations
 import copy
 import importlib
 from contextlib import ExitStack, contextmanager
+from types import SimpleNamespace
 from typing import Any, Callable, Iterator
 from unittest import mock
 
@@ -218,6 +219,10 @@ def _load(f: Any, map_location: Any = None, **kwargs: Any) -> Any:
     return _torch_load(f, map_location=map_location, **kwargs)
 
 
+PROPERTIES = SimpleNamespace(name="fake CUDA (CPU)", major=8, minor=0, total_memory=80 * 2**30, multi_processor_count=108)
+"""What ``torch.cuda.get_device_properties`` answers: an Ampere-class GPU (libraries such as transformers ask for
+the compute capability before choosing a kernel; without an answer they raise ``NameError`` inside torch)."""
+
 CUDA_API: dict[str, Callable[..., Any]] = {
     "_lazy_init": lambda: None,
     "is_available": lambda: True,
@@ -225,7 +230,9 @@ CUDA_API: dict[str, Callable[..., Any]] = {
     "current_device": lambda: 0,
     "set_device": lambda device: None,
     "is_bf16_supported": lambda *a, **k: True,
-    "get_device_name": lambda device=None: "fake CUDA (CPU)",
+    "get_device_name": lambda device=None: PROPERTIES.name,
+    "get_device_properties": lambda device=None: PROPERTIES,
+    "get_device_capability": lambda device=None: (PROPERTIES.major, PROPERTIES.minor),
     "synchronize": lambda device=None: None,
     "memory_allocated": lambda device=None: 0,
     "max_memory_allocated": lambda device=None: 0,

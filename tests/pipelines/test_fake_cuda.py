@@ -140,6 +140,14 @@ def test_what_cuda_accepts_passes():
         assert float(y.sum()) == pytest.approx(float(cpu.sum())) and y[0].tolist() == [1.0, 3.0, 5.0, 7.0]
 
 
+def test_libraries_asking_for_the_device_properties_get_an_answer():
+    """transformers asks for the compute capability when a model moves to CUDA; torch's own function raises without a GPU."""
+    with fake_cuda():
+        assert torch.cuda.get_device_capability() == (8, 0)
+        assert torch.cuda.get_device_properties(torch.cuda.current_device()).major == 8
+        assert torch.cuda.get_device_name() == "fake CUDA (CPU)"
+
+
 def test_a_cpu_tensor_met_in_the_forward_pass_raises():
     with fake_cuda():
         model = CpuBias().to("cuda")
