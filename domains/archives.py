@@ -17,7 +17,7 @@ import zlib
 from pathlib import Path
 from typing import Iterable
 
-from contrasuite.domains.errors import DataError
+from contrasuite.domains.errors import CorruptData
 
 
 def sha256_of(path: Path) -> str:
@@ -40,7 +40,7 @@ def extract_once(archive: Path, target: Path) -> Path:
     """Extract ``archive`` once into ``<target>-<hash>`` (returned); atomic (temp dir + rename).
 
     An archive holding a single top folder is unwrapped (its contents become the returned folder).
-    A missing archive is a ``FileNotFoundError``, a corrupt one a :class:`DataError`, both naming it."""
+    A missing archive is a ``FileNotFoundError``, a corrupt one a :class:`CorruptData`, both naming it."""
     if not archive.is_file():
         raise FileNotFoundError(f"archive not found: {archive} (set the data root: config.data.root / "
                                 f"--data-root / $CONTRASUITE_DATA; see ../shared/data/README.md)")
@@ -54,7 +54,7 @@ def extract_once(archive: Path, target: Path) -> Path:
             with tarfile.open(archive) as tar:
                 tar.extractall(tmp, filter="data")
         except (tarfile.TarError, EOFError, zlib.error, OSError) as err:
-            raise DataError(f"{archive}: corrupt or truncated archive ({type(err).__name__}: {err})") from None
+            raise CorruptData(f"{archive}: corrupt or truncated archive ({type(err).__name__}: {err})") from None
         inner = list(tmp.iterdir())
         source = inner[0] if len(inner) == 1 and inner[0].is_dir() else tmp
         try:

@@ -1,4 +1,4 @@
-"""The data error every domain raises for a missing, corrupt or undecodable data file.
+"""The data errors every domain raises for a missing, corrupt or undecodable data file.
 
 The CLI turns it into exit code 2 and one line, so its message must name the file (or folder) and
 say what is wrong with it.
@@ -7,6 +7,11 @@ say what is wrong with it.
 
 class DataError(RuntimeError):
     """A missing, corrupt or undecodable data file; the message names the file."""
+
+
+class CorruptData(DataError):
+    """A data file that is there but cannot be used (an undecodable image, a truncated archive): unlike a
+    missing dataset, never a reason to skip a config (``contrasuite smoke`` fails on it)."""
 
 
 class SetupError(RuntimeError):

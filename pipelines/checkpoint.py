@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import random
+import shutil
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -107,11 +108,14 @@ def atomic_save(obj: Any, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "wb") as handle:
-            writer = _HashingWriter(handle)
-            torch.save(obj, writer)
-            handle.flush()
-            os.fsync(handle.fileno())
+        try:
+            with open(tmp, "wb") as handle:
+                writer = _HashingWriter(handle)
+                torch.save(obj, writer)
+                handle.flush()
+                os.fsync(handle.fileno())
+        except (OSError, RuntimeError) as err:
+            raise _write_failure(path, err) from err
         new = {"bytes": writer.size, "sha256": writer.sha.hexdigest()}
         _write_manifest(path, [new, *(_accepted(path) or [])[:1]])
         os.replace(tmp, path)
@@ -123,6 +127,19 @@ def atomic_save(obj: Any, path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _write_failure(path: Path, err: BaseException) -> BaseException:
+    """A failed checkpoint write as one line naming the file and the disk's cause (a full disk, a read-only
+    folder); torch reports a failed write as ``[enforce fail at inline_container.cc] ... file write failed``,
+    with the OSError behind it. Anything else (a pickling bug) is returned unchanged."""
+    cause = next((e for e in (err, err.__cause__, err.__context__) if isinstance(e, OSError)), None)
+    if cause is None and "write failed" not in str(err) and "failed writing" not in str(err):
+        return err
+    free = shutil.disk_usage(path.parent).free / 2**20
+    reason = os.strerror(cause.errno) if cause is not None and cause.errno else "the write failed"
+    return CheckpointError(f"{path}: could not write the checkpoint ({reason}; {free:.0f} MiB free in {path.parent}); "
+                           f"the previous {path.name}, if any, is unchanged")
 
 
 def load(path: Path) -> dict[str, Any]:

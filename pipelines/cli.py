@@ -15,7 +15,8 @@
 Domains' entries are found by :mod:`contrasuite.pipelines.catalog`; this file names no domain. Run
 several processes with ``torchrun --nproc_per_node N -m contrasuite.pipelines.cli train ...``.
 Options and ``key=value`` overrides may come in any order. Bad input (a config key, a data file, a
-checkpoint, a locked run folder) exits with status 2 and one line naming it.
+checkpoint, a locked run folder) exits with status 2 and one line naming it; Ctrl-C exits 130 with one
+line; anything else is a bug: its traceback, then one line saying so, exit 1.
 """
 
 from __future__ import annotations
@@ -24,12 +25,15 @@ import argparse
 import importlib
 import json
 import sys
+import traceback
 from pathlib import Path
 from typing import Sequence
 
 from contrasuite.pipelines.catalog import Entry, benches, domain_commands, listing, reports
 
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
+"""128 + SIGINT, as a shell reports a process that Ctrl-C stopped."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -132,6 +136,7 @@ def _run(args: argparse.Namespace) -> int:
     from contrasuite.pipelines import distributed, trainer  # heavy imports only for commands that need them
     from contrasuite.pipelines.checkpoint import CheckpointError
     from contrasuite.pipelines.config import ConfigError, config_root, load_config
+    from contrasuite.pipelines.run_dir import RunFolderError
     from contrasuite.pipelines.run_lock import RunLockedError
     from contrasuite.pipelines.step import NonFiniteStepError
 
@@ -162,11 +167,24 @@ def _run(args: argparse.Namespace) -> int:
             return _dispatch("compare", reports(), args.name, args.args)
         else:
             return _dispatch(args.command, domain_commands(), args.command, args.args)
-    except (ConfigError, CheckpointError, FileNotFoundError, DataError, RunLockedError, SetupError, ExportError) as err:
+    except (ConfigError, CheckpointError, FileNotFoundError, DataError, RunLockedError, SetupError, ExportError,
+            RunFolderError) as err:
         print(f"contrasuite {args.command}: {one_line(err)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except (NonFiniteStepError, distributed.RanksDivergedError) as err:
         print(f"contrasuite {args.command}: {one_line(err)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"contrasuite {args.command}: interrupted (Ctrl-C); a run folder keeps its last checkpoint "
+              "(contrasuite resume RUN_DIR)", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except ModuleNotFoundError:
+        raise  # main() names the extra to install
+    except Exception as err:  # noqa: BLE001 - the boundary: a bug shows its traceback, then one line says so
+        traceback.print_exc()
+        print(f"contrasuite {args.command}: unexpected {type(err).__name__} (traceback above): a bug in contrasuite "
+              "or a library it calls, not a problem with your input; please report it with the traceback",
+              file=sys.stderr)
         return 1
     finally:
         distributed.shutdown()

@@ -27,6 +27,10 @@ PACKAGES = ("contrasuite", "torch", "numpy", "omegaconf", "torchvision", "kornia
             "open_clip_torch", "transformers", "scikit-learn", "matplotlib", "tensorboard")
 
 
+class RunFolderError(RuntimeError):
+    """A run folder that cannot be made under ``run.output_root`` (a file in the way, no permission, a full disk)."""
+
+
 def new_run_dir(output_root: str | Path, domain: str, stem: str) -> Path:
     """Create a fresh, timestamped run folder (a numeric suffix avoids collisions)."""
     base = Path(output_root) / domain / stem
@@ -36,9 +40,19 @@ def new_run_dir(output_root: str | Path, domain: str, stem: str) -> Path:
         try:
             candidate.mkdir(parents=True, exist_ok=False)
             return candidate
-        except FileExistsError:
-            continue
-    raise RuntimeError(f"could not create a run folder under {base}")
+        except FileExistsError as err:
+            if not candidate.is_dir():
+                raise _cannot_make(output_root, candidate, err) from None
+        except OSError as err:
+            raise _cannot_make(output_root, candidate, err) from None
+    raise RunFolderError(f"run.output_root={output_root}: 1000 run folders named {stamp}* already exist under {base}")
+
+
+def _cannot_make(output_root: str | Path, folder: Path, err: OSError) -> RunFolderError:
+    """Why ``folder`` cannot be made: a file on its way (named), or the system's reason (no permission, ...)."""
+    blocker = next((p for p in reversed([folder, *folder.parents]) if p.exists() and not p.is_dir()), None)
+    why = f"{blocker} is a file, not a folder" if blocker else (err.strerror or str(err))
+    return RunFolderError(f"run.output_root={output_root}: cannot make the run folder {folder}: {why}")
 
 
 def unfinished_runs(output_root: str | Path, domain: str, stem: str) -> list[Path]:

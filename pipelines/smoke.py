@@ -12,8 +12,8 @@ where the peak is measured on the CPU's allocator (profiler events, :mod:`contra
 during the second step, and the live batch is the samples one backward of the full config holds (the
 global batch, or a GradCache chunk). It is an estimate from CPU allocations at the run's precision:
 CUDA kernels' workspaces and the allocator's fragmentation come on top. A config whose data is not
-on this machine is reported as ``skip`` with the missing file; any other error is ``FAIL`` and makes
-the exit status 1.
+on this machine is reported as ``skip`` with the missing file; any other error, unreadable data
+included (:class:`~contrasuite.domains.errors.CorruptData`), is ``FAIL`` and makes the exit status 1.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any, Sequence
 import torch
 from omegaconf import OmegaConf
 
-from contrasuite.domains.errors import DataError, one_line
+from contrasuite.domains.errors import CorruptData, DataError, one_line
 from contrasuite.domains.task import AUTOCAST_DTYPES, SmokeSettings
 from contrasuite.pipelines.config import ConfigError, config_root, find_config, load_config, shipped_configs
 from contrasuite.pipelines.memory import peak_bytes
@@ -118,6 +118,8 @@ def measure(path: Path, workdir: Path, *, data_root: str | None = None, device: 
 
         task.train_step, task.evaluate = measured_step, timed_evaluate
         trainer.fit()
+    except CorruptData as err:
+        return SmokeResult(name, "FAIL", device=device, note=f"bad data: {one_line(err)}")
     except (DataError, FileNotFoundError) as err:
         return SmokeResult(name, "skip", device=device, note=f"data not on this machine: {one_line(err)}")
     except Exception as err:  # noqa: BLE001 - one line per broken config, then the next config

@@ -95,9 +95,14 @@ def config_changes(saved: dict, current: dict, allowed: Sequence[str] = ()) -> l
 class Trainer:
     """Runs one task from one validated config in one run folder (locked for the trainer's lifetime)."""
 
-    def __init__(self, loaded: LoadedConfig, run_dir: Path | None = None, lock: bool | RunLock = True) -> None:
-        """``lock``: take the run folder's lock (True), use one the caller already holds, or none (False)."""
+    def __init__(self, loaded: LoadedConfig, run_dir: Path | None = None, lock: bool | RunLock = True,
+                 read_only: bool = False) -> None:
+        """``lock``: take the run folder's lock (True), use one the caller already holds, or none (False).
+
+        ``read_only`` (evaluation): ``status.json`` and ``metrics.csv`` are never written. In a folder that
+        already exists (``run_dir`` given: resume, eval) a failed task setup leaves ``status.json`` as it was."""
         self.loaded, self.run = loaded, loaded.run
+        self._read_only = read_only
         self.dist = distributed.env_info()
         self.device = pick_device(self.run.device, self.dist.local_rank)
         if self.run.sync_batchnorm and self.dist.enabled and self.device.type == "cpu":
@@ -108,6 +113,7 @@ class Trainer:
         note = slow_bf16_note(self.run.precision, self.device)
         if note and self.dist.is_main:
             print(note, file=sys.stderr)
+        given = run_dir is not None
         if run_dir is None:
             made = new_run_dir(self.run.output_root, loaded.domain, loaded.name) if self.dist.is_main else None
             run_dir = Path(distributed.broadcast_object(str(made) if made else None))
@@ -131,13 +137,14 @@ class Trainer:
                 progress=self._progress,
             ))
         except BaseException as err:
-            self._status("failed", error=f"task setup: {type(err).__name__}: {err}")
+            if not given or not (self.run_dir / "status.json").exists():
+                self._status("failed", error=f"task setup: {type(err).__name__}: {err}")
             self.close()
             raise
         if self.dist.enabled:
             seed_all(self.run.seed + self.dist.rank)
         self.scaler = make_scaler(self.run.precision, self.device)
-        self.log = MetricsLog(self.run_dir, enabled=self.dist.is_main, tensorboard=self.run.tensorboard)
+        self.log = MetricsLog(self.run_dir, enabled=self.dist.is_main and not read_only, tensorboard=self.run.tensorboard)
         self.best: float | None = None
         self._seconds_before = 0.0  # training seconds of the processes that made the restored checkpoint
         self._resumed = False
@@ -228,13 +235,12 @@ class Trainer:
     def restore(self, path: Path, state: dict[str, Any] | None = None) -> None:
         """Load ``path`` (or its already-read ``state``) into the task; the RNG follows when the data reaches the position.
 
-        A failure marks the run ``failed`` with the reason and gives the folder back."""
+        A failure gives the folder back and leaves ``status.json`` as it was (nothing was trained)."""
         try:
             state = checkpoint.load(path) if state is None else state
             checkpoint.restore(state, path, modules=self._modules(), optimizers=dict(self.task.optimizers()),
                                schedulers=dict(self.task.schedulers()), scaler=self.scaler, task=self.task)
-        except BaseException as err:
-            self._status("failed", error=f"resume: {type(err).__name__}: {err}")
+        except BaseException:
             self.close()
             raise
         self.position = Position(**state["position"])
@@ -263,7 +269,7 @@ class Trainer:
         return round(self._seconds_before + running, 1)
 
     def _status(self, state: str, **extra: Any) -> None:
-        if self.dist.is_main:
+        if self.dist.is_main and not self._read_only:
             write_json({"state": state, **asdict(self.position), **extra}, self.run_dir / "status.json")
 
     # -- the loop -----------------------------------------------------------------------------
@@ -322,7 +328,8 @@ class Trainer:
             self.save("last")
             self._status("finished", train_seconds=self.train_seconds(), resumed=self._resumed)
         except BaseException as err:
-            self._status("failed", error=f"{type(err).__name__}: {err}")
+            state = "interrupted" if isinstance(err, KeyboardInterrupt) else "failed"
+            self._status(state, error=f"{type(err).__name__}: {err}".rstrip(": "))
             raise
         finally:
             bar.close()
@@ -496,8 +503,9 @@ def resume(run_dir: Path, overrides: Sequence[str] = ()) -> Path:
     """Continue the run in ``run_dir`` from ``checkpoints/last.pt`` with its saved config.
 
     ``overrides`` (``key=value``) are deliberate changes, e.g. ``run.epochs=20``: they are applied to the
-    saved config and written back to ``config.yaml``. Any other difference between the checkpoint's
-    config and ``config.yaml`` that can change the result is refused, naming the keys.
+    saved config and written back to ``config.yaml`` once the checkpoint has loaded into the task. Any
+    other difference between the checkpoint's config and ``config.yaml`` that can change the result is
+    refused, naming the keys. A resume that fails before training changes nothing in the folder.
     """
     run_dir = Path(run_dir)
     if read_json(run_dir / "status.json").get("state") == "finished" and not overrides:
@@ -511,10 +519,8 @@ def resume(run_dir: Path, overrides: Sequence[str] = ()) -> Path:
     try:
         state = checkpoint.load(path)
         changed = config_changes(state["config"], loaded.resolved, [parse_override(o)[0] for o in overrides])
-    except BaseException as err:
+    except BaseException:
         if lock is not None:
-            write_json({**read_json(run_dir / "status.json"), "state": "failed", "error": f"resume: {err}"},
-                       run_dir / "status.json")
             lock.release()
         raise
     if changed:
@@ -526,17 +532,17 @@ def resume(run_dir: Path, overrides: Sequence[str] = ()) -> Path:
             f"{path} was written under another config: {shown}{' ...' if len(changed) > 3 else ''}; "
             f"to change it deliberately, pass it to resume (contrasuite resume {run_dir} {changed[0]}=VALUE)")
     trainer = Trainer(loaded, run_dir=run_dir, lock=lock or False)
+    trainer.restore(path, state)
     if overrides and trainer.dist.is_main:
         save_resolved(loaded.resolved, run_dir / "config.yaml")
-    trainer.restore(path, state)
     return trainer.fit()
 
 
 def evaluate(run_dir: Path, which: str | None = None) -> dict[str, Any]:
-    """Test-split evaluation of a finished (or interrupted) run; writes ``eval_test.json``.
+    """Test-split evaluation of a finished (or interrupted) run; writes ``eval_test.json`` and nothing else.
 
     It takes no lock: it only reads atomically written checkpoints, so a live run may be evaluated."""
     run_dir = Path(run_dir)
     loaded = load_config(run_dir / "config.yaml", name=saved_run_name(run_dir))
-    trainer = Trainer(loaded, run_dir=run_dir, lock=False)
+    trainer = Trainer(loaded, run_dir=run_dir, lock=False, read_only=True)
     return trainer.test(which or loaded.run.eval_checkpoint)

@@ -1,5 +1,6 @@
 """``contrasuite smoke``: every full-scale config builds its real model and data and takes two CPU steps."""
 
+import io
 import json
 import os
 import subprocess
@@ -63,3 +64,38 @@ def test_every_full_scale_config_starts(tmp_path, part):
     assert proc.returncode == 0 and not failed, (failed, proc.stdout[-2000:])
     assert [r["config"] for r in rows] == [str(Path(c).relative_to(config_root()).with_suffix("")) for c in configs]
     assert all(r["params"] > 0 and r["estimate_bytes"] > 0 for r in rows if r["state"] == "ok")
+
+
+def _emoji_root_with_bad_google_set(root: Path, how: str) -> Path:
+    """A copy of the emoji data root whose Noto (google) archive is truncated, or holds PNGs that do not decode."""
+    import tarfile
+
+    source = DATA / "emoji"
+    target = root / "emoji"
+    target.mkdir(parents=True)
+    for name in ("categories.json", "emoji.json", "emoji-twitter-64.tar.gz"):
+        (target / name).symlink_to(source / name)
+    google = source / "emoji-google-64.tar.gz"
+    if how == "truncated archive":
+        (target / google.name).write_bytes(google.read_bytes()[: 1 << 20])
+        return root
+    with tarfile.open(google) as good, tarfile.open(target / google.name, "w:gz") as bad:
+        for member in good.getmembers():
+            if member.isfile():
+                member.size = 7
+                bad.addfile(member, io.BytesIO(b"not png"))
+            else:
+                bad.addfile(member)
+    return root
+
+
+@pytest.mark.parametrize("how", ["truncated archive", "undecodable images"])
+def test_unreadable_data_fails_instead_of_skipping(tmp_path, capsys, monkeypatch, how):
+    if not (DATA / "emoji").is_dir():
+        pytest.skip("needs the emoji archives under $CONTRASUITE_DATA")
+    monkeypatch.setenv("CONTRASUITE_CACHE", str(tmp_path / "cache"))
+    root = _emoji_root_with_bad_google_set(tmp_path / "data", how)
+    assert main(["metric_learning/emoji_full", "--data-root", str(root), "--precision", "fp32"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL metric_learning/emoji_full: bad data:" in out and "google-64" in out
+    assert "0 ok, 0 skipped (data not here), 1 failed" in out

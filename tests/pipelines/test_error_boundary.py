@@ -1,0 +1,86 @@
+"""The CLI's error boundary: a run folder that cannot be made, a full disk under a checkpoint and Ctrl-C each
+give one line (exit 2, 2 and 130); a bug gives its traceback followed by one line that says it is a bug (exit 1)."""
+
+import errno
+import json
+from pathlib import Path
+
+import pytest
+import toy_task
+
+from contrasuite.pipelines import checkpoint
+from contrasuite.pipelines.cli import main
+
+
+def _err_lines(capsys) -> list[str]:
+    return [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+
+
+def _only_run(root: Path) -> Path:
+    (run_dir,) = [p.parent for p in root.rglob("config.yaml")]
+    return run_dir
+
+
+def test_an_output_root_that_is_a_file_is_named(toy_yaml, tmp_path, capsys):
+    blocker = tmp_path / "runs"
+    blocker.write_text("not a folder")
+    assert main(["train", str(toy_yaml(run={"max_steps": 1}))]) == 2
+    (line,) = _err_lines(capsys)
+    assert f"run.output_root={blocker}" in line and f"{blocker} is a file, not a folder" in line
+    assert blocker.read_text() == "not a folder"
+
+
+def test_an_output_root_without_permission_is_named(toy_yaml, tmp_path, capsys, monkeypatch):
+    def refuse(self, *args, **kwargs):  # root ignores chmod, so the refusal is the system's PermissionError
+        raise PermissionError(errno.EACCES, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "mkdir", refuse)
+    assert main(["train", str(toy_yaml(run={"max_steps": 1}))]) == 2
+    (line,) = _err_lines(capsys)
+    assert f"run.output_root={tmp_path / 'runs'}" in line and "Permission denied" in line
+
+
+@pytest.mark.parametrize("how", ["oserror", "torch"])
+def test_a_full_disk_under_a_checkpoint_is_one_line_and_keeps_the_old_one(toy_yaml, tmp_path, capsys, monkeypatch, how):
+    path = toy_yaml(run={"epochs": 2, "max_steps": 4, "checkpoint_every_steps": 2})
+    assert main(["train", str(path), "run.max_steps=2"]) == 0
+    run_dir = _only_run(tmp_path / "runs")
+    last = run_dir / "checkpoints" / "last.pt"
+    kept = last.read_bytes()
+    capsys.readouterr()
+
+    def full(self, data):
+        if how == "oserror":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . PytorchStreamWriter failed writing file data/0: "
+                           "file write failed")
+
+    monkeypatch.setattr(checkpoint._HashingWriter, "write", full)
+    assert main(["resume", str(run_dir), "run.max_steps=4"]) == 2
+    (line,) = _err_lines(capsys)
+    assert f"{last}: could not write the checkpoint" in line and "previous last.pt, if any, is unchanged" in line
+    assert ("No space left on device" in line) == (how == "oserror")
+    assert last.read_bytes() == kept and checkpoint.load(last)
+    assert json.loads((run_dir / "status.json").read_text())["state"] == "failed"
+
+
+def test_ctrl_c_is_one_line_and_marks_the_run_interrupted(toy_yaml, tmp_path, capsys, monkeypatch):
+    def interrupt(self, batch, step):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(toy_task.ToyTask, "train_step", interrupt)
+    assert main(["train", str(toy_yaml(run={"max_steps": 2}))]) == 130
+    (line,) = _err_lines(capsys)
+    assert "interrupted (Ctrl-C)" in line and "contrasuite resume" in line
+    assert json.loads((_only_run(tmp_path / "runs") / "status.json").read_text())["state"] == "interrupted"
+
+
+def test_a_bug_shows_its_traceback_then_one_line_saying_so(toy_yaml, capsys, monkeypatch):
+    def broken(self, batch, step):
+        return None + 1
+
+    monkeypatch.setattr(toy_task.ToyTask, "train_step", broken)
+    assert main(["train", str(toy_yaml(run={"max_steps": 2}))]) == 1
+    lines = _err_lines(capsys)
+    assert lines[0] == "Traceback (most recent call last):" and any("None + 1" in line for line in lines)
+    assert lines[-1].startswith("contrasuite train: unexpected TypeError (traceback above): a bug")
