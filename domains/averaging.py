@@ -10,10 +10,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from contrasuite.domains.errors import ConfigValueError
+
 
 def check_decay(decay: float) -> None:
     if not 0.0 <= decay < 1.0:
-        raise ValueError(f"config.ema must be in [0, 1), got {decay}")
+        raise ConfigValueError(f"config.ema must be in [0, 1), got {decay}")
 
 
 def start_average(average: nn.Module, model: nn.Module) -> nn.Module:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Iterable
 
+from contrasuite.domains.errors import ConfigValueError
+
 _OPS = {"ge": (">=", lambda v, b: v >= b), "gt": (">", lambda v, b: v > b),
         "le": ("<=", lambda v, b: v <= b), "lt": ("<", lambda v, b: v < b)}
 
@@ -32,12 +34,12 @@ def _check_value(key: str, value: Any, meta: Any) -> None:
     if value is None:
         return
     if "choices" in meta and value not in meta["choices"]:
-        raise ValueError(f"{key}: {value!r} is not one of {list(meta['choices'])}")
+        raise ConfigValueError(f"{key}: {value!r} is not one of {list(meta['choices'])}")
     for op, bound in meta.get("limits", {}).items():
         for item in value if isinstance(value, (list, tuple)) else [value]:
             symbol, ok = _OPS[op]
             if not ok(item, bound):
-                raise ValueError(f"{key}: must be {symbol} {bound}, got {item!r}")
+                raise ConfigValueError(f"{key}: must be {symbol} {bound}, got {item!r}")
 
 
 def check_fields(obj: Any, prefix: str) -> None:

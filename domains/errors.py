@@ -14,6 +14,11 @@ class CorruptData(DataError):
     missing dataset, never a reason to skip a config (``contrasuite smoke`` fails on it)."""
 
 
+class ConfigValueError(ValueError):
+    """A config value the task cannot use, found where it is used (a batch larger than the data, an option
+    that contradicts another); the message names the key. The CLI prints it in one line with exit code 2."""
+
+
 class SetupError(RuntimeError):
     """A run the task cannot do as set up (e.g. more processes than it supports); the message says why."""
 

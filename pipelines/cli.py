@@ -131,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from contrasuite.domains.errors import DataError, SetupError, one_line
+    from contrasuite.domains.errors import ConfigValueError, DataError, SetupError, one_line
     from contrasuite.domains.exporting import ExportError
     from contrasuite.pipelines import distributed, trainer  # heavy imports only for commands that need them
     from contrasuite.pipelines.checkpoint import CheckpointError
@@ -167,8 +167,8 @@ def _run(args: argparse.Namespace) -> int:
             return _dispatch("compare", reports(), args.name, args.args)
         else:
             return _dispatch(args.command, domain_commands(), args.command, args.args)
-    except (ConfigError, CheckpointError, FileNotFoundError, DataError, RunLockedError, SetupError, ExportError,
-            RunFolderError) as err:
+    except (ConfigError, ConfigValueError, CheckpointError, FileNotFoundError, DataError, RunLockedError, SetupError,
+            ExportError, RunFolderError) as err:
         print(f"contrasuite {args.command}: {one_line(err)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except (NonFiniteStepError, distributed.RanksDivergedError) as err:

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from contrasuite.domains.config_fields import bounded, one_of
+from contrasuite.domains.errors import ConfigValueError
 from contrasuite.domains.hugging_face import local_models_only
 
 BUNDLED_MODELS: dict[str, tuple[str, str]] = {
@@ -85,7 +86,7 @@ class BiEncoder(nn.Module):
         from transformers import AutoModel, AutoTokenizer
 
         if cfg.pooling not in POOLINGS:
-            raise ValueError(f"config.encoder.pooling must be one of {POOLINGS}, got {cfg.pooling!r}")
+            raise ConfigValueError(f"config.encoder.pooling must be one of {POOLINGS}, got {cfg.pooling!r}")
         path = resolve_model_path(cfg.model)
         self.cfg = cfg
         local_models_only()

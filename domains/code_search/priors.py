@@ -33,6 +33,7 @@ from torch import Tensor
 
 from contrasuite.core.objectives import InfoNCE
 from contrasuite.domains.code_search.encoder import BiEncoder, EncoderConfig
+from contrasuite.domains.errors import ConfigValueError
 from contrasuite.domains.init_from import checkpoint_file
 
 PRIORS = ("none", "bm25", "simcse", "model")
@@ -137,7 +138,7 @@ def build_prior(
     spec = dict(spec)
     name = spec.pop("name", "none")
     if name not in PRIORS:
-        raise ValueError(f"config.prior.name must be one of {PRIORS}, got {name!r}")
+        raise ConfigValueError(f"config.prior.name must be one of {PRIORS}, got {name!r}")
     key = _fingerprint(name, sorted(spec.items()), encoder_cfg, len(queries), queries[:3], seed)
     cache = None if cache_dir is None else Path(cache_dir) / f"prior_{name}_{key}.safetensors"
     if name == "none":
@@ -161,7 +162,7 @@ def build_prior(
         return EmbeddingPrior(emb, emb)
     _no_extra_keys(name, spec, ("checkpoint",))
     if "checkpoint" not in spec:
-        raise ValueError("config.prior.checkpoint is required for prior 'model' (a code_search run's .pt or run folder)")
+        raise ConfigValueError("config.prior.checkpoint is required for prior 'model' (a code_search run's .pt or run folder)")
 
     def compute() -> dict[str, Tensor]:
         enc = load_encoder_checkpoint(encoder_cfg, Path(spec["checkpoint"])).to(device)
@@ -174,7 +175,7 @@ def build_prior(
 def _no_extra_keys(name: str, spec: Mapping[str, Any], allowed: Sequence[str]) -> None:
     extra = sorted(set(spec) - set(allowed))
     if extra:
-        raise ValueError(f"config.prior: unknown key(s) {extra} for prior {name!r}; allowed: {sorted(allowed)}")
+        raise ConfigValueError(f"config.prior: unknown key(s) {extra} for prior {name!r}; allowed: {sorted(allowed)}")
 
 
 def load_encoder_checkpoint(cfg: EncoderConfig, path: Path) -> BiEncoder:

@@ -32,6 +32,7 @@ from contrasuite.domains.code_search.encoder import BiEncoder, EncoderConfig
 from contrasuite.domains.code_search.evaluate import Embedder, evaluate_pairs
 from contrasuite.domains.code_search.priors import build_prior
 from contrasuite.domains.config_fields import bounded
+from contrasuite.domains.errors import ConfigValueError
 from contrasuite.domains.task import ObjectiveConfig, SmokeSettings, StepContext, TaskContext, objective_field
 
 
@@ -118,7 +119,7 @@ class CodeSearchTask:
     def setup(self, ctx: TaskContext) -> None:
         cfg: CodeSearchConfig = ctx.config
         if cfg.batch_size % ctx.world_size:
-            raise ValueError(f"config.batch_size={cfg.batch_size} must be divisible by the world size {ctx.world_size}")
+            raise ConfigValueError(f"config.batch_size={cfg.batch_size} must be divisible by the world size {ctx.world_size}")
         self.ctx, self.cfg = ctx, cfg
         self.local_batch = cfg.batch_size // ctx.world_size
         folder = _resolve_folder(cfg.data.folder, ctx.data_root)
@@ -131,7 +132,7 @@ class CodeSearchTask:
         if cfg.eval.cosqa and named:
             self.splits["cosqa"] = load_cosqa(self._cosqa, cfg.eval.cosqa_queries, cfg.eval.cosqa_corpus)
         if len(self.train.queries) < cfg.batch_size:
-            raise ValueError(f"config.batch_size={cfg.batch_size} exceeds the {len(self.train.queries)} training pairs")
+            raise ConfigValueError(f"config.batch_size={cfg.batch_size} exceeds the {len(self.train.queries)} training pairs")
         self.encoder = BiEncoder(cfg.encoder).to(ctx.device)
         self.net = ctx.wrap(self.encoder)
         self.objective = ObjectiveSum(cfg.objective.terms).to(ctx.device)
@@ -139,7 +140,7 @@ class CodeSearchTask:
                                  cache_dir=ctx.run_dir / "prior_cache", device=ctx.device, seed=ctx.seed,
                                  log=lambda m: print(m) if ctx.rank == 0 else None)
         if self.prior is not None and not self.objective.takes_prior:
-            raise ValueError(f"config.prior.name={cfg.prior.get('name')!r} but no objective term takes a prior "
+            raise ConfigValueError(f"config.prior.name={cfg.prior.get('name')!r} but no objective term takes a prior "
                              f"(terms: {[t.get('name') for t in cfg.objective.terms]}); use soft_infonce")
         self.opt = torch.optim.AdamW(self.encoder.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
         warm = cfg.optim.warmup_steps

@@ -30,7 +30,7 @@ from contrasuite.core.negatives.cluster_weights import ClusterWeights
 from contrasuite.core.negatives.learned_weights import LearnedNegativeWeights
 from contrasuite.core.objectives import InfoNCE, ObjectiveSum
 from contrasuite.domains.config_fields import bounded, one_of
-from contrasuite.domains.errors import SetupError
+from contrasuite.domains.errors import ConfigValueError, SetupError
 from contrasuite.domains.graph.data import DatasetSpec, load_hetero, metapath_counts
 from contrasuite.domains.graph.evaluate import ProbeSettings, clustering_scores, heco_probe
 from contrasuite.domains.graph.graphs import GATHER, WEIGHTS, context_chains, mean_adjacency, pathsim_topk
@@ -124,15 +124,15 @@ def _check(cfg: GraphConfig, num_metapaths: int) -> None:
     for key in ("adj_mask", "nei_max"):
         values = getattr(cfg.model, key)
         if values and len(values) != num_metapaths:
-            raise ValueError(
+            raise ConfigValueError(
                 f"config.model.{key}: {len(values)} values for {num_metapaths} meta-paths in config.dataset.metapaths"
             )
     target = next(t for t in cfg.dataset.node_types if t.name == cfg.dataset.target)
     if cfg.model.feat_mask > 0 and not target.features:
-        raise ValueError(f"config.model.feat_mask masks input features, but target {target.name!r} has no features file")
+        raise ConfigValueError(f"config.model.feat_mask masks input features, but target {target.name!r} has no features file")
     missing = [r for r in cfg.eval_ratios if r not in cfg.dataset.splits]
     if missing:
-        raise ValueError(f"config.eval_ratios: {missing} not in config.dataset.splits {list(cfg.dataset.splits)}")
+        raise ConfigValueError(f"config.eval_ratios: {missing} not in config.dataset.splits {list(cfg.dataset.splits)}")
 
 
 class GraphTask:

@@ -15,6 +15,8 @@ import kornia.augmentation as K
 import torch
 from torch import Tensor, nn
 
+from contrasuite.domains.errors import ConfigValueError
+
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2470, 0.2435, 0.2616)
 
@@ -58,9 +60,9 @@ class TwoViewAugment(nn.Module):
     def __init__(self, config: AugmentConfig, size: int = 32) -> None:
         super().__init__()
         if len(config.crop_scale) != 2 or not 0 < config.crop_scale[0] <= config.crop_scale[1] <= 1:
-            raise ValueError(f"augment.crop_scale must be [low, high] with 0 < low <= high <= 1, got {config.crop_scale}")
+            raise ConfigValueError(f"augment.crop_scale must be [low, high] with 0 < low <= high <= 1, got {config.crop_scale}")
         if len(config.jitter) != 4:
-            raise ValueError(f"augment.jitter must be [brightness, contrast, saturation, hue], got {config.jitter}")
+            raise ConfigValueError(f"augment.jitter must be [brightness, contrast, saturation, hue], got {config.jitter}")
         b, c, s, h = config.jitter
         self.pipeline = K.AugmentationSequential(
             K.RandomResizedCrop((size, size), scale=tuple(config.crop_scale)),

@@ -33,6 +33,8 @@ from torch import Tensor, nn
 
 from contrasuite.core.negatives import FeatureTransformation, NegativeQueue, mochi, per_anchor_columns
 
+from contrasuite.domains.errors import ConfigValueError
+
 
 @dataclass(frozen=True)
 class Extended:
@@ -56,7 +58,7 @@ class QueueNegatives(nn.Module):
 
     def queued(self, rank: int, world: int) -> Tensor:
         if self.queue.size % world:
-            raise ValueError(f"config.negatives.size={self.queue.size} must be divisible by the {world} ranks")
+            raise ConfigValueError(f"config.negatives.size={self.queue.size} must be divisible by the {world} ranks")
         return self.queue.negatives()[rank::world]
 
     def forward(self, anchors: Tensor, positives: Tensor, *, epoch: int, seed: int, rank: int = 0, world: int = 1) -> Extended:
@@ -161,8 +163,8 @@ def build_negative_source(spec: Mapping[str, Any], dim: int) -> QueueNegatives |
     spec = dict(spec)
     name = spec.pop("name", None)
     if name not in SOURCES:
-        raise ValueError(f"config.negatives.name: unknown source {name!r}; known: {sorted(SOURCES)}")
+        raise ConfigValueError(f"config.negatives.name: unknown source {name!r}; known: {sorted(SOURCES)}")
     try:
         return SOURCES[name](dim, **spec)
     except TypeError as err:
-        raise ValueError(f"config.negatives ({name}): {err}") from None
+        raise ConfigValueError(f"config.negatives ({name}): {err}") from None

@@ -36,6 +36,7 @@ from contrasuite.core.metrics.probe import extract_features, knn_accuracy, linea
 from contrasuite.core.negatives.gather import distributed_objective
 from contrasuite.core.objectives import ObjectiveSum
 from contrasuite.domains.config_fields import bounded, one_of
+from contrasuite.domains.errors import ConfigValueError, DataError
 from contrasuite.domains.image_ssl.augment import AugmentConfig, Normalize, TwoViewAugment
 from contrasuite.domains.image_ssl.data import CLASSES, folder_classes, load_cifar10, load_image_folder
 from contrasuite.domains.image_ssl.encoders import ENCODERS, SSLModel, build_encoder
@@ -183,7 +184,7 @@ def balanced_subset(labels: np.ndarray, size: int, seed: int, what: str) -> np.n
     classes = np.unique(labels)
     per_class = size // len(classes)
     if size < 0 or per_class < 1 or size > len(labels):
-        raise ValueError(f"{what} must be 0 or between {len(classes)} and {len(labels)}, got {size}")
+        raise ConfigValueError(f"{what} must be 0 or between {len(classes)} and {len(labels)}, got {size}")
     rng = np.random.default_rng(seed)
     picked = [rng.permutation(np.flatnonzero(labels == c))[:per_class] for c in classes]
     return np.sort(np.concatenate(picked))
@@ -216,12 +217,12 @@ class ImageSSLTask:
         cfg: ImageSSLConfig = ctx.config
         self.ctx, self.cfg = ctx, cfg
         if cfg.objective.views not in ("two_view", "paired"):
-            raise ValueError(f"config.objective.views must be 'two_view' or 'paired', got {cfg.objective.views!r}")
+            raise ConfigValueError(f"config.objective.views must be 'two_view' or 'paired', got {cfg.objective.views!r}")
         if cfg.batch_size < 2 or cfg.batch_size % ctx.world_size:
-            raise ValueError(f"config.batch_size={cfg.batch_size} must be >= 2 and divisible by the {ctx.world_size} ranks")
+            raise ConfigValueError(f"config.batch_size={cfg.batch_size} must be >= 2 and divisible by the {ctx.world_size} ranks")
         self._load_data(ctx, cfg.data)
         if len(self.train_images) < cfg.batch_size:
-            raise ValueError(
+            raise ConfigValueError(
                 f"config.batch_size={cfg.batch_size} exceeds the {len(self.train_images)} training images "
                 f"(config.data.train_subset={cfg.data.train_subset})"
             )
@@ -231,7 +232,7 @@ class ImageSSLTask:
         self.key_model: SSLModel | None = None
         if cfg.model.key_momentum > 0:
             if cfg.objective.views != "paired":
-                raise ValueError("config.model.key_momentum > 0 embeds the positives with a key encoder: "
+                raise ConfigValueError("config.model.key_momentum > 0 embeds the positives with a key encoder: "
                                  "set config.objective.views=paired")
             self.key_model = copy.deepcopy(self.model).requires_grad_(False)
         self.objective = ObjectiveSum(cfg.objective.terms).to(ctx.device)
@@ -241,9 +242,9 @@ class ImageSSLTask:
         if self.negatives is not None:
             self.negatives.to(ctx.device)
             if cfg.objective.views != "paired":
-                raise ValueError("config.negatives adds candidate columns: set config.objective.views=paired")
+                raise ConfigValueError("config.negatives adds candidate columns: set config.objective.views=paired")
             if self.negatives.extrapolates and self.key_model is None:
-                raise ValueError(
+                raise ConfigValueError(
                     "config.negatives: Feature Transformation's positive extrapolation needs detached keys (with a "
                     "shared encoder the mixed key pulls toward every negative and the features collapse): set "
                     "config.model.key_momentum > 0 (MoCo, as the official code) or config.negatives.extrapolate=false")
@@ -256,13 +257,16 @@ class ImageSSLTask:
     def _load_data(self, ctx: TaskContext, cfg: DataConfig) -> None:
         if cfg.source == "folder":
             if not cfg.folder:
-                raise ValueError("config.data.source=folder needs config.data.folder (a folder of {train,test}/<class>/<image>)")
+                raise ConfigValueError("config.data.source=folder needs config.data.folder (a folder of {train,test}/<class>/<image>)")
             folder = ctx.data_root / cfg.folder  # an absolute path stays as it is
             self.classes = folder_classes(folder)
+            if len(self.classes) < 2:
+                raise DataError(f"image folder {folder}: one class ({self.classes[0]!r}); the kNN and linear "
+                                "evaluation need at least 2 classes (every validation would score 100 %)")
             train, test = (load_image_folder(folder, split, cfg.image_size, cfg.cache_dir) for split in ("train", "test"))
         else:
             if cfg.image_size != 32:
-                raise ValueError(f"config.data.image_size={cfg.image_size}: CIFAR-10 images are 32 x 32")
+                raise ConfigValueError(f"config.data.image_size={cfg.image_size}: CIFAR-10 images are 32 x 32")
             self.classes = CLASSES
             train = load_cifar10(ctx.data_root, "train", source=cfg.source, cache_dir=cfg.cache_dir, download=cfg.download)
             test = load_cifar10(ctx.data_root, "test", source=cfg.source, cache_dir=cfg.cache_dir, download=cfg.download)
@@ -286,7 +290,7 @@ class ImageSSLTask:
             opt_class = torch.optim.Adam if cfg.name == "adam" else torch.optim.AdamW
             self.optimizer = opt_class(groups, lr=cfg.lr)
         else:
-            raise ValueError(f"config.optim.name must be 'sgd', 'adam' or 'adamw', got {cfg.name!r}")
+            raise ConfigValueError(f"config.optim.name must be 'sgd', 'adam' or 'adamw', got {cfg.name!r}")
         steps = len(self.batches(0))
         warmup = round(cfg.warmup_epochs * steps)
         total = cfg.schedule_epochs * steps
@@ -401,7 +405,7 @@ class ImageSSLTask:
         try:
             parts = self.objective.parts(anchors, candidates, via=distributed_objective, **kwargs)
         except ValueError as err:
-            raise ValueError(f"config.objective.terms with views={self.cfg.objective.views!r}: {err}") from err
+            raise ConfigValueError(f"config.objective.terms with views={self.cfg.objective.views!r}: {err}") from err
         for name, value in parts.items():
             self.last_terms[name] = self.last_terms.get(name, 0) + value.detach()
         return sum(parts.values())

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from contrasuite.domains.errors import ConfigValueError
 from contrasuite.domains.super_resolution.imresize import imresize, quantize
 
 BLUR_KERNELS = (3, 5, 7, 9, 11)
@@ -104,7 +105,7 @@ class FrequencyConfig:
     def __post_init__(self) -> None:
         for key in ("n_sharp", "n_blur", "n_lowpass", "n_mix"):
             if getattr(self, key) < 0:
-                raise ValueError(f"frequency.{key} must be >= 0, got {getattr(self, key)}")
+                raise ConfigValueError(f"frequency.{key} must be >= 0, got {getattr(self, key)}")
         if self.n_mix and self.n_blur + self.n_lowpass + int(self.use_upsampled_lr) < 2:
             raise ValueError("frequency.n_mix > 0 needs at least two other negative kinds to mix")
         if self.n_blur + self.n_lowpass + int(self.use_upsampled_lr) + self.n_mix == 0:

@@ -38,7 +38,7 @@ from contrasuite.core.negatives.gather import distributed_objective
 from contrasuite.core.objectives import ObjectiveSum
 from contrasuite.domains.config_fields import bounded, one_of
 from contrasuite.domains.image_loading import EpochBatches, epoch_batches, image_loader
-from contrasuite.domains.errors import SetupError
+from contrasuite.domains.errors import ConfigValueError, SetupError
 from contrasuite.domains.images import read_rgb_array
 from contrasuite.domains.init_from import load_weights
 from contrasuite.domains.super_resolution import frequency
@@ -329,7 +329,7 @@ class SuperResolutionTask:
                 psnrs.append(float(psnr_y(sr, hr[None], s)))
                 ssims.append(float(ssim_y(sr, hr[None], s)))
             if not psnrs:
-                raise ValueError("no validation images: lower config.data.val_every or raise max_train_images")
+                raise ConfigValueError("no validation images: lower config.data.val_every or raise max_train_images")
             return {"psnr_y": sum(psnrs) / len(psnrs), "ssim_y": sum(ssims) / len(ssims)}
         if split != "test":
             raise ValueError(f"split must be 'val' or 'test', got {split!r}")

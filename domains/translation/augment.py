@@ -24,6 +24,8 @@ from torch import Tensor, nn
 
 from contrasuite.core.numerics import full_precision
 
+from contrasuite.domains.errors import ConfigValueError
+
 POLICIES = ("colour", "hue", "translation", "cutout")
 
 
@@ -46,7 +48,7 @@ class DiffAugment(nn.Module):
         super().__init__()
         unknown = [p for p in policies if p not in POLICIES]
         if unknown:
-            raise ValueError(f"config.discriminator.augment: unknown policies {unknown}; choose from {POLICIES}")
+            raise ConfigValueError(f"config.discriminator.augment: unknown policies {unknown}; choose from {POLICIES}")
         self.ops = nn.ModuleList(_policy(p) for p in policies)
 
     def forward(self, x: Tensor) -> Tensor:

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from contrasuite.domains.config_fields import bounded, one_of
+from contrasuite.domains.errors import ConfigValueError
 from contrasuite.domains.image_loading import albumentations_transform
 from contrasuite.domains.images import read_rgb_array
 
@@ -100,7 +101,7 @@ def resize(image: Tensor, load_size: Optional[int], max_side: int) -> Tensor:
 def random_crop(image: Tensor, size: int, flip: bool, gen: torch.Generator) -> Tensor:
     h, w = image.shape[-2:]
     if h < size or w < size:
-        raise ValueError(f"config.data.crop_size={size} is larger than an image of {h}x{w} (after load_size)")
+        raise ConfigValueError(f"config.data.crop_size={size} is larger than an image of {h}x{w} (after load_size)")
     y = int(torch.randint(0, h - size + 1, (1,), generator=gen))
     x = int(torch.randint(0, w - size + 1, (1,), generator=gen))
     out = image[:, y : y + size, x : x + size]
@@ -151,7 +152,7 @@ def split_emoji(groups: Sequence[Sequence[str]], test_images: int, val_images: i
     train_a = [n for g in rest[0::2] for n in g]
     train_b = [n for g in rest[1::2] for n in g]
     if not train_a or not train_b or not val or not test:
-        raise ValueError(
+        raise ConfigValueError(
             f"emoji split left an empty set (train A {len(train_a)}, train B {len(train_b)}, val {len(val)}, "
             f"test {len(test)}): lower config.data.test_images / val_images"
         )
@@ -209,7 +210,7 @@ def disk_transform(load_size: Optional[int], max_side: int, crop_size: int, flip
         resized = resize(torch.from_numpy(image).permute(2, 0, 1), load_size, max_side).permute(1, 2, 0).numpy()
         h, w = resized.shape[:2]
         if h < crop_size or w < crop_size:
-            raise ValueError(f"config.data.crop_size={crop_size} is larger than an image of {h}x{w} (after load_size)")
+            raise ConfigValueError(f"config.data.crop_size={crop_size} is larger than an image of {h}x{w} (after load_size)")
         return crop(np.ascontiguousarray(resized), seed)
 
     return run

@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 
 from contrasuite.core.objectives.compose import OBJECTIVES
+from contrasuite.domains.errors import ConfigValueError
 
 NEGATIVE_SOURCES = ("image", "batch")
 PATCH_NORMS = ("official", "unit")
@@ -41,7 +42,7 @@ def objective_terms(terms: Sequence[Mapping[str, Any]], patch_norm: str = "offic
     ``official``: ``similarity: dot`` for every term whose objective takes a ``similarity``; a term that
     asks for ``cosine`` contradicts it and is refused. ``unit``: the terms unchanged."""
     if patch_norm not in PATCH_NORMS:
-        raise ValueError(f"config.nce.patch_norm must be one of {PATCH_NORMS}, got {patch_norm!r}")
+        raise ConfigValueError(f"config.nce.patch_norm must be one of {PATCH_NORMS}, got {patch_norm!r}")
     out = [dict(t) for t in terms]
     if patch_norm == "unit":
         return out
@@ -50,7 +51,7 @@ def objective_terms(terms: Sequence[Mapping[str, Any]], patch_norm: str = "offic
         if cls is None or not cls.chooses_similarity:
             continue
         if term.setdefault("similarity", "dot") != "dot":
-            raise ValueError(f"config.objective.terms.{i}.similarity={term['similarity']!r} renormalises the patches, "
+            raise ConfigValueError(f"config.objective.terms.{i}.similarity={term['similarity']!r} renormalises the patches, "
                              "which contradicts config.nce.patch_norm=official (CUT's z / (|z| + 1e-7) and dot "
                              "products); drop it or set config.nce.patch_norm=unit")
     return out
@@ -59,7 +60,7 @@ def objective_terms(terms: Sequence[Mapping[str, Any]], patch_norm: str = "offic
 def patch_nce_layer(objective: Callable[..., Tensor], q: Tensor, k: Tensor, negatives: str = "image") -> Tensor:
     """PatchNCE at one layer: ``q, k [B, S, D]`` (anchors, candidates); the mean per-patch loss."""
     if negatives not in NEGATIVE_SOURCES:
-        raise ValueError(f"config.nce.negatives must be one of {NEGATIVE_SOURCES}, got {negatives!r}")
+        raise ConfigValueError(f"config.nce.negatives must be one of {NEGATIVE_SOURCES}, got {negatives!r}")
     if q.shape != k.shape or q.dim() != 3:
         raise ValueError(f"query and key patches must both be [B, S, D], got {tuple(q.shape)} and {tuple(k.shape)}")
     k = k.detach()

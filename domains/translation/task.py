@@ -55,7 +55,7 @@ from contrasuite.domains.config_fields import bounded, one_of
 from contrasuite.core.objectives import ObjectiveSum
 from contrasuite.domains.archives import cache_root, emoji_style_dirs
 from contrasuite.domains.averaging import check_decay, start_average, update_average
-from contrasuite.domains.errors import SetupError
+from contrasuite.domains.errors import ConfigValueError, SetupError
 from contrasuite.domains.image_loading import EpochBatches, OnDiskImages, epoch_batches, image_loader
 from contrasuite.domains.task import (
     ObjectiveConfig, SmokeSettings, StepContext, TaskContext, average_gradients_over_ranks, batch_shard,
@@ -251,7 +251,7 @@ class TranslationTask:
             self._emoji_dirs = dirs
         else:
             if self.cfg.lambda_paired > 0:
-                raise ValueError("config.lambda_paired needs paired drawings: only config.data.kind=emoji has them")
+                raise ConfigValueError("config.lambda_paired needs paired drawings: only config.data.kind=emoji has them")
 
             def folder(name: str) -> D.ImageSet:
                 files = D.list_images(root / name)
