@@ -130,6 +130,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_BAD_INPUT
 
 
+def _out_of_memory(err: BaseException) -> bool:
+    """CUDA's OutOfMemoryError, Python's MemoryError, or the CPU allocator's refusal (a RuntimeError)."""
+    return isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError" or "can't allocate memory" in str(err)
+
+
+def _allocation(err: BaseException) -> str:
+    """The allocator's own words without its ``[enforce fail at ...]`` prefix, on one line."""
+    text = " ".join(str(err).split())
+    return text.split("] ", 1)[-1].removeprefix("err == 0. ")[:200] or type(err).__name__
+
+
 def _run(args: argparse.Namespace) -> int:
     from contrasuite.domains.errors import ConfigValueError, DataError, SetupError, one_line
     from contrasuite.domains.exporting import ExportError
@@ -181,6 +192,10 @@ def _run(args: argparse.Namespace) -> int:
     except ModuleNotFoundError:
         raise  # main() names the extra to install
     except Exception as err:  # noqa: BLE001 - the boundary: a bug shows its traceback, then one line says so
+        if _out_of_memory(err):
+            print(f"contrasuite {args.command}: out of memory ({_allocation(err)}): lower the config's batch size, "
+                  "or use GradCache where the domain offers it (docs/engine.md)", file=sys.stderr)
+            return EXIT_BAD_INPUT
         traceback.print_exc()
         print(f"contrasuite {args.command}: unexpected {type(err).__name__} (traceback above): a bug in contrasuite "
               "or a library it calls, not a problem with your input; please report it with the traceback",

@@ -84,3 +84,11 @@ def test_a_bug_shows_its_traceback_then_one_line_saying_so(toy_yaml, capsys, mon
     lines = _err_lines(capsys)
     assert lines[0] == "Traceback (most recent call last):" and any("None + 1" in line for line in lines)
     assert lines[-1].startswith("contrasuite train: unexpected TypeError (traceback above): a bug")
+
+
+def test_a_model_beyond_memory_is_one_line(toy_yaml, capsys):
+    """A real allocation failure: the toy network with a 10^12-unit layer (32 TB) is refused by the CPU allocator."""
+    assert main(["train", str(toy_yaml(run={"max_steps": 1}, config={"hidden": 10**12}))]) == 2
+    (line,) = _err_lines(capsys)
+    assert line.startswith("contrasuite train: out of memory (DefaultCPUAllocator: can't allocate memory: you tried to "
+                           "allocate") and "lower the config's batch size" in line
