@@ -23,12 +23,13 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import torch
 import torch.nn.functional as F
+from PIL import Image
 from torch import Tensor
 
 from contrasuite.domains.config_fields import bounded, one_of
 from contrasuite.domains.errors import ConfigValueError
 from contrasuite.domains.image_loading import albumentations_transform
-from contrasuite.domains.images import read_rgb_array
+from contrasuite.domains.images import UnreadableImage, read_rgb_array
 
 SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
 
@@ -84,18 +85,39 @@ def to_uint8(images: Tensor) -> Tensor:
     return ((images.float().clamp(-1, 1) + 1.0) * 127.5).round().to(torch.uint8)
 
 
+def resized_size(h: int, w: int, load_size: Optional[int], max_side: int) -> tuple[int, int]:
+    """``(H, W)`` of an ``h x w`` image after :func:`resize`."""
+    if load_size is not None:
+        return load_size, load_size
+    if max(h, w) > max_side:
+        s = max_side / max(h, w)
+        return max(1, round(h * s)), max(1, round(w * s))
+    return h, w
+
+
 def resize(image: Tensor, load_size: Optional[int], max_side: int) -> Tensor:
     """``uint8 [3, H, W]`` resized (bicubic, antialiased) to ``load_size`` square or capped at ``max_side``."""
     h, w = image.shape[-2:]
-    if load_size is not None:
-        size = (load_size, load_size)
-    elif max(h, w) > max_side:
-        s = max_side / max(h, w)
-        size = (max(1, round(h * s)), max(1, round(w * s)))
-    else:
+    size = resized_size(h, w, load_size, max_side)
+    if size == (h, w):
         return image
     out = F.interpolate(image[None].float(), size=size, mode="bicubic", align_corners=False, antialias=True)
     return out[0].round().clamp(0, 255).to(torch.uint8)
+
+
+def check_crop(paths: Sequence[Path], load_size: Optional[int], max_side: int, crop_size: int) -> None:
+    """Refuse, before training, an image smaller than ``crop_size`` after :func:`resize` (sizes read from the
+    files' headers, nothing decoded); the message names the first such file."""
+    for path in paths:
+        try:
+            with Image.open(path) as image:
+                w, h = image.size
+        except OSError as err:
+            raise UnreadableImage(path, " ".join(str(err).split())) from None
+        size = resized_size(h, w, load_size, max_side)
+        if min(size) < crop_size:
+            raise ConfigValueError(f"config.data.crop_size={crop_size} is larger than {path} ({size[0]}x{size[1]} after "
+                                   "config.data.load_size / max_side): lower crop_size or remove the image")
 
 
 def random_crop(image: Tensor, size: int, flip: bool, gen: torch.Generator) -> Tensor:

@@ -259,6 +259,7 @@ class TranslationTask:
                                   load_size=dc.load_size, max_side=dc.max_side)
 
             self.train_a, self.train_b = folder("trainA"), folder("trainB")
+            D.check_crop([*self.train_a.paths, *self.train_b.paths], dc.load_size, dc.max_side, dc.crop_size)
             if max(len(self.train_a), len(self.train_b)) > D.DISK_FOLDER:
                 dataset = OnDiskImages([*self.train_a.paths, *self.train_b.paths], None,
                                        D.disk_transform(dc.load_size, dc.max_side, dc.crop_size, dc.flip), self.ctx.seed)

@@ -46,3 +46,22 @@ def test_disk_folders_give_the_same_run_for_any_workers_and_on_resume(folders, t
     trainer.resume(stopped, ["run.max_steps=null"])
     resumed = _generator(stopped)
     assert all(torch.equal(serial[k], resumed[k]) for k in serial)
+
+
+def test_an_image_smaller_than_the_crop_is_refused_before_training(tmp_path, capsys):
+    """One 20 x 48 image among 40 x 48 ones: one line at setup naming it (it used to fail mid-training)."""
+    from contrasuite.pipelines.cli import main
+
+    root = tmp_path / "pairs"
+    for name in ("trainA", "trainB"):
+        (root / name).mkdir(parents=True)
+        for i in range(3):
+            Image.new("RGB", (48, 40), (10 * i, 90, 200)).save(root / name / f"{i}.png")
+    small = root / "trainB" / "small.png"
+    Image.new("RGB", (48, 20), (0, 0, 0)).save(small)
+    code = main(["train", str(CONFIG), *TINY, f"run.output_root={tmp_path / 'runs'}", "config.data.kind=folders",
+                 f"config.data.path={root}", "config.data.max_train_images=null"])
+    assert code == 2
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert f"config.data.crop_size=32 is larger than {small} (20x48 after" in line
+    assert not list((tmp_path / "runs").rglob("*.pt"))
