@@ -1,22 +1,31 @@
-"""Opening an image file (or the bytes of an archive member) so that a bad one names itself.
+"""Opening an image file (or the bytes of an archive member) so that a bad one names itself, and
+bringing any PIL mode to 8 bits per channel without clipping.
 
 Every domain decodes images through :func:`open_image`: PIL's many exception types for a truncated,
 empty or non-image file become one :class:`DataError` that names the file, which the CLI reports in
-one line with exit code 2.
+one line with exit code 2. Every domain then converts through :func:`to_rgb8` (or :func:`to_grey8`):
+PIL's own ``convert("RGB")`` clips a 16-bit, 32-bit or float image at 255 instead of scaling it.
 """
 
 from __future__ import annotations
 
 import io
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 from PIL import Image
 
-from contrasuite.domains.errors import DataError
+from contrasuite.domains.errors import CorruptData, DataError
 
+HIGH_DEPTH_MODES = frozenset({"I;16", "I;16L", "I;16B", "I;16N", "I", "F"})
+"""Single-channel modes with more than 8 bits, which PIL's ``convert`` clips at 255."""
 
-class UnreadableImage(DataError):
+GREY_MODES = HIGH_DEPTH_MODES | {"1", "L"}
+"""Single-channel (greyscale) modes: :func:`to_grey8` takes these."""
+
+class UnreadableImage(CorruptData):
     """An image file PIL cannot decode; ``reason`` is PIL's own words, on one line."""
 
     def __init__(self, label: object, reason: str) -> None:
@@ -24,23 +33,80 @@ class UnreadableImage(DataError):
         self.reason = reason
 
 
-def open_image(source: Path | bytes, name: str | Path | None = None) -> Image.Image:
-    """The fully decoded image at ``source`` (a path, or bytes named ``name``); :class:`UnreadableImage` if not."""
-    label = name if name is not None else source
+@contextmanager
+def _named_errors(label: object) -> Iterator[None]:
+    """Any exception PIL raises while reading becomes :class:`UnreadableImage` naming ``label``."""
     try:
-        image = Image.open(io.BytesIO(source) if isinstance(source, bytes) else source)
-        image.load()
+        yield
     except Exception as err:  # noqa: BLE001 - PIL raises many types for a bad file; each means "unusable"
         raise UnreadableImage(label, " ".join(str(err).split()) or type(err).__name__) from None
+
+
+def open_image(source: Path | bytes, name: str | Path | None = None) -> Image.Image:
+    """The fully decoded image at ``source`` (a path, or bytes named ``name``); :class:`UnreadableImage` if not."""
+    with _named_errors(name if name is not None else source):
+        image = Image.open(io.BytesIO(source) if isinstance(source, bytes) else source)
+        image.load()
     return image
 
 
+def image_size(path: Path) -> tuple[int, int]:
+    """``(width, height)`` of the image file at ``path`` from its header alone; :class:`UnreadableImage` if not."""
+    with _named_errors(path), Image.open(path) as image:
+        return image.size
+
+
+def _uint16_to_uint8(values: np.ndarray) -> np.ndarray:
+    """``round(v * 255 / 65535)`` for integers ``v`` in ``0..65535`` (65535 = 257 * 255)."""
+    return ((values.astype(np.int64) + 128) // 257).astype(np.uint8)
+
+
+def _high_depth_to_uint8(values: np.ndarray, mode: str) -> np.ndarray:
+    """The 8-bit values of a :data:`HIGH_DEPTH_MODES` image's array (the rules of :func:`to_grey8`)."""
+    if mode.startswith("I;16"):
+        return _uint16_to_uint8(values)
+    if mode == "I":
+        if values.size == 0 or (values.min() >= 0 and values.max() <= 65535):
+            return _uint16_to_uint8(values)
+        low, high = np.iinfo(np.int32).min, np.iinfo(np.int32).max
+        return np.round((values.astype(np.float64) - low) * (255 / (high - low))).astype(np.uint8)
+    top = 1.0 if values.size == 0 or values.max() <= 1 else 255.0
+    return np.round(np.clip(values.astype(np.float64) * (255 / top), 0, 255)).astype(np.uint8)
+
+
+def to_grey8(image: Image.Image) -> Image.Image:
+    """A :data:`GREY_MODES` image as 8-bit ``L``, scaled rather than clipped:
+
+    * ``1`` and ``L``: as PIL converts them (0/255, unchanged);
+    * ``I;16*`` (16-bit PNG, TIFF, PGM): ``v * 255 / 65535``, rounded;
+    * ``I`` (32-bit int): 16-bit data when every value lies in ``0..65535`` (as above); otherwise the
+      whole int32 range maps linearly onto ``0..255``;
+    * ``F`` (float): ``[0, 1]`` data when the maximum is at most 1, else ``[0, 255]`` data; values
+      outside that range are clipped to it.
+    """
+    if image.mode not in GREY_MODES:
+        raise ValueError(f"to_grey8 takes a single-channel mode {sorted(GREY_MODES)}, not {image.mode!r}")
+    if image.mode in HIGH_DEPTH_MODES:
+        return Image.fromarray(_high_depth_to_uint8(np.asarray(image), image.mode), "L")
+    return image.convert("L")
+
+
+def to_rgb8(image: Image.Image) -> Image.Image:
+    """Any image as 8-bit ``RGB``: greyscale modes scaled by :func:`to_grey8`, transparency (an alpha
+    channel, or a palette's or colour key's) composited on white, other modes (``P``, ``CMYK``,
+    ``YCbCr``, ...) converted by PIL. An 8-bit image without transparency gives ``convert("RGB")``'s bytes."""
+    if image.mode in HIGH_DEPTH_MODES:
+        image = to_grey8(image)
+    if image.has_transparency_data:
+        canvas = Image.new("RGBA", image.size, (255, 255, 255, 255))
+        canvas.alpha_composite(image.convert("RGBA"))
+        image = canvas
+    return image.convert("RGB")
+
+
 def rgb_on_white(image: Image.Image, size: int | None = None) -> np.ndarray:
-    """``[H, W, 3]`` uint8: transparency composited on white, optionally resized (bicubic) to ``size`` square."""
-    rgba = image.convert("RGBA")
-    canvas = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
-    canvas.alpha_composite(rgba)
-    rgb = canvas.convert("RGB")
+    """``[H, W, 3]`` uint8 by :func:`to_rgb8` (transparency on white), optionally resized (bicubic) to ``size`` square."""
+    rgb = to_rgb8(image)
     if size is not None and rgb.size != (size, size):
         rgb = rgb.resize((size, size), Image.BICUBIC)
     return np.array(rgb, dtype=np.uint8)  # a writable copy (torch.from_numpy shares it)

@@ -33,7 +33,7 @@ from PIL import Image
 
 from contrasuite.domains.archives import sha256_of
 from contrasuite.domains.errors import DataError
-from contrasuite.domains.images import open_image
+from contrasuite.domains.images import open_image, to_rgb8
 
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 """CIFAR-10 class names in the official label order (``batches.meta``)."""
@@ -135,7 +135,7 @@ def _jpeg_tar_members(archive: Path, split: str) -> list[tuple[str, int, bytes]]
 def decode_jpeg(data: bytes, name: str) -> np.ndarray:
     """Decode one 32x32 image to ``[32, 32, 3]`` uint8; errors name the file."""
     with open_image(data, f"cannot decode image {name}") as img:
-        array = np.asarray(img.convert("RGB"), dtype=np.uint8)
+        array = np.asarray(to_rgb8(img), dtype=np.uint8)
     if array.shape != (32, 32, 3):
         raise DataError(f"image {name} has shape {array.shape}, expected (32, 32, 3)")
     return array
@@ -226,10 +226,11 @@ def load_image_folder(folder: str | os.PathLike, split: str, size: int,
 
     def decode(data: bytes, name: str) -> np.ndarray:
         with open_image(data, name) as img:
-            rgb = img.convert("RGB")
+            rgb = to_rgb8(img)
             return np.asarray(rgb if rgb.size == (size, size) else rgb.resize((size, size), Image.BICUBIC), dtype=np.uint8)
 
-    key = hashlib.sha256(f"{_folder_key(root, '*.*')}:{size}".encode()).hexdigest()[:16]
+    # "rgb8": decoded by to_rgb8 (caches of older versions clipped 16-bit images; they are not reused)
+    key = hashlib.sha256(f"{_folder_key(root, '*.*')}:{size}:rgb8".encode()).hexdigest()[:16]
     return _cached(members, key, split, cache_dir, root, decode=decode, prefix=f"folder-{folder.name}",
                    label=f"image folder {folder}")
 

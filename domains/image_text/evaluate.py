@@ -24,6 +24,7 @@ from PIL import Image
 from torch import Tensor
 
 from contrasuite.core.metrics.retrieval import recall_at_k
+from contrasuite.domains.images import open_image, to_rgb8
 
 SUGARCREPE_FILES = ("add_att", "add_obj", "replace_att", "replace_obj", "replace_rel", "swap_att", "swap_obj")
 
@@ -105,8 +106,8 @@ def evaluate_sugarcrepe(folder: str | Path, image_root: str | Path, encode_image
                 path = image_root / it["filename"]
                 if not path.is_file():
                     raise FileNotFoundError(f"{file}: image {path} not found (SugarCrepe uses COCO val2017)")
-                with Image.open(path) as im:
-                    images.append(np.asarray(im.convert("RGB").resize((image_size, image_size), Image.BICUBIC)))
+                with open_image(path) as im:
+                    images.append(np.asarray(to_rgb8(im).resize((image_size, image_size), Image.BICUBIC)))
             with torch.no_grad():
                 img = F.normalize(encode_images(images).float(), dim=-1)
                 pos = F.normalize(encode_texts([it["caption"] for it in chunk]).float(), dim=-1)

@@ -31,6 +31,7 @@ from PIL import Image
 from contrasuite.domains.image_text.captions import normalise
 from contrasuite.domains.image_text.data import PairSet
 from contrasuite.domains.image_text.image_negatives import DiffusionEditor, KorniaEditor, to_tensor, to_uint8
+from contrasuite.domains.images import open_image, to_rgb8
 from contrasuite.domains.image_text.text_negatives import (
     OPERATIONS, LanguageModelGenerator, RuleGenerator, TextNegativeGenerator, generate_text_negatives,
 )
@@ -204,9 +205,9 @@ def read_negatives(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, tu
             file = path.parent / rec.pop("image")
             if not file.is_file():
                 raise FileNotFoundError(f"{path}:{n}: negative image {file} not found")
-            with Image.open(file) as im:
+            with open_image(file) as im:
                 rec["image_index"] = len(images)
-                images.append(np.asarray(im.convert("RGB"), dtype=np.uint8))
+                images.append(np.asarray(to_rgb8(im), dtype=np.uint8))
         records.append(rec)
     return texts, dict(sets)
 

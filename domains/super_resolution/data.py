@@ -8,18 +8,20 @@ made from the HR ones: modcrop to a multiple of the scale, MATLAB bicubic downsc
 
 from __future__ import annotations
 
+import sys
 import tarfile
 import zlib
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from contrasuite.domains.errors import DataError
-from contrasuite.domains.images import open_image
+from contrasuite.domains.images import GREY_MODES, open_image, to_grey8, to_rgb8
 from contrasuite.domains.super_resolution.imresize import imresize, quantize
 
 SOURCES = {
@@ -32,10 +34,9 @@ _SUFFIXES = (".png", ".bmp", ".jpg", ".jpeg", ".tif", ".tiff")
 
 
 def _decode(data: bytes, name: str) -> Tensor:
-    """Image bytes -> ``[C, H, W]`` float32 in ``[0, 1]`` (C = 3, or 1 for greyscale)."""
+    """Image bytes -> ``[C, H, W]`` float32 in ``[0, 1]`` (C = 3, or 1 for greyscale; 16-bit scaled, not clipped)."""
     with open_image(data, name) as im:
-        mode = "L" if im.mode in ("L", "I;16", "1") else "RGB"
-        arr = np.asarray(im.convert(mode), dtype=np.uint8)
+        arr = np.asarray(to_grey8(im) if im.mode in GREY_MODES else to_rgb8(im), dtype=np.uint8)
     if arr.ndim == 2:
         arr = arr[..., None]
     if arr.ndim != 3:
@@ -109,26 +110,47 @@ def eval_pairs(data_root: str, name: str, scale: int) -> tuple[Pair, ...]:
     return tuple(pairs)
 
 
+def patch_fits(height: int, width: int, scale: int, patch: int) -> bool:
+    """Whether an HR image of ``height`` x ``width`` holds an LR patch of ``patch`` px at ``scale`` (after modcrop)."""
+    return min(height, width) // scale >= patch
+
+
+def usable_images(sizes: Sequence[tuple[int, int]], source: str, scale: int, patch: int,
+                  names: Sequence[str] | None = None) -> list[int]:
+    """Indices of the HR images (``(height, width)`` each, optionally named ``names``) that hold a training patch.
+
+    Smaller images cannot be sampled and are left out, said in one line on stderr (how many, and the
+    first by name). When none is left, a :class:`DataError` names ``source`` (the folder or set) and the
+    patch size. One usable image is enough: a batch draws its patches from the usable images with replacement.
+    """
+    fits = [patch_fits(h, w, scale, patch) for h, w in sizes]
+    small = [name for name, ok in zip(names or (), fits) if not ok]
+    need = f"{patch * scale} px on each side (config.data.patch_size={patch} LR px at x{scale})"
+    first = f"; the first is {small[0]}" if small else ""
+    if not any(fits):
+        raise DataError(f"{source}: none of the {len(sizes)} training images is at least {need}{first}")
+    if not all(fits):
+        print(f"{source}: {fits.count(False)} of {len(sizes)} training images are smaller than {need} and are not used"
+              f"{first}", file=sys.stderr, flush=True)
+    return [i for i, ok in enumerate(fits) if ok]
+
+
 class PatchSampler:
     """Random aligned (LR, HR) patches from a list of training images, with dihedral augmentation.
 
     The LR of each whole image is computed once; a patch is an LR crop of ``patch`` pixels and the
     HR crop at ``scale`` times its position. Each patch gets one of the 8 flips/rotations, the same
     for LR and HR (kornia's flips and ``torch.rot90``). All randomness comes from the generator passed
-    to :meth:`batch`, so a run's batches are fixed by ``(seed, epoch)``.
+    to :meth:`batch`, so a run's batches are fixed by ``(seed, epoch)``. Images too small for a patch
+    are left out as :func:`usable_images` says (``names`` and ``source`` name them; a DataError if none fits).
     """
 
-    def __init__(self, images: list[Tensor], scale: int, patch: int) -> None:
+    def __init__(self, images: list[Tensor], scale: int, patch: int, names: Sequence[str] | None = None,
+                 source: str = "the SR training set") -> None:
         self.scale, self.patch = scale, patch
-        self.hr, self.lr = [], []
-        for img in images:
-            hr = modcrop(img, scale)
-            if min(hr.shape[-2:]) < patch * scale:
-                continue
-            self.hr.append(hr)
-            self.lr.append(degrade(hr, scale))
-        if not self.hr:
-            raise ValueError(f"no training image is at least {patch * scale} px (data.patch_size={patch}, scale={scale})")
+        keep = usable_images([tuple(img.shape[-2:]) for img in images], source, scale, patch, names)
+        self.hr = [modcrop(images[i], scale) for i in keep]
+        self.lr = [degrade(hr, scale) for hr in self.hr]
 
     def batch(self, size: int, generator: torch.Generator, part: slice | None = None) -> tuple[Tensor, Tensor]:
         """``(lr [B, C, p, p], hr [B, C, s*p, s*p])`` in ``[0, 1]``: the ``part`` (a rank's shard; default

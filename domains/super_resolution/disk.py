@@ -6,6 +6,8 @@ the same as the in-memory sampler) or reads it from ``config.data.train_lr_folde
 takes an aligned LR crop of ``patch`` pixels and the HR crop ``scale`` times larger at the same place,
 and applies one of the 8 flips/rotations to both: albumentations' ``D4`` with the HR as a paired target.
 Every random choice comes from the sample's own seed, so the batches do not depend on the workers.
+Images too small for a patch are found from their headers when the dataset is made, and left out as
+:func:`~contrasuite.domains.super_resolution.data.usable_images` says (a DataError naming the folder if none fits).
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from contrasuite.domains.image_loading import sample_seed
-from contrasuite.domains.images import read_rgb_array
-from contrasuite.domains.super_resolution.data import degrade, modcrop
+from contrasuite.domains.images import image_size, read_rgb_array
+from contrasuite.domains.super_resolution.data import degrade, modcrop, usable_images
 
 
 class FolderPatches(Dataset):
@@ -32,7 +34,8 @@ class FolderPatches(Dataset):
         os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
         import albumentations as A
 
-        self.paths, self.scale, self.patch, self.seed, self.lr_folder = list(hr_paths), scale, patch, seed, lr_folder
+        self.paths = _usable_paths(list(hr_paths), scale, patch)
+        self.scale, self.patch, self.seed, self.lr_folder = scale, patch, seed, lr_folder
         self.dihedral = A.Compose([A.D4(p=1.0)], additional_targets={"hr": "image"}, seed=0, is_check_shapes=False)
 
     def __len__(self) -> int:
@@ -55,8 +58,6 @@ class FolderPatches(Dataset):
         seed = sample_seed(self.seed, epoch, position)
         lr, hr = self._pair(index)
         p, s = self.patch, self.scale
-        if min(lr.shape[:2]) < p:
-            raise ValueError(f"{self.paths[index]}: LR {lr.shape[:2]} smaller than the {p} px patch (data.patch_size)")
         rng = np.random.default_rng(seed)
         y, x = int(rng.integers(lr.shape[0] - p + 1)), int(rng.integers(lr.shape[1] - p + 1))
         lr, hr = lr[y : y + p, x : x + p], hr[y * s : (y + p) * s, x * s : (x + p) * s]
@@ -64,3 +65,10 @@ class FolderPatches(Dataset):
         out = self.dihedral(image=np.ascontiguousarray(lr), hr=np.ascontiguousarray(hr))
         return (torch.from_numpy(np.ascontiguousarray(out["image"])).permute(2, 0, 1),
                 torch.from_numpy(np.ascontiguousarray(out["hr"])).permute(2, 0, 1))
+
+
+def _usable_paths(paths: list[Path], scale: int, patch: int) -> list[Path]:
+    """The HR images of ``paths`` large enough for a patch (:func:`usable_images`, read from their headers)."""
+    sizes = [image_size(path)[::-1] for path in paths]
+    source = f"config.data.train_folder {paths[0].parent}" if paths else "config.data.train_folder"
+    return [paths[i] for i in usable_images(sizes, source, scale, patch, [str(p) for p in paths])]

@@ -19,6 +19,7 @@ import torch
 from PIL import Image
 
 from contrasuite.domains.exporting import export_folder, load_exported
+from contrasuite.domains.images import GREY_MODES, open_image, to_rgb8
 from contrasuite.domains.super_resolution.inference import upscale
 from contrasuite.domains.super_resolution.networks import EDSR
 from contrasuite.domains.init_from import checkpoint_file
@@ -48,9 +49,9 @@ def load_generator(run_dir: Path, which: str = "best") -> tuple[torch.nn.Module,
 
 def read_image(path: Path) -> tuple[torch.Tensor, bool]:
     """``([1, 3, H, W] in [0, 1], was_greyscale)``."""
-    with Image.open(path) as im:
-        grey = im.mode in ("L", "I;16", "1", "LA")
-        arr = np.asarray(im.convert("RGB"), dtype=np.uint8)
+    with open_image(path) as im:
+        grey = im.mode in GREY_MODES or im.mode == "LA"
+        arr = np.asarray(to_rgb8(im), dtype=np.uint8)
     return torch.from_numpy(arr.copy()).permute(2, 0, 1)[None].float() / 255.0, grey
 
 
