@@ -16,7 +16,9 @@ Domains' entries are found by :mod:`contrasuite.pipelines.catalog`; this file na
 several processes with ``torchrun --nproc_per_node N -m contrasuite.pipelines.cli train ...``.
 Options and ``key=value`` overrides may come in any order. Bad input (a config key, a data file, a
 checkpoint, a locked run folder) exits with status 2 and one line naming it; Ctrl-C exits 130 with one
-line; anything else is a bug: its traceback, then one line saying so, exit 1.
+line; a run stopped by SIGTERM/SIGUSR1/SIGINT saves ``last.pt`` and exits ``128 + signal`` with one line
+(:mod:`contrasuite.pipelines.preemption`); anything else is a bug: its traceback, then one line saying
+so, exit 1.
 """
 
 from __future__ import annotations
@@ -147,6 +149,7 @@ def _run(args: argparse.Namespace) -> int:
     from contrasuite.pipelines import distributed, trainer  # heavy imports only for commands that need them
     from contrasuite.pipelines.checkpoint import CheckpointError
     from contrasuite.pipelines.config import ConfigError, config_root, load_config
+    from contrasuite.pipelines.preemption import Preempted
     from contrasuite.pipelines.run_dir import RunFolderError
     from contrasuite.pipelines.run_lock import RunLockedError
     from contrasuite.pipelines.step import NonFiniteStepError
@@ -185,6 +188,9 @@ def _run(args: argparse.Namespace) -> int:
     except (NonFiniteStepError, distributed.RanksDivergedError) as err:
         print(f"contrasuite {args.command}: {one_line(err)}", file=sys.stderr)
         return 1
+    except Preempted as err:
+        print(f"contrasuite {args.command}: {err}", file=sys.stderr)
+        return err.exit_code
     except KeyboardInterrupt:
         print(f"contrasuite {args.command}: interrupted (Ctrl-C); a run folder keeps its last checkpoint "
               "(contrasuite resume RUN_DIR)", file=sys.stderr)

@@ -90,6 +90,15 @@ def all_gather_object(obj: Any) -> list[Any]:
     return out
 
 
+def max_over_ranks(value: int, device: torch.device) -> int:
+    """The largest ``value`` over the ranks (``value`` itself on one process)."""
+    if not dist.is_initialized():
+        return value
+    box = torch.tensor([value], dtype=torch.int64, device=device if dist.get_backend() == "nccl" else "cpu")
+    dist.all_reduce(box, op=dist.ReduceOp.MAX)
+    return int(box.item())
+
+
 class RanksDivergedError(RuntimeError):
     """The ranks' parameters differ: some gradient was not averaged over ranks."""
 

@@ -11,12 +11,15 @@ make a resumed run equal an uninterrupted one.
 Trust: one process per run folder (:mod:`run_lock`); a resume refuses a ``last.pt`` written under a
 config that differs from the run's in anything that changes the result, unless the command names the
 change (``contrasuite resume RUN key=value``); ``run.max_consecutive_skips`` bounds how long
-``run.non_finite=skip`` may drop steps; every failure is written into ``status.json``.
+``run.non_finite=skip`` may drop steps; every failure is written into ``status.json``. SIGTERM,
+SIGUSR1 and SIGINT stop the run after the step in progress with ``last.pt`` saved and ``status.json``
+``preempted`` (:mod:`preemption`).
 """
 
 from __future__ import annotations
 
 import random
+import signal
 import sys
 import time
 from collections.abc import Sized
@@ -37,6 +40,7 @@ from contrasuite.pipelines import checkpoint, distributed
 from contrasuite.pipelines.config import LoadedConfig, load_config, parse_override, save_resolved
 from contrasuite.pipelines.metrics_log import MetricsLog
 from contrasuite.pipelines.plots import similarity_histogram, training_curves
+from contrasuite.pipelines.preemption import Preempted, StopSignals
 from contrasuite.pipelines.precision import make_scaler, pick_device, set_deterministic, slow_bf16_note
 from contrasuite.pipelines.run_dir import environment, new_run_dir, read_json, unfinished_runs, write_json
 from contrasuite.pipelines.run_lock import RunLock
@@ -154,6 +158,7 @@ class Trainer:
         self._last_eval_step = -1
         self._last_batch: Any = None
         self._consecutive_skips = 0
+        self._signals = StopSignals()
 
     def close(self) -> None:
         """Give the run folder back (the lock); called when ``fit`` ends or a resume is refused."""
@@ -321,12 +326,15 @@ class Trainer:
         bar = tqdm(total=self._total_steps(), initial=self.position.global_step, disable=not (self.dist.is_main and self.run.progress),
                    desc=f"{self.loaded.domain}/{self.loaded.name}", dynamic_ncols=True, file=sys.stderr)
         try:
-            while not self._finished():
-                self._run_epoch(bar)
+            with self._signals.installed():
+                while not self._finished():
+                    self._run_epoch(bar)
             if self._last_eval_step != self.position.global_step:
                 self.validate()
             self.save("last")
             self._status("finished", train_seconds=self.train_seconds(), resumed=self._resumed)
+        except Preempted:
+            raise
         except BaseException as err:
             state = "interrupted" if isinstance(err, KeyboardInterrupt) else "failed"
             self._status(state, error=f"{type(err).__name__}: {err}".rstrip(": "))
@@ -366,12 +374,24 @@ class Trainer:
                 self._log_health(batch)
             if run.checkpoint_every_steps and pos.global_step % run.checkpoint_every_steps == 0:
                 self.save("last")
+            self._stop_if_signalled()
         pos.epoch += 1
         pos.step_in_epoch = 0
         self._epoch_rng = None
         if run.eval_every_epochs and pos.epoch % run.eval_every_epochs == 0:
             self.validate()
         self.save("last")
+
+    def _stop_if_signalled(self) -> None:
+        """After a step: on a stop signal that reached any rank, save ``last.pt`` and raise :class:`Preempted`."""
+        signum = self._signals.requested(self.device)
+        if not signum:
+            return
+        self.save("last")
+        name = signal.Signals(signum).name
+        self._status("preempted", signal=name, train_seconds=self.train_seconds())
+        raise Preempted(f"{name} at step {self.position.global_step}: saved {self.run_dir / 'checkpoints' / 'last.pt'}; "
+                        f"continue with: contrasuite resume {self.run_dir}", signum)
 
     def _count_skips(self, step: Step) -> None:
         """Fail once more than ``run.max_consecutive_skips`` steps in a row were skipped."""

@@ -12,6 +12,7 @@ STDLIB = set(sys.stdlib_module_names)
 SHARED_DOMAIN_MODULES = {"contrasuite.domains.task", "contrasuite.domains.archives", "contrasuite.domains.averaging",
                          "contrasuite.domains.config_fields", "contrasuite.domains.errors",
                          "contrasuite.domains.images", "contrasuite.domains.image_loading", "contrasuite.domains.init_from",
+                         "contrasuite.domains.checkpoint_fit", "contrasuite.domains.hugging_face",
                          "contrasuite.domains.efficientnet_lite0", "contrasuite.domains.exporting"}
 
 
