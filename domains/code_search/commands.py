@@ -16,10 +16,12 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from contrasuite.domains.checkpoint_fit import require_task
 from contrasuite.domains.code_search.encoder import EncoderConfig
 from contrasuite.domains.code_search.mine import MineConfig, default_sources, mine
-from contrasuite.domains.init_from import checkpoint_file
 from contrasuite.domains.code_search.search_index import build_index, search
+from contrasuite.domains.errors import DataError, one_line
+from contrasuite.domains.init_from import checkpoint_file
 from contrasuite.pipelines.api import load_config
 
 COMMAND = "code-search"
@@ -58,8 +60,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _encoder_from_run(run_dir: Path) -> tuple[EncoderConfig, str]:
-
+    """The encoder settings of a ``code_search`` run and its checkpoint file (``best.pt``, else ``last.pt``)."""
     loaded = load_config(run_dir / "config.yaml")
+    require_task(run_dir, loaded.task_name, "code_search", f"{COMMAND} index --run")
     section = loaded.config.encoder
     cfg = EncoderConfig(**{f.name: getattr(section, f.name) for f in dataclasses.fields(EncoderConfig)})
     return cfg, str(checkpoint_file(run_dir))
@@ -87,8 +90,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             for hit in search(args.index, args.text, args.top_k, args.device):
                 doc = f"  # {hit.doc}" if hit.doc else ""
                 print(f"{hit.score:7.4f}  {hit.file}:{hit.line}  {hit.name}{doc}")
-    except (FileNotFoundError, ValueError) as err:
-        print(f"contrasuite code-search {args.command}: {err}", file=sys.stderr)
+    except (FileNotFoundError, ValueError, DataError) as err:  # ValueError: ConfigError too
+        print(f"contrasuite code-search {args.command}: {one_line(err)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     return 0
 

@@ -12,15 +12,19 @@ import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
+from contrasuite.domains.checkpoint_fit import fitting, read_modules
 from contrasuite.domains.code_search.encoder import BiEncoder, EncoderConfig, console_progress
 from contrasuite.domains.code_search.mine import Function, iter_functions, summary
-from contrasuite.domains.code_search.priors import load_encoder_checkpoint
+from contrasuite.domains.errors import DataError
+from contrasuite.domains.init_from import checkpoint_file
 
 INDEX_FORMAT = 1
+META_KEYS = ("encoder", "checkpoint", "functions")
+REBUILD = "rebuild it with `contrasuite code-search index`"
 
 
 @dataclass
@@ -40,8 +44,16 @@ def index_paths(index: Path) -> tuple[Path, Path]:
 
 
 def load_encoder(cfg: EncoderConfig, checkpoint: str | None) -> BiEncoder:
-    """The encoder of ``cfg``, with a ``code_search`` run's weights when ``checkpoint`` is given."""
-    return load_encoder_checkpoint(cfg, Path(checkpoint)) if checkpoint else BiEncoder(cfg).eval()
+    """The encoder of ``cfg``, with a ``code_search`` run's weights when ``checkpoint`` (a run folder or
+    checkpoint file) is given; a checkpoint that is unreadable or does not fit is one error naming it."""
+    if not checkpoint:
+        return BiEncoder(cfg).eval()
+    file = checkpoint_file(Path(checkpoint))
+    modules = read_modules(file)
+    encoder = BiEncoder(cfg)
+    with fitting(file, modules, "encoder"):
+        encoder.load_state_dict(modules["encoder"])
+    return encoder.eval()
 
 
 def build_index(source: Path, out: Path, cfg: EncoderConfig, checkpoint: str | None = None, *,
@@ -84,20 +96,48 @@ def build_index(source: Path, out: Path, cfg: EncoderConfig, checkpoint: str | N
     return len(functions)
 
 
-def search(index: Path, query: str, top_k: int = 10, device: str = "cpu") -> list[Hit]:
-    """The ``top_k`` functions of ``index`` for ``query``, best first."""
+def _read_meta(meta_path: Path) -> dict[str, Any]:
+    try:
+        meta = json.loads(meta_path.read_text())
+    except ValueError as err:  # truncated or not JSON (UnicodeDecodeError is a ValueError too)
+        raise DataError(f"{meta_path}: not a readable index ({err}); {REBUILD}") from None
+    found = meta.get("format") if isinstance(meta, dict) else None
+    if found != INDEX_FORMAT:
+        raise DataError(f"{meta_path}: index format {found!r}, expected {INDEX_FORMAT}; {REBUILD}")
+    absent = [key for key in META_KEYS if key not in meta]
+    if absent:
+        raise DataError(f"{meta_path}: no {absent[0]!r} entry; {REBUILD}")
+    return meta
+
+
+def _read_embeddings(tensors_path: Path) -> torch.Tensor:
     from safetensors.torch import load_file
 
+    try:
+        return load_file(str(tensors_path))["embeddings"]
+    except Exception as err:  # noqa: BLE001 - truncated or not safetensors (SafetensorError), no embeddings (KeyError)
+        reason = f"no {err} tensor" if isinstance(err, KeyError) else " ".join(str(err).split())[:200]
+        raise DataError(f"{tensors_path}: not a readable index ({reason}); {REBUILD}") from None
+
+
+def read_index(index: Path) -> tuple[dict[str, Any], torch.Tensor]:
+    """An index's metadata and its ``[F, D]`` embeddings, checked against each other; errors name the file."""
     tensors_path, meta_path = index_paths(index)
     for p in (tensors_path, meta_path):
         if not p.is_file():
             raise FileNotFoundError(f"code-search query: index file {p} not found (build it with `contrasuite code-search index`)")
-    meta = json.loads(meta_path.read_text())
-    if meta.get("format") != INDEX_FORMAT:
-        raise ValueError(f"{meta_path}: index format {meta.get('format')!r}, expected {INDEX_FORMAT}")
-    emb = load_file(str(tensors_path))["embeddings"]
-    if emb.shape[0] != len(meta["functions"]):
-        raise ValueError(f"{tensors_path}: {emb.shape[0]} embeddings but {len(meta['functions'])} functions in {meta_path}")
+    meta, emb = _read_meta(meta_path), _read_embeddings(tensors_path)
+    if emb.ndim != 2 or emb.shape[0] != len(meta["functions"]):
+        raise DataError(f"{tensors_path}: embeddings of shape {list(emb.shape)} but {len(meta['functions'])} functions "
+                        f"in {meta_path}; {REBUILD}")
+    return meta, emb
+
+
+def search(index: Path, query: str, top_k: int = 10, device: str = "cpu") -> list[Hit]:
+    """The ``top_k`` functions of ``index`` for ``query`` (not blank), best first."""
+    if not query.strip():
+        raise ValueError("the query is empty; give words that describe the function you look for")
+    meta, emb = read_index(index)
     encoder = load_encoder(EncoderConfig(**meta["encoder"]), meta["checkpoint"]).to(device)
     with torch.no_grad():
         q = encoder.embed([query], "query", 1, device)[0]

@@ -127,44 +127,70 @@ def join_groups(groups: Sequence[str], keys: Sequence[str], links: Iterable[tupl
 
 
 def read_captions_file(path: str | Path) -> list[tuple[str, str]]:
-    """``(image path, caption)`` rows of a CSV (``image,caption``), JSONL or COCO captions JSON."""
+    """``(image path, caption)`` rows of a CSV (``image,caption``), JSONL or COCO captions JSON; errors name the file
+    (and the line of a JSONL)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"captions file not found: {path}")
     suffix = path.suffix.lower()
-    if suffix == ".csv":
-        with path.open(newline="") as f:
-            reader = csv.DictReader(f)
-            missing = {"image", "caption"} - set(reader.fieldnames or ())
-            if missing:
-                raise ValueError(f"{path}: CSV needs columns 'image' and 'caption'; missing {sorted(missing)}")
-            return [(row["image"], row["caption"]) for row in reader]
-    if suffix == ".jsonl":
-        rows = []
-        for n, line in enumerate(path.read_text().splitlines(), 1):
-            if line.strip():
-                record = json.loads(line)
-                if "image" not in record or "caption" not in record:
-                    raise ValueError(f"{path}:{n}: each JSONL record needs 'image' and 'caption'")
-                rows.append((record["image"], record["caption"]))
-        return rows
-    if suffix == ".json":
-        data = json.loads(path.read_text())
-        if not isinstance(data, dict) or "images" not in data or "annotations" not in data:
-            raise ValueError(f"{path}: COCO captions need top-level 'images' and 'annotations'")
-        files = {im["id"]: im["file_name"] for im in data["images"]}
+    readers = {".csv": _read_csv, ".jsonl": _read_jsonl, ".json": _read_coco}
+    if suffix not in readers:
+        raise DataError(f"{path}: captions file must be .csv, .jsonl or COCO .json, got {suffix!r}")
+    try:
+        return readers[suffix](path)
+    except UnicodeDecodeError as err:
+        raise DataError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+
+
+def _read_csv(path: Path) -> list[tuple[str, str]]:
+    with path.open(newline="") as f:
+        reader = csv.DictReader(f)
+        missing = {"image", "caption"} - set(reader.fieldnames or ())
+        if missing:
+            raise DataError(f"{path}: CSV needs columns 'image' and 'caption'; missing {sorted(missing)}, "
+                            f"it has {list(reader.fieldnames or [])}")
+        return [(row["image"], row["caption"]) for row in reader]
+
+
+def _read_jsonl(path: Path) -> list[tuple[str, str]]:
+    rows = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
         try:
-            return [(files[a["image_id"]], a["caption"]) for a in data["annotations"]]
-        except KeyError as err:
-            raise ValueError(f"{path}: annotation refers to unknown image id {err}") from None
-    raise ValueError(f"{path}: captions file must be .csv, .jsonl or COCO .json, got {suffix!r}")
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise DataError(f"{path}, line {n}, column {err.colno}: not valid JSON ({err.msg})") from None
+        if not isinstance(record, dict) or "image" not in record or "caption" not in record:
+            raise DataError(f"{path}, line {n}: each JSONL record needs 'image' and 'caption'")
+        rows.append((record["image"], record["caption"]))
+    return rows
+
+
+def _read_coco(path: Path) -> list[tuple[str, str]]:
+    try:
+        data = json.loads(path.read_text())
+    except ValueError as err:
+        raise DataError(f"{path}: not valid JSON ({err})") from None
+    if not isinstance(data, dict) or "images" not in data or "annotations" not in data:
+        raise DataError(f"{path}: COCO captions need top-level 'images' and 'annotations'")
+    try:
+        files = {im["id"]: im["file_name"] for im in data["images"]}
+        pairs = [(a["image_id"], a["caption"]) for a in data["annotations"]]
+    except (KeyError, TypeError) as err:
+        raise DataError(f"{path}: COCO images need 'id' and 'file_name', annotations 'image_id' and 'caption' "
+                        f"({type(err).__name__}: {err})") from None
+    unknown = [image for image, _ in pairs if image not in files]
+    if unknown:
+        raise DataError(f"{path}: annotation refers to unknown image id {unknown[0]!r}")
+    return [(files[image], caption) for image, caption in pairs]
 
 
 def load_captions(path: str | Path, image_root: str | Path, size: int = 64) -> PairSet:
     """A captions file as pairs; images resized to ``size``; grouped by image (several captions per image)."""
     rows = read_captions_file(path)
     if not rows:
-        raise ValueError(f"{path}: no image-caption rows")
+        raise DataError(f"{path}: no image-caption rows")
     root, cache = Path(image_root), {}
     for image, _ in rows:
         if image not in cache:

@@ -26,9 +26,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data-root", default=None)
     args = parser.parse_args(argv)
     loaded = load_config(args.config, args.overrides, data_root=args.data_root)
+    if loaded.task_name != "image_text":
+        raise ConfigError(f"{args.config}: a config of task {loaded.task_name!r}; "
+                          f"generate-negatives needs an image_text config")
     cfg = loaded.config
-    if not hasattr(cfg, "negatives") or not hasattr(cfg, "data"):
-        raise ConfigError(f"{args.config}: task {loaded.task_name!r} has no config.negatives/config.data (use image_text)")
     from contrasuite.domains.image_text.negatives import generate, write_negatives
     from contrasuite.domains.image_text.style_data import load_pairs
 

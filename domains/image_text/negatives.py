@@ -35,6 +35,7 @@ from contrasuite.domains.images import open_image, to_rgb8
 from contrasuite.domains.image_text.text_negatives import (
     OPERATIONS, LanguageModelGenerator, RuleGenerator, TextNegativeGenerator, generate_text_negatives,
 )
+from contrasuite.domains.errors import DataError
 
 
 @dataclass
@@ -184,6 +185,19 @@ def write_negatives(path: str | Path, text_records: list[dict[str, Any]],
     return path
 
 
+def _record(path: Path, n: int, line: str) -> dict[str, Any]:
+    """Line ``n`` of a negatives file as a record with every key; errors name the file and line."""
+    try:
+        rec = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise DataError(f"{path}, line {n}, column {err.colno}: not valid JSON ({err.msg})") from None
+    keys = ("modality", "key", "caption", "negative", "operation")
+    absent = [key for key in keys if not isinstance(rec, dict) or key not in rec]
+    if absent:
+        raise DataError(f"{path}, line {n}: negative record lacks {absent[0]!r}")
+    return rec
+
+
 def read_negatives(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, tuple[list[dict[str, Any]], list[np.ndarray]]]]:
     """The inverse of :func:`write_negatives`: text records and per-style image records with their images."""
     path = Path(path)
@@ -193,10 +207,7 @@ def read_negatives(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, tu
     for n, line in enumerate(path.read_text().splitlines(), 1):
         if not line.strip():
             continue
-        rec = json.loads(line)
-        for key in ("modality", "key", "caption", "negative", "operation"):
-            if key not in rec:
-                raise ValueError(f"{path}:{n}: negative record lacks {key!r}")
+        rec = _record(path, n, line)
         if rec["modality"] == "text":
             texts.append(rec)
             continue

@@ -18,6 +18,7 @@ from typing import Sequence
 
 from PIL import Image, ImageDraw
 
+from contrasuite.domains.checkpoint_fit import fitting, require_task
 from contrasuite.domains.errors import DataError, one_line
 from contrasuite.domains.exporting import export_folder
 from contrasuite.domains.metric_learning.images import read_rgb
@@ -45,9 +46,11 @@ def load_embedder(run_dir: Path, which: str = "best") -> Embedder:
     if not (run_dir / "config.yaml").is_file() and export_folder(run_dir) is not None:
         return Embedder.from_export(run_dir)
     loaded = load_config(run_dir / "config.yaml")
-    if loaded.task_name != "metric_learning":
-        raise ValueError(f"{run_dir}: task is {loaded.task_name!r}, not 'metric_learning'")
-    return Embedder.from_run(loaded.config, load_checkpoint(checkpoint_file(run_dir, which))["modules"])
+    require_task(run_dir, loaded.task_name, "metric_learning", COMMAND)
+    file = checkpoint_file(run_dir, which)
+    modules = load_checkpoint(file)["modules"]
+    with fitting(file, modules, "model"):
+        return Embedder.from_run(loaded.config, modules)
 
 
 def strip(query: Path, matches: Sequence[tuple[Path, float]], out: Path) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +30,7 @@ from contrasuite.domains.metric_learning.images import ImageFiles, normalize, ra
 from contrasuite.domains.metric_learning.model import EmbeddingNet
 from contrasuite.domains.metric_learning.objectives import PML_TERMS, MetricObjective
 from contrasuite.domains.metric_learning.sampler import MPerClassBatches
+from contrasuite.domains.metric_learning.stem_cache import cached_stems
 from contrasuite.domains.errors import SetupError
 from contrasuite.domains.task import (
     ObjectiveConfig, SmokeSettings, StepContext, TaskContext, batch_shard, objective_field,
@@ -327,16 +327,7 @@ class MetricLearningTask:
         network = hashlib.sha1(NETWORK.encode()).hexdigest()[:8]  # a changed network recomputes the cache
         key = f"{d.name}-{split}-s{d.image_size}-b{m.freeze_blocks}-evalbn-{members}-{network}"
         path = cache_root(d.cache_dir) / "metric_learning" / "stems" / f"{key}.pt"
-        if path.is_file():
-            cached = torch.load(path, map_location=self.device, weights_only=True)
-            if cached.shape[0] == len(self.sets[split]):
-                return cached
-        features = self._stem_all(split)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        torch.save(features.cpu(), tmp)
-        os.replace(tmp, path)
-        return features
+        return cached_stems(path, len(self.sets[split]), lambda: self._stem_all(split), self.device)
 
     @torch.no_grad()
     def _stem_all(self, split: str) -> Tensor:

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from contrasuite.domains.checkpoint_fit import fitting, require_task
 from contrasuite.domains.exporting import export_folder, load_exported
 from contrasuite.domains.images import GREY_MODES, open_image, to_rgb8
 from contrasuite.domains.super_resolution.inference import upscale
@@ -38,12 +39,13 @@ def load_generator(run_dir: Path, which: str = "best") -> tuple[torch.nn.Module,
                                       lambda c: EDSR(c["scale"], c["n_resblocks"], c["n_feats"], c["res_scale"]))
         return model, int(config["scale"])
     loaded = load_config(run_dir / "config.yaml")
-    if loaded.task_name != "super_resolution":
-        raise ValueError(f"{run_dir}: task is {loaded.task_name!r}, not 'super_resolution'")
+    require_task(run_dir, loaded.task_name, "super_resolution", COMMAND)
     cfg = loaded.config
-    state = load_checkpoint(checkpoint_file(run_dir, which))
+    file = checkpoint_file(run_dir, which)
+    modules = load_checkpoint(file)["modules"]
     model = EDSR(cfg.scale, cfg.model.n_resblocks, cfg.model.n_feats, cfg.model.res_scale)
-    model.load_state_dict(state["modules"]["generator"])
+    with fitting(file, modules, "generator"):
+        model.load_state_dict(modules["generator"])
     return model.eval(), cfg.scale
 
 

@@ -19,6 +19,7 @@ import torch
 from PIL import Image
 from torch import nn
 
+from contrasuite.domains.checkpoint_fit import fitting, require_task
 from contrasuite.domains.errors import DataError, one_line
 from contrasuite.domains.exporting import export_folder, load_exported
 from contrasuite.domains.translation.data import list_images, read_rgb, to_float, to_uint8
@@ -36,9 +37,20 @@ def load_generator(run_dir: Path, which: str = "best") -> nn.Module:
     if not (run_dir / "config.yaml").is_file() and export_folder(run_dir) is not None:
         return load_exported(run_dir, "translation", generator_from_config)[0]
     loaded = load_config(run_dir / "config.yaml")
-    if loaded.task_name != "translation":
-        raise ValueError(f"{run_dir}: task is {loaded.task_name!r}, not 'translation'")
-    return trained_generator(loaded.config, load_checkpoint(checkpoint_file(run_dir, which))["modules"])[0]
+    require_task(run_dir, loaded.task_name, "translation", COMMAND)
+    file = checkpoint_file(run_dir, which)
+    modules = load_checkpoint(file)["modules"]
+    with fitting(file, modules, "generator"):
+        return trained_generator(loaded.config, modules)[0]
+
+
+def output_folder(path: Path) -> Path:
+    """``OUTPUT_DIR`` as given, refused (before anything is written) when it or a folder above it is a file."""
+    existing = next((p for p in (path, *path.parents) if p.exists()), path)
+    if existing.exists() and not existing.is_dir():
+        where = "is a file" if existing == path else f"lies under {existing}, a file"
+        raise NotADirectoryError(f"OUTPUT_DIR {path} {where}; give a folder (it is created when missing)")
+    return path
 
 
 @torch.no_grad()
@@ -66,9 +78,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     args = parser.parse_args(argv)
     try:
+        output = output_folder(args.output_dir)
         generator = load_generator(args.run_dir, args.checkpoint)
-        written = translate_folder(generator, args.input_dir, args.output_dir, pick_device(args.device))
-    except (FileNotFoundError, ValueError, CheckpointError, DataError) as err:
+        written = translate_folder(generator, args.input_dir, output, pick_device(args.device))
+    except (FileNotFoundError, NotADirectoryError, ValueError, CheckpointError, DataError) as err:
         print(f"contrasuite translate: {one_line(err)}", file=sys.stderr)
         return 2
     print(f"translated {len(written)} images into {args.output_dir}")

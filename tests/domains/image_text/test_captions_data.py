@@ -5,6 +5,7 @@ import pytest
 from PIL import Image
 
 from contrasuite.domains.image_text.captions import attribute_group, build_items, skin_tone_caption
+from contrasuite.domains.errors import DataError
 from contrasuite.domains.image_text.data import load_captions, load_emoji, read_captions_file, split_groups
 
 ENTRIES = [
@@ -62,7 +63,7 @@ def test_caption_file_formats(tmp_path):
     pairs = load_captions(tmp_path / "c.json", tmp_path, size=16)
     assert pairs.images.shape == (3, 16, 16, 3) and pairs.groups == ["x.png", "x.png", "y.png"]
     (tmp_path / "bad.csv").write_text("path,text\nx.png,a\n")
-    with pytest.raises(ValueError, match="caption"):
+    with pytest.raises(DataError, match="caption"):
         read_captions_file(tmp_path / "bad.csv")
 
 
