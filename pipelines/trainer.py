@@ -326,12 +326,12 @@ class Trainer:
         bar = tqdm(total=self._total_steps(), initial=self.position.global_step, disable=not (self.dist.is_main and self.run.progress),
                    desc=f"{self.loaded.domain}/{self.loaded.name}", dynamic_ncols=True, file=sys.stderr)
         try:
-            with self._signals.installed():
+            with self._signals.installed():  # a signal during the final validation lets the run finish first
                 while not self._finished():
                     self._run_epoch(bar)
-            if self._last_eval_step != self.position.global_step:
-                self.validate()
-            self.save("last")
+                if self._last_eval_step != self.position.global_step:
+                    self.validate()
+                self.save("last")
             self._status("finished", train_seconds=self.train_seconds(), resumed=self._resumed)
         except Preempted:
             raise

@@ -31,7 +31,7 @@ from contrasuite.domains.metric_learning.model import EmbeddingNet
 from contrasuite.domains.metric_learning.objectives import PML_TERMS, MetricObjective
 from contrasuite.domains.metric_learning.sampler import MPerClassBatches
 from contrasuite.domains.metric_learning.stem_cache import cached_stems
-from contrasuite.domains.errors import SetupError
+from contrasuite.domains.errors import ConfigValueError, SetupError
 from contrasuite.domains.task import (
     ObjectiveConfig, SmokeSettings, StepContext, TaskContext, batch_shard, objective_field,
 )
@@ -141,7 +141,7 @@ class MetricLearningTask:
         cfg = ctx.config
         self.ctx, self.cfg, self.device = ctx, cfg, ctx.device
         if cfg.model.cache_frozen and (cfg.model.freeze_blocks == 0 or cfg.data.augment):
-            raise ValueError("config.model.cache_frozen needs model.freeze_blocks > 0 and data.augment = false")
+            raise ConfigValueError("config.model.cache_frozen needs model.freeze_blocks > 0 and data.augment = false")
         root = Path(cfg.data.root) if cfg.data.root else Path(ctx.data_root)
         self.splits = load_splits(
             cfg.data.name,
