@@ -90,7 +90,9 @@ def load_failure(err: Exception) -> str:
     suggests loading the file unsafely, and runs to many lines)."""
     if isinstance(err, pickle.UnpicklingError):
         found = re.search(r"Unsupported global: GLOBAL (\S+)", str(err))
-        what = f"loading it would call {found[1]}" if found else "it holds objects other than tensors and plain values"
+        stop = re.search(r"(Unsupported operand \d+)", str(err))
+        what = (f"loading it would call {found[1]}" if found else
+                f"it holds something other than tensors and plain values ({stop[1] if stop else 'not a torch file'})")
         return f"not a weights-only checkpoint: {what}; refused unread (unpickling it could run code)"
     first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
     return f"unreadable: {first}"

@@ -18,6 +18,7 @@ import json
 import os
 import random
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -25,6 +26,7 @@ import numpy as np
 import torch
 
 from contrasuite.domains.archives import sha256_of
+from contrasuite.domains.checkpoint_fit import capped, load_failure, misfit
 from contrasuite.domains.task import hook
 
 
@@ -159,10 +161,11 @@ def load(path: Path) -> dict[str, Any]:
                                   f"{digest['sha256'][:12]}..., its manifest {manifest_path(path).name} records "
                                   f"{expected} bytes and another hash")
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")  # a foreign pickle: refused below
+            state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 - any unpickling failure means an unusable file
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise CheckpointError(f"checkpoint {path} is unreadable or not a contrasuite checkpoint: {first}") from None
+        raise CheckpointError(capped(f"checkpoint {path} is {load_failure(err)}")) from None
     missing = [k for k in REQUIRED_KEYS if not isinstance(state, dict) or k not in state]
     if missing:
         raise CheckpointError(f"{path} is a torch file but not a contrasuite checkpoint (no {missing[0]!r} entry)")
@@ -176,7 +179,7 @@ def _load_named(kind: str, targets: dict[str, Any], states: dict[str, Any], path
         try:
             target.load_state_dict(states[name])
         except (RuntimeError, ValueError, KeyError) as err:
-            raise CheckpointError(f"{path}: {kind} {name!r}: {err}") from None
+            raise CheckpointError(capped(f"{path}: {kind} {name!r} does not fit: {misfit(str(err))}")) from None
 
 
 def restore(state: dict[str, Any], path: Path, *, modules: dict, optimizers: dict, schedulers: dict,

@@ -204,7 +204,7 @@ def test_code_search_index_never_unpickles_a_checkpoint(code_search, tmp_path, c
     before = files(run_dir)
     out = tmp_path / "idx"
     line = refused(["code-search", "index", str(code_search["source"]), "--out", str(out), "--run", str(run_dir)], capsys)
-    assert f"checkpoint {best} is not a weights-only checkpoint: it holds objects other than tensors" in line
+    assert f"checkpoint {best} is not a weights-only checkpoint: it holds something other than tensors" in line
     assert not mark.exists() and files(run_dir) == before and not out.with_suffix(".json").exists()
 
 

@@ -42,7 +42,7 @@ def test_mismatched_checkpoint_names_the_part(tmp_path):
     with pytest.raises(checkpoint.CheckpointError, match=r"modules \['model'\] in the checkpoint, the task has \['encoder'\]"):
         checkpoint.restore(state, tmp_path / "x.pt", modules={"encoder": model}, optimizers={"model": opt},
                            schedulers={}, scaler=None, task=None)
-    with pytest.raises(checkpoint.CheckpointError, match=r"(?s)modules 'model'.*size mismatch"):
+    with pytest.raises(checkpoint.CheckpointError, match=r"modules .model. does not fit: 1 key of another shape"):
         checkpoint.restore(state, tmp_path / "x.pt", modules={"model": nn.Linear(3, 2)}, optimizers={"model": opt},
                            schedulers={}, scaler=None, task=None)
 

@@ -92,3 +92,22 @@ def test_a_model_beyond_memory_is_one_line(toy_yaml, capsys):
     (line,) = _err_lines(capsys)
     assert line.startswith("contrasuite train: out of memory (DefaultCPUAllocator: can't allocate memory: you tried to "
                            "allocate") and "lower the config's batch size" in line
+
+
+def test_eval_of_weights_from_another_network_is_one_short_line(toy_yaml, tmp_path, capsys):
+    """best.pt of a wider network copied into a run: counts and a few keys, not torch's whole key listing."""
+    import shutil
+
+    from contrasuite.pipelines import trainer
+    from contrasuite.pipelines.config import load_config
+
+    run = trainer.train(load_config(toy_yaml(run={"max_steps": 2}), [f"run.output_root={tmp_path / 'a'}"]))
+    wide = trainer.train(load_config(toy_yaml(run={"max_steps": 2}, config={"hidden": 40}),
+                                     [f"run.output_root={tmp_path / 'b'}"]))
+    for name in ("best.pt", "best.pt.json"):
+        shutil.copy(wide / "checkpoints" / name, run / "checkpoints" / name)
+    capsys.readouterr()
+    assert main(["eval", str(run), "--checkpoint", "best"]) == 2
+    line = _err_lines(capsys)[-1]
+    assert "modules 'model' does not fit: 3 keys of another shape (checkpoint -> network): 0.weight [40,8] -> [16,8]" in line
+    assert len(line) <= 700
