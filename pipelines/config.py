@@ -15,6 +15,9 @@ Both sections are OmegaConf structured configs, so an unknown key or a wrong typ
 with list indices as path parts (``config.objective.terms.0.name=weince``); a value is parsed as
 YAML (``run.grad_clip=1.0``, ``config.objective.terms.1={name: dcl}``). Index ``len(list)`` appends;
 a value given for a list item replaces it, a mapping given for a mapping is merged into it.
+
+Files and override values are read by :func:`parse_yaml`: UTF-8 only, a key given twice in one mapping
+and YAML anchors/aliases are errors (share settings with ``extends``).
 """
 
 from __future__ import annotations
@@ -150,13 +153,108 @@ def find_config(name: str | os.PathLike) -> Path:
     raise ConfigError(f"config file not found: {path}{hint}")
 
 
-def _read_yaml(path: Path) -> dict:
+class _RefusedYaml(yaml.MarkedYAMLError):
+    """YAML a run config may not use; ``problem_mark`` is where."""
+
+
+class _RunConfigLoader(yaml.SafeLoader):
+    """A SafeLoader that refuses what silently changes or explodes a run config: a key given twice in one
+    mapping (the last value would win) and anchors or aliases (nested aliases expand exponentially, a
+    "billion laughs" file). No shipped config uses anchors; a config shares values through ``extends``."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            raise _RefusedYaml(problem=f"YAML alias '*{event.anchor}' is not allowed in a run config "
+                               "(aliases can expand exponentially; share settings with 'extends: other.yaml')",
+                               problem_mark=event.start_mark)
+        if getattr(event, "anchor", None) is not None:
+            raise _RefusedYaml(problem=f"YAML anchor '&{event.anchor}' is not allowed in a run config "
+                               "(share settings with 'extends: other.yaml')", problem_mark=event.start_mark)
+        return super().compose_node(parent, index)
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        _check_unique_keys(node, "")
+        return super().construct_document(node)
+
+
+def _check_unique_keys(node: yaml.Node, where: str) -> None:
+    """Refuse a key given twice in one mapping anywhere in ``node``; ``where`` is its dotted key."""
+    children: list[tuple[str, yaml.Node]] = []
+    if isinstance(node, yaml.SequenceNode):
+        children = [(f"{where}.{i}" if where else str(i), item) for i, item in enumerate(node.value)]
+    elif isinstance(node, yaml.MappingNode):
+        first_line: dict[tuple[str, str], int] = {}
+        for key, value in node.value:
+            if key.tag == "tag:yaml.org,2002:merge" or not isinstance(key, yaml.ScalarNode):
+                children.append((where, value))  # a merge key's mappings (or an odd key) have no name of their own
+                continue
+            dotted = f"{where}.{key.value}" if where else str(key.value)
+            if (key.tag, key.value) in first_line:
+                raise _RefusedYaml(problem=f"key {dotted!r} is given twice in the same mapping (first at line "
+                                   f"{first_line[key.tag, key.value]}); the later value would silently win: keep one",
+                                   problem_mark=key.start_mark)
+            first_line[key.tag, key.value] = key.start_mark.line + 1
+            children.append((dotted, value))
+    for dotted, child in children:
+        _check_unique_keys(child, dotted)
+
+
+def _yaml_problem(err: yaml.YAMLError) -> str:
+    """A PyYAML error as ``line L, column C: problem (context at line L)``, without the quoted snippet."""
+    mark, problem = getattr(err, "problem_mark", None), getattr(err, "problem", None)
+    if mark is None or problem is None:
+        return " ".join(str(err).split())
+    context, context_mark = getattr(err, "context", None), getattr(err, "context_mark", None)
+    where = f" at line {context_mark.line + 1}" if context_mark is not None else ""
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" + (f" ({context}{where})" if context else "")
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """``text`` as one YAML document, read by :class:`_RunConfigLoader`; a problem is a :class:`ConfigError`
+    that starts with ``source`` (a file, an override) and names the line."""
+    try:
+        return _load_document(text, source)
+    except _RefusedYaml as err:
+        raise ConfigError(f"{source}: line {err.problem_mark.line + 1}: {err.problem}") from None
+    except yaml.reader.ReaderError as err:
+        line = text[: err.position].count("\n") + 1
+        raise ConfigError(f"{source}: not valid YAML: line {line}: character #x{err.character:04X} "
+                          f"is not allowed ({err.reason})") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{source}: not valid YAML: {_yaml_problem(err)}") from None
+    except RecursionError:
+        raise ConfigError(f"{source}: not valid YAML: nested too deeply") from None
+
+
+def _load_document(text: str, source: str) -> Any:
+    loader = _RunConfigLoader(text)
+    loader.name = source
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
+def _read_text(path: Path) -> str:
+    """The text of a config file; a missing, unreadable or non-UTF-8 file is a :class:`ConfigError` naming it."""
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+        raw = path.read_bytes()
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read the config file: {err.strerror or err}") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw[: err.start].count(b"\n") + 1
+        raise ConfigError(f"{path}: not UTF-8 text (byte 0x{raw[err.start]:02x} at line {line}); "
+                          "save the file as UTF-8") from None
+
+
+def _read_yaml(path: Path) -> dict:
+    """One run-config file (no ``extends`` merging): a mapping of the top-level keys."""
+    data = parse_yaml(_read_text(path), str(path))
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a run config is a mapping with keys {TOP_LEVEL_KEYS}, got {type(data).__name__}")
     unknown = sorted(set(data) - set(TOP_LEVEL_KEYS))
@@ -209,10 +307,7 @@ def parse_override(item: str) -> tuple[str, Any]:
     key, sep, raw = item.partition("=")
     if not sep or not key.strip():
         raise ConfigError(f"override {item!r} is not key=value")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as err:
-        raise ConfigError(f"override {item!r}: value is not valid YAML: {err}") from None
+    value = parse_yaml(raw, f"override {item!r}") if raw.strip() else ""
     return key.strip(), value
 
 
