@@ -149,10 +149,13 @@ class SuperResolutionTask:
         if cfg.data.train_folder:
             val = self._disk_training(Path(ctx.data_root))
         else:
-            images = [img for _, img in load_set(str(ctx.data_root), cfg.data.train_set)]
-            images = [img if img.shape[0] == 3 else img.expand(3, -1, -1) for img in images]
-            train, val = self._hold_out(images)
-            self.sampler = PatchSampler(train, cfg.scale, cfg.data.patch_size)
+            items = [(stem, img if img.shape[0] == 3 else img.expand(3, -1, -1))
+                     for stem, img in load_set(str(ctx.data_root), cfg.data.train_set)]
+            train, held = self._hold_out(items)
+            self.sampler = PatchSampler([img for _, img in train], cfg.scale, cfg.data.patch_size,
+                                        names=[stem for stem, _ in train],
+                                        source=f"SR set {cfg.data.train_set} under {Path(ctx.data_root) / 'sr'}")
+            val = [img for _, img in held]
         self.val = [self._val_crop(img) for img in val]
         self.generator = ctx.wrap(EDSR(cfg.scale, cfg.model.n_resblocks, cfg.model.n_feats, cfg.model.res_scale).to(self.device))
         if cfg.init_from:

@@ -74,5 +74,5 @@ def test_cli_train_on_a_set_of_small_images_exits_2(tmp_path, capsys):
     _folder(tmp_path / "data" / "sr" / "Tiny", {"a": 16, "b": 20})
     assert _train(tmp_path, f"run.data_root={tmp_path / 'data'}", "config.data.train_set=Tiny") == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("contrasuite train: ") and "none of the 2 training images" in err[0]
-    assert "config.data.patch_size=12" in err[0]
+    assert len(err) == 1 and err[0].startswith(f"contrasuite train: SR set Tiny under {tmp_path / 'data' / 'sr'}: ")
+    assert "none of the 2 training images" in err[0] and "config.data.patch_size=12" in err[0]
