@@ -32,7 +32,7 @@ import numpy as np
 from PIL import Image
 
 from contrasuite.domains.archives import sha256_of
-from contrasuite.domains.errors import DataError
+from contrasuite.domains.errors import ConfigValueError, DataError
 from contrasuite.domains.images import open_image, to_rgb8
 
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
@@ -77,7 +77,7 @@ def load_cifar10(
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
     if source not in ("auto", "jpeg", "python"):
-        raise ValueError(f"data.source must be 'auto', 'jpeg' or 'python', got {source!r}")
+        raise ConfigValueError(f"data.source must be 'auto', 'jpeg' or 'python', got {source!r}")
     root = Path(data_root) / "cifar10"
     jpeg_dir = root / JPEG_DIR / split
     jpeg_tar = root / f"cifar10-jpg-{split}.tar.gz"

@@ -17,11 +17,13 @@ from typing import Callable
 from torch import Tensor, nn
 from torchvision.models import resnet18
 
+from contrasuite.domains.errors import ConfigValueError
+
 
 def resnet18_cifar(width: int = 64) -> tuple[nn.Module, int]:
     """CIFAR ResNet-18 without its classifier; returns ``(encoder, feature_dim)``. ``width`` must be 64."""
     if width != 64:
-        raise ValueError(f"model.width: resnet18_cifar has width 64, got {width}")
+        raise ConfigValueError(f"model.width: resnet18_cifar has width 64, got {width}")
     net = resnet18(weights=None)
     net.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)
     net.maxpool = nn.Identity()
@@ -38,7 +40,7 @@ def _block(cin: int, cout: int, stride: int) -> nn.Sequential:
 def small_conv(width: int = 32) -> tuple[nn.Module, int]:
     """Conv-BN-ReLU stages at 32, 16, 8, 4 px with widths ``w, 2w, 4w, 8w``, global average pooled."""
     if width < 1:
-        raise ValueError(f"model.width must be >= 1, got {width}")
+        raise ConfigValueError(f"model.width must be >= 1, got {width}")
     w = width
     net = nn.Sequential(
         _block(3, w, 1),
@@ -60,7 +62,7 @@ ENCODERS: dict[str, Callable[[int], tuple[nn.Module, int]]] = {
 def build_encoder(name: str, width: int) -> tuple[nn.Module, int]:
     """Look an encoder up by ``model.encoder`` name; the error lists the known names."""
     if name not in ENCODERS:
-        raise ValueError(f"model.encoder: unknown encoder {name!r}; known: {sorted(ENCODERS)}")
+        raise ConfigValueError(f"model.encoder: unknown encoder {name!r}; known: {sorted(ENCODERS)}")
     return ENCODERS[name](width)
 
 

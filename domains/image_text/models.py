@@ -35,6 +35,7 @@ from contrasuite.domains.efficientnet_lite0 import (
     INPUT_MEAN, INPUT_STD, NETWORK, NUM_STAGES, STAGE_CHANNELS, STAGE_STARTS, EfficientNetLite0, LitePart,
     efficientnet_lite0,
 )
+from contrasuite.domains.errors import ConfigValueError
 from contrasuite.domains.hugging_face import local_models_only
 
 IMAGE_NETWORK = NETWORK
@@ -219,7 +220,7 @@ def split_efficientnet(model: EfficientNetLite0, train_stages: int) -> tuple[nn.
     """EfficientNet-Lite0 -> ``(bottom, top)`` with ``top`` its last ``train_stages`` stages and head
     convolution (+ BatchNorm, ReLU6), so that ``top(bottom(x))`` is its feature map."""
     if not 1 <= train_stages <= NUM_STAGES:
-        raise ValueError(f"model.train_image_stages must be in 0..{NUM_STAGES}, got {train_stages}")
+        raise ConfigValueError(f"model.train_image_stages must be in 0..{NUM_STAGES}, got {train_stages}")
     cut = STAGE_STARTS[NUM_STAGES - train_stages]
     return LitePart(model, 0, cut), LitePart(model, cut)
 
@@ -243,7 +244,7 @@ class PyramidTrunk(nn.Module):
         super().__init__()
         bad = [k for k in stages if not 0 <= k < NUM_STAGES]
         if bad or len(set(stages)) != len(stages):
-            raise ValueError(f"model.extra_image_stages must be distinct stages in 0..{NUM_STAGES - 1}, "
+            raise ConfigValueError(f"model.extra_image_stages must be distinct stages in 0..{NUM_STAGES - 1}, "
                              f"got {list(stages)}")
         self.model, self.grid, self.stages = model, grid, sorted(stages)
         self.num_features = model.num_features + sum(STAGE_CHANNELS[k] for k in self.stages)
@@ -343,7 +344,7 @@ def pretrained_towers(cfg: ModelConfig) -> TwoTowerModel:
     tokenizer = DynamicPadTokenizer(HFTokenizer(text_path, context_length=cfg.context_length).tokenizer,
                                     cfg.context_length)
     if cfg.extra_image_stages and cfg.train_image_stages > 0:
-        raise ValueError("model.extra_image_stages and model.train_image_stages cannot be combined")
+        raise ConfigValueError("model.extra_image_stages and model.train_image_stages cannot be combined")
     image_trunk: nn.Module = LitePart(network, 0)  # the whole network, unpooled final map
     if cfg.extra_image_stages:  # pooled inside the trunk, so the pyramid is what gets cached
         image_trunk = PyramidTrunk(network, cfg.grid, cfg.extra_image_stages)
@@ -354,7 +355,7 @@ def pretrained_towers(cfg: ModelConfig) -> TwoTowerModel:
     elif not cfg.extra_image_stages:
         image_trunk = PooledTrunk(image_trunk, cfg.grid)
     if cfg.text_segments < 1:
-        raise ValueError(f"model.text_segments must be >= 1, got {cfg.text_segments}")
+        raise ConfigValueError(f"model.text_segments must be >= 1, got {cfg.text_segments}")
     text_head = encoder.proj
     if cfg.text_segments > 1:  # the segment MLP replaces open_clip's projection (left as an identity)
         text_head = mlp(cfg.text_segments * encoder.config.hidden_size, cfg.head_hidden, cfg.embed_dim)
@@ -391,10 +392,10 @@ def build_model(cfg: ModelConfig) -> TwoTowerModel:
         model = pretrained_towers(cfg)
     elif cfg.name == "open_clip":
         if cfg.freeze_trunks:
-            raise ValueError("model.freeze_trunks must be false for open_clip (its heads are part of the towers)")
+            raise ConfigValueError("model.freeze_trunks must be false for open_clip (its heads are part of the towers)")
         model = open_clip_model(cfg)
     else:
-        raise ValueError(f"model.name must be pretrained_towers or open_clip, got {cfg.name!r}")
+        raise ConfigValueError(f"model.name must be pretrained_towers or open_clip, got {cfg.name!r}")
     if cfg.freeze_trunks:
         for trunk in (model.image_trunk, model.text_trunk):
             trunk.requires_grad_(False)

@@ -35,7 +35,7 @@ from contrasuite.domains.images import open_image, to_rgb8
 from contrasuite.domains.image_text.text_negatives import (
     OPERATIONS, LanguageModelGenerator, RuleGenerator, TextNegativeGenerator, generate_text_negatives,
 )
-from contrasuite.domains.errors import DataError
+from contrasuite.domains.errors import ConfigValueError, DataError
 
 
 @dataclass
@@ -112,10 +112,10 @@ def image_negative_records(pairs: PairSet, style: str, text_records: list[dict[s
     elif cfg.image_editor == "diffusion":
         if editor is None:
             if not cfg.diffusion_path:
-                raise ValueError("negatives.image_editor=diffusion needs negatives.diffusion_path (a local pipeline folder)")
+                raise ConfigValueError("negatives.image_editor=diffusion needs negatives.diffusion_path (a local pipeline folder)")
             editor = DiffusionEditor(cfg.diffusion_path, steps=cfg.diffusion_steps)
     elif cfg.image_editor != "none":
-        raise ValueError(f"negatives.image_editor must be kornia, diffusion or none, got {cfg.image_editor!r}")
+        raise ConfigValueError(f"negatives.image_editor must be kornia, diffusion or none, got {cfg.image_editor!r}")
     for n, rec in enumerate(text_records):
         if rec["key"] not in index:
             continue

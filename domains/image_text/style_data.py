@@ -9,6 +9,7 @@ from typing import Mapping
 import numpy as np
 from torch import Tensor
 
+from contrasuite.domains.errors import ConfigValueError
 from contrasuite.domains.image_text.captions import normalise
 from contrasuite.domains.image_text.config import DataConfig, ImageTextConfig
 from contrasuite.domains.image_text.data import PairSet, join_groups, load_captions, load_emoji, split_groups
@@ -56,9 +57,9 @@ def load_pairs(cfg: ImageTextConfig, data_root: Path) -> dict[str, PairSet]:
         return {s: load_emoji(data_root, s, limit=cfg.data.limit) for s in styles}
     if cfg.data.source == "captions":
         if not cfg.data.captions_file or not cfg.data.image_root:
-            raise ValueError("data.source=captions needs data.captions_file and data.image_root")
+            raise ConfigValueError("data.source=captions needs data.captions_file and data.image_root")
         return {"images": load_captions(cfg.data.captions_file, cfg.data.image_root)}
-    raise ValueError(f"data.source must be emoji or captions, got {cfg.data.source!r}")
+    raise ConfigValueError(f"data.source must be emoji or captions, got {cfg.data.source!r}")
 
 
 def split_pairs(pairs: PairSet, image_sets: Mapping[str, tuple[list[dict], list]], cfg: DataConfig) -> dict[str, list[int]]:

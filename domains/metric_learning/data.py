@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from contrasuite.domains.archives import emoji_style_dirs
+from contrasuite.domains.errors import ConfigValueError
 
 EMOJI_STYLES = ("twitter", "google")
 """The default ``config.data.styles``: every emoji is one class, drawn in each of these styles."""
@@ -188,7 +189,7 @@ def load_inshop(root: Path) -> tuple[ImageList, ImageList]:
 def hold_out_classes(train: ImageList, val_fraction: float, seed: int) -> tuple[ImageList, ImageList]:
     """Move ``val_fraction`` of the training classes (seeded; whole groups when ``groups`` is set) to validation."""
     if not 0.0 < val_fraction < 1.0:
-        raise ValueError(f"data.val_fraction must be in (0, 1), got {val_fraction}")
+        raise ConfigValueError(f"data.val_fraction must be in (0, 1), got {val_fraction}")
     group_of = dict(zip(train.labels, train.groups)) if train.groups else {y: str(y) for y in train.labels}
     groups = sorted(set(group_of.values()))
     random.Random(seed + 1).shuffle(groups)
@@ -228,7 +229,7 @@ def load_splits(
     elif name == "inshop":
         train, test = load_inshop(root)
     else:
-        raise ValueError(f"data.name: unknown dataset {name!r}; known: {DATASETS}")
+        raise ConfigValueError(f"data.name: unknown dataset {name!r}; known: {DATASETS}")
     train, val = hold_out_classes(train, val_fraction, split_seed)
     n = max_classes
     return Splits(limit_classes(train, n), limit_classes(val, n), limit_classes(test, n))

@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from contrasuite.domains.efficientnet_lite0 import FEATURE_DIM, NUM_BLOCKS, efficientnet_lite0
 from contrasuite.domains.efficientnet_lite0 import normalize as lite_normalize
+from contrasuite.domains.errors import ConfigValueError
 
 
 class EmbeddingNet(nn.Module):
@@ -36,9 +37,9 @@ class EmbeddingNet(nn.Module):
     ) -> None:
         super().__init__()
         if not 0 <= freeze_blocks <= NUM_BLOCKS:
-            raise ValueError(f"model.freeze_blocks must be in [0, {NUM_BLOCKS}], got {freeze_blocks}")
+            raise ConfigValueError(f"model.freeze_blocks must be in [0, {NUM_BLOCKS}], got {freeze_blocks}")
         if embedding_dim < 0:
-            raise ValueError(f"model.embedding_dim must be positive (or 0: no head), got {embedding_dim}")
+            raise ConfigValueError(f"model.embedding_dim must be positive (or 0: no head), got {embedding_dim}")
         self.backbone = efficientnet_lite0(pretrained=pretrained)
         self.freeze_blocks, self.freeze_bn = freeze_blocks, freeze_bn
         self.head: nn.Module = nn.Identity()

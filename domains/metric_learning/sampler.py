@@ -18,6 +18,8 @@ from typing import Hashable, Iterator, Sequence
 
 import torch
 
+from contrasuite.domains.errors import ConfigValueError
+
 
 class MPerClassBatches:
     """Iterable of index lists; ``len()`` batches per epoch, about one pass over the images."""
@@ -31,9 +33,9 @@ class MPerClassBatches:
         groups: Sequence[Hashable] | None = None,
     ) -> None:
         if m < 1:
-            raise ValueError(f"sampler.m_per_class must be >= 1, got {m}")
+            raise ConfigValueError(f"sampler.m_per_class must be >= 1, got {m}")
         if batch_size % m:
-            raise ValueError(f"sampler.batch_size ({batch_size}) must be a multiple of sampler.m_per_class ({m})")
+            raise ConfigValueError(f"sampler.batch_size ({batch_size}) must be a multiple of sampler.m_per_class ({m})")
         if groups is not None and len(groups) != len(labels):
             raise ValueError(f"{len(groups)} group names for {len(labels)} images")
         by_class: dict[int, list[int]] = defaultdict(list)
@@ -49,7 +51,7 @@ class MPerClassBatches:
         self.m, self.batch_size, self.seed = m, batch_size, seed
         self.classes_per_batch = batch_size // m
         if self.classes_per_batch > len(classes):
-            raise ValueError(
+            raise ConfigValueError(
                 f"sampler.batch_size / m_per_class = {self.classes_per_batch} classes per batch, "
                 f"but the training split has only {len(classes)} classes"
             )
