@@ -409,8 +409,15 @@ def _check_objective_terms(section: Any, path: Path, extra: Any = None, where: s
                 _check_objective_terms(value, path, extra, f"{where}.{key}")
 
 
+class _PlainDumper(yaml.SafeDumper):
+    """Writes a value shared by two keys twice, never as an anchor and alias (which the reader refuses)."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 def save_resolved(resolved: dict, path: Path) -> None:
     """Write the resolved config as YAML (atomically)."""
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(yaml.safe_dump(resolved, sort_keys=False))
+    tmp.write_text(yaml.dump(resolved, Dumper=_PlainDumper, sort_keys=False))
     os.replace(tmp, path)

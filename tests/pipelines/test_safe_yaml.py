@@ -117,3 +117,14 @@ def test_plain_yaml_still_loads():
     assert parse_yaml(text, "t.yaml") == {"a": 1, "b": {"c": [1, {"d": 2}], "e": "x"}, "f": 3,
                                           "list": [{"k": 1}, {"k": 2}]}
     assert parse_override("run.seed=3") == ("run.seed", 3)
+
+
+def test_a_saved_config_with_a_shared_value_reads_back(tmp_path):
+    """The reader refuses aliases, so the writer never makes one, even for one list under two keys."""
+    from contrasuite.pipelines.config import save_resolved
+
+    shared = [1, 2]
+    save_resolved({"run": {"a": shared, "b": shared}}, tmp_path / "config.yaml")
+    text = (tmp_path / "config.yaml").read_text()
+    assert "&" not in text and "*" not in text
+    assert parse_yaml(text, tmp_path / "config.yaml") == {"run": {"a": [1, 2], "b": [1, 2]}}
