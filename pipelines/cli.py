@@ -203,8 +203,9 @@ def _run(args: argparse.Namespace) -> int:
                   "or use GradCache where the domain offers it (docs/engine.md)", file=sys.stderr)
             return EXIT_BAD_INPUT
         traceback.print_exc()
+        where = f"; the run folder {err.run_dir} keeps its metrics.csv and status.json" if hasattr(err, "run_dir") else ""
         print(f"contrasuite {args.command}: unexpected {type(err).__name__} (traceback above): a bug in contrasuite "
-              "or a library it calls, not a problem with your input; please report it with the traceback",
+              f"or a library it calls, not a problem with your input; please report it with the traceback{where}",
               file=sys.stderr)
         return 1
     finally:

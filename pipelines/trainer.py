@@ -338,6 +338,7 @@ class Trainer:
         except BaseException as err:
             state = "interrupted" if isinstance(err, KeyboardInterrupt) else "failed"
             self._status(state, error=f"{type(err).__name__}: {err}".rstrip(": "))
+            err.run_dir = self.run_dir  # type: ignore[attr-defined]  # the CLI names it under a bug's traceback
             raise
         finally:
             bar.close()

@@ -75,7 +75,7 @@ def test_ctrl_c_is_one_line_and_marks_the_run_interrupted(toy_yaml, tmp_path, ca
     assert json.loads((_only_run(tmp_path / "runs") / "status.json").read_text())["state"] == "interrupted"
 
 
-def test_a_bug_shows_its_traceback_then_one_line_saying_so(toy_yaml, capsys, monkeypatch):
+def test_a_bug_shows_its_traceback_then_one_line_saying_so(toy_yaml, tmp_path, capsys, monkeypatch):
     def broken(self, batch, step):
         return None + 1
 
@@ -84,6 +84,9 @@ def test_a_bug_shows_its_traceback_then_one_line_saying_so(toy_yaml, capsys, mon
     lines = _err_lines(capsys)
     assert lines[0] == "Traceback (most recent call last):" and any("None + 1" in line for line in lines)
     assert lines[-1].startswith("contrasuite train: unexpected TypeError (traceback above): a bug")
+    run_dir = _only_run(tmp_path / "runs")
+    assert lines[-1].endswith(f"the run folder {run_dir} keeps its metrics.csv and status.json")
+    assert "TypeError" in json.loads((run_dir / "status.json").read_text())["error"]
 
 
 def test_a_model_beyond_memory_is_one_line(toy_yaml, capsys):
