@@ -88,6 +88,18 @@ class EmbeddingNet(nn.Module):
         return self.head(self.backbone(images))
 
 
+class FromStem(nn.Module):
+    """``net.from_stem`` as a module's forward: what trains when stem features are cached, so that the engine's
+    DDP wrapper runs it (a call to ``net.from_stem`` itself would bypass DDP and leave each rank its own gradient)."""
+
+    def __init__(self, net: EmbeddingNet) -> None:
+        super().__init__()
+        self.net = net
+
+    def forward(self, features: Tensor) -> Tensor:
+        return self.net.from_stem(features)
+
+
 class NormalizedEmbeddingNet(EmbeddingNet):
     """:class:`EmbeddingNet` on float images in ``[0, 1]``, EfficientNet-Lite's input normalisation inside;
     the same parameters and state dict (what ``contrasuite export`` writes and ``retrieve`` runs)."""

@@ -27,7 +27,7 @@ from contrasuite.domains.image_loading import EpochBatches, OnDiskImages, albume
 from contrasuite.domains.metric_learning.data import DATASETS, EMOJI_STYLES, ImageList, load_splits
 from contrasuite.domains.metric_learning.evaluate import retrieval_metrics, scorer_for
 from contrasuite.domains.metric_learning.images import ImageFiles, normalize, random_resized_crop
-from contrasuite.domains.metric_learning.model import EmbeddingNet
+from contrasuite.domains.metric_learning.model import EmbeddingNet, FromStem
 from contrasuite.domains.metric_learning.objectives import PML_TERMS, MetricObjective
 from contrasuite.domains.metric_learning.sampler import MPerClassBatches
 from contrasuite.domains.metric_learning.stem_cache import cached_stems
@@ -161,7 +161,7 @@ class MetricLearningTask:
         torch.manual_seed(ctx.seed)
         m = cfg.model
         self.model = EmbeddingNet(m.embedding_dim, m.pretrained, m.freeze_blocks, m.freeze_bn).to(self.device)
-        self.train_model = ctx.wrap(self.model)
+        self.train_model = ctx.wrap(FromStem(self.model) if m.cache_frozen else self.model)
         self.objective = MetricObjective(plain(cfg.objective.terms)).to(self.device)
         head = list(self.model.head.parameters())
         body = [p for p in self.model.backbone.parameters() if p.requires_grad]
@@ -248,7 +248,7 @@ class MetricLearningTask:
         inputs, labels = (t.to(self.device) for t in batch)
         self.train_model.train()
         with step.autocast():
-            emb = self.model.from_stem(inputs) if self.cache else self.train_model(inputs)
+            emb = self.train_model(inputs)  # cached stem features or images, as the wrapped module takes them
         terms = self.objective.parts(emb, labels=labels, via=distributed_objective)  # each term as it declares, across ranks
         loss = sum(terms.values())
         step.optimize("model", loss, terms=terms)
