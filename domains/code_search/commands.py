@@ -1,11 +1,15 @@
 """``contrasuite code-search``: mine a dataset, index a source tree, search it.
 
-    contrasuite code-search mine [--source PATH ...] [--no-stdlib] [--no-site-packages] --out DIR [--max-pairs N ...]
+    contrasuite code-search mine --name reduced|full [--out DIR] [--source PATH ...] [--no-stdlib] [--no-site-packages] [--max-pairs N ...]
+    contrasuite code-search mine --out DIR [...]     (MineConfig's defaults, as --name full)
     contrasuite code-search index PATH --out INDEX [--model NAME_OR_DIR | --run RUN_DIR]
     contrasuite code-search query INDEX "read a csv file into rows" [--top-k 10]
 
-``--run`` takes the encoder settings from the run's ``config.yaml`` and the weights from its
-``checkpoints/best.pt`` (else ``last.pt``); without it the pretrained ``--model`` is used.
+``mine --name NAME`` writes the named set where ``config.data.mined: NAME`` reads it
+(``<cache root>/code_search/mined/NAME``, :mod:`~contrasuite.domains.code_search.mined_sets`) with its
+parameters; a flag given beside it overrides one. ``--run`` takes the encoder settings from the run's
+``config.yaml`` and the weights from its ``checkpoints/best.pt`` (else ``last.pt``); without it the
+pretrained ``--model`` is used.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ from typing import Sequence
 
 from contrasuite.domains.checkpoint_fit import require_task
 from contrasuite.domains.code_search.encoder import EncoderConfig
-from contrasuite.domains.code_search.mine import MineConfig, default_sources, mine
+from contrasuite.domains.code_search.mine import MineConfig, default_sources
+from contrasuite.domains.code_search.mined_sets import MINED_SETS, file_progress, mine_into, mined_folder
 from contrasuite.domains.code_search.search_index import build_index, search
 from contrasuite.domains.errors import DataError, one_line
 from contrasuite.domains.init_from import checkpoint_file
@@ -36,13 +41,17 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--source", type=Path, action="append", default=[], help="a source tree (repeatable)")
     m.add_argument("--no-stdlib", action="store_true", help="do not mine the standard library")
     m.add_argument("--no-site-packages", action="store_true", help="do not mine this interpreter's site-packages")
-    m.add_argument("--out", type=Path, required=True)
+    m.add_argument("--name", choices=MINED_SETS, default=None,
+                   help="a named set: its parameters, and by default its folder <cache root>/code_search/mined/NAME")
+    m.add_argument("--out", type=Path, default=None, help="the output folder (default: the named set's)")
     defaults = MineConfig()
     for f in dataclasses.fields(MineConfig):
+        default = getattr(defaults, f.name)
         if f.name == "split_fractions":
-            m.add_argument("--split-fractions", type=float, nargs=3, default=list(defaults.split_fractions))
+            m.add_argument("--split-fractions", type=float, nargs=3, default=None, help=f"default {list(default)}")
         else:
-            m.add_argument(f"--{f.name.replace('_', '-')}", type=type(getattr(defaults, f.name)), default=getattr(defaults, f.name))
+            m.add_argument(f"--{f.name.replace('_', '-')}", type=type(default), default=None,
+                           help=f"default {default} (or the named set's)")
     i = sub.add_parser("index", help="embed every function under a source tree into an index")
     i.add_argument("source", type=Path)
     i.add_argument("--out", type=Path, required=True, help="INDEX: writes INDEX.safetensors and INDEX.json")
@@ -68,17 +77,26 @@ def _encoder_from_run(run_dir: Path) -> tuple[EncoderConfig, str]:
     return cfg, str(checkpoint_file(run_dir))
 
 
+def _mine(args: argparse.Namespace) -> None:
+    """``code-search mine``: the named set's parameters (or MineConfig's), overridden by the flags given."""
+    if args.name is None and args.out is None:
+        raise ValueError(f"give --name ({' or '.join(MINED_SETS)}: the set a config's config.data.mined reads) "
+                         "or --out DIR")
+    sources = list(args.source) + default_sources(not args.no_stdlib, not args.no_site_packages)
+    if not sources:
+        raise ValueError("no sources (give --source or allow the stdlib/site-packages)")
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(MineConfig) if getattr(args, f.name) is not None}
+    if "split_fractions" in given:
+        given["split_fractions"] = tuple(given["split_fractions"])
+    cfg = dataclasses.replace(MINED_SETS[args.name] if args.name else MineConfig(), **given)
+    mine_into(sources, args.out or mined_folder(args.name), cfg, progress=file_progress)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "mine":
-            sources = list(args.source) + default_sources(not args.no_stdlib, not args.no_site_packages)
-            if not sources:
-                print("code-search mine: no sources (give --source or allow the stdlib/site-packages)", file=sys.stderr)
-                return EXIT_BAD_INPUT
-            names = [f.name for f in dataclasses.fields(MineConfig)]
-            cfg = MineConfig(**{n: tuple(getattr(args, n)) if n == "split_fractions" else getattr(args, n) for n in names})
-            mine(sources, args.out, cfg)
+            _mine(args)
         elif args.command == "index":
             if args.run is not None:
                 cfg, checkpoint = _encoder_from_run(args.run)

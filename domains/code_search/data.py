@@ -39,7 +39,7 @@ def load_split(folder: Path, split: str, limit: int = 0, seed: int = 0) -> PairS
     path = Path(folder) / f"{split}.jsonl"
     if not path.is_file():
         manifest = Path(folder) / "manifest.json"
-        hint = "" if manifest.is_file() else " (no manifest.json either: run `contrasuite code-search mine --out DIR`)"
+        hint = "" if manifest.is_file() else f" (no manifest.json either); create it with: contrasuite code-search mine --out {folder}"
         raise FileNotFoundError(f"config.data.folder: mined split {path} not found{hint}")
     rows = []
     with open(path, encoding="utf-8") as handle:

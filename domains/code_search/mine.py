@@ -34,9 +34,12 @@ import tokenize
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from contrasuite.domains.code_search.encoder import Progress
 
 FORMAT_VERSION = 1
 """Version of the JSONL/manifest layout written by :func:`mine`."""
@@ -189,14 +192,19 @@ def functions_in_file(path: Path, root: Path, package: str | None = None) -> Ite
     yield from visit(tree.body, "")
 
 
+def _file_functions(path: Path, root: Path) -> Iterator[Function | tuple[str, Path]]:
+    """The functions of one file; an unreadable file is yielded as ``("syntax_error", path)``."""
+    try:
+        yield from functions_in_file(path, root)
+    except (SyntaxError, UnicodeDecodeError, ValueError, RecursionError):
+        yield ("syntax_error", path)
+
+
 def iter_functions(root: Path) -> Iterator[Function | tuple[str, Path]]:
     """Functions under a source root; unreadable files are yielded as ``("syntax_error", path)``."""
     root = Path(root)
     for path in python_files(root):
-        try:
-            yield from functions_in_file(path, root)
-        except (SyntaxError, UnicodeDecodeError, ValueError, RecursionError):
-            yield ("syntax_error", path)
+        yield from _file_functions(path, root)
 
 
 # ----------------------------------------------------------------------------- filters
@@ -349,43 +357,70 @@ def split_packages(sizes: dict[str, int], fractions: Sequence[float], seed: int)
 # ----------------------------------------------------------------------------- the miner
 
 
-def mine(sources: Sequence[Path], out: Path, cfg: MineConfig | None = None, *, log=print) -> MineReport:
-    """Mine ``sources`` into ``out/{train,val,test}.jsonl`` + ``manifest.json`` (see the module docstring)."""
-    cfg = cfg or MineConfig()
-    sources = [Path(s).resolve() for s in sources]
-    for s in sources:
-        if not s.exists():
-            raise FileNotFoundError(f"mine: source {s} does not exist")
-    dropped: Counter[str] = Counter()
-    kept: list[Function] = []
-    found = 0
-    exact: set[bytes] = set()
-    near = NearDuplicateIndex(MinHasher(cfg.num_perm, cfg.shingle, cfg.seed), cfg.bands, cfg.near_dup_threshold)
-    for root in sources:
-        n_before = len(kept)
-        for item in iter_functions(root):
-            if isinstance(item, tuple):
-                dropped[item[0]] += 1
-                continue
-            if item.docstring is None:
-                continue
-            found += 1
-            reason = reject_reason(item, cfg)
-            if reason is None:
-                tokens = code_tokens(item.code)
-                digest = hashlib.sha256("\x00".join(tokens).encode("utf-8", "surrogatepass")).digest()
-                if digest in exact:
-                    reason = "exact_duplicate"
-                else:
-                    exact.add(digest)
-                    if not near.add(tokens):
-                        reason = "near_duplicate"
-            if reason:
-                dropped[reason] += 1
-            else:
-                kept.append(item)
-        log(f"mine: {root}: {len(kept) - n_before} pairs kept")
+def no_progress(iterable: Iterable, desc: str = "", total: int | None = None) -> Iterable:
+    """The ``progress`` of a silent :func:`mine`: the iterable itself."""
+    return iterable
 
+
+class _Deduplicator:
+    """Exact (hash of the normalised tokens) and near (MinHash LSH) duplicates, first occurrence kept."""
+
+    def __init__(self, cfg: MineConfig) -> None:
+        self.exact: set[bytes] = set()
+        self.near = NearDuplicateIndex(MinHasher(cfg.num_perm, cfg.shingle, cfg.seed), cfg.bands, cfg.near_dup_threshold)
+
+    def reason(self, code: str) -> str | None:
+        """``exact_duplicate``, ``near_duplicate``, or None for new code (then remembered)."""
+        tokens = code_tokens(code)
+        digest = hashlib.sha256("\x00".join(tokens).encode("utf-8", "surrogatepass")).digest()
+        if digest in self.exact:
+            return "exact_duplicate"
+        self.exact.add(digest)
+        return None if self.near.add(tokens) else "near_duplicate"
+
+
+@dataclass
+class _Scan:
+    """What scanning the sources found: kept functions, documented ones seen, drops per filter."""
+
+    kept: list[Function] = field(default_factory=list)
+    found: int = 0
+    dropped: Counter = field(default_factory=Counter)
+
+    def status(self) -> str:
+        dups = self.dropped["exact_duplicate"] + self.dropped["near_duplicate"]
+        return f"{self.found} documented functions, {len(self.kept)} kept, {dups} duplicates dropped"
+
+
+def _scan(sources: Sequence[Path], cfg: MineConfig, log: Callable[[str], None], progress: Progress) -> _Scan:
+    """Filter and deduplicate every documented function under ``sources`` (a bar of files per source)."""
+    scan, dedup = _Scan(), _Deduplicator(cfg)
+    for root in sources:
+        files = list(python_files(root))
+        n_before = len(scan.kept)
+        bar = progress(files, desc=f"mine: scanning {root.name}", total=len(files))
+        show = getattr(bar, "set_postfix_str", None)
+        for n, path in enumerate(bar, 1):
+            for item in _file_functions(path, root):
+                if isinstance(item, tuple):
+                    scan.dropped[item[0]] += 1
+                    continue
+                if item.docstring is None:
+                    continue
+                scan.found += 1
+                reason = reject_reason(item, cfg) or dedup.reason(item.code)
+                if reason:
+                    scan.dropped[reason] += 1
+                else:
+                    scan.kept.append(item)
+            if show is not None and n % 50 == 0:
+                show(scan.status(), refresh=False)
+        log(f"mine: {root}: {len(files)} files, {len(scan.kept) - n_before} pairs kept (so far {scan.status()})")
+    return scan
+
+
+def _cap(kept: list[Function], cfg: MineConfig) -> tuple[list[Function], int, int]:
+    """Seeded per-package then total caps: the pool in package order and how many each cap removed."""
     by_package: dict[str, list[Function]] = defaultdict(list)
     for fn in kept:
         by_package[fn.package].append(fn)
@@ -402,6 +437,35 @@ def mine(sources: Sequence[Path], out: Path, cfg: MineConfig | None = None, *, l
         capped_total = len(pool) - cfg.max_pairs
         keep_idx = sorted(rng.sample(range(len(pool)), cfg.max_pairs))
         pool = [pool[i] for i in keep_idx]
+    return pool, capped_package, capped_total
+
+
+def _write_splits(out: Path, rows: dict[str, list[dict]]) -> tuple[dict[str, str], str]:
+    """``{split}.jsonl`` for every split: their SHA-256 and the dataset version (hash of the three)."""
+    digests = {}
+    for split in SPLITS:
+        data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows[split]).encode("utf-8", "surrogatepass")
+        (out / f"{split}.jsonl").write_bytes(data)
+        digests[f"{split}.jsonl"] = hashlib.sha256(data).hexdigest()
+    version = hashlib.sha256("".join(digests[k] for k in sorted(digests)).encode()).hexdigest()[:12]
+    return digests, version
+
+
+def mine(sources: Sequence[Path], out: Path, cfg: MineConfig | None = None, *, log: Callable[[str], None] = print,
+         progress: Progress = no_progress) -> MineReport:
+    """Mine ``sources`` into ``out/{train,val,test}.jsonl`` + ``manifest.json`` (see the module docstring).
+
+    ``log`` gets a line per source and per stage; ``progress(files, desc, total)`` shows the scan of
+    each source (a tqdm bar also gets the running counts as its postfix). ``manifest.json`` is written last."""
+    cfg = cfg or MineConfig()
+    sources = [Path(s).resolve() for s in sources]
+    for s in sources:
+        if not s.exists():
+            raise FileNotFoundError(f"mine: source {s} does not exist")
+    scan = _scan(sources, cfg, log, progress)
+    pool, capped_package, capped_total = _cap(scan.kept, cfg)
+    log(f"mine: {len(pool)} pairs after the caps ({capped_package} over max_per_package={cfg.max_per_package}, "
+        f"{capped_total} over max_pairs={cfg.max_pairs})")
     sizes = Counter(fn.package for fn in pool)
     assignment = split_packages(sizes, cfg.split_fractions, cfg.seed)
 
@@ -414,18 +478,13 @@ def mine(sources: Sequence[Path], out: Path, cfg: MineConfig | None = None, *, l
             {"id": f"{fn.package}/{fn.path}:{fn.lineno}", "query": summary(fn.docstring), "code": fn.code,
              "package": fn.package, "path": fn.path, "lineno": fn.lineno, "name": fn.name}
         )
-    digests = {}
-    for split in SPLITS:
-        data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows[split]).encode("utf-8", "surrogatepass")
-        (out / f"{split}.jsonl").write_bytes(data)
-        digests[f"{split}.jsonl"] = hashlib.sha256(data).hexdigest()
-    version = hashlib.sha256("".join(digests[k] for k in sorted(digests)).encode()).hexdigest()[:12]
+    digests, version = _write_splits(out, rows)
     report = MineReport(
         out=out,
-        counts={"functions_with_docstring": found, "after_filters_and_dedup": len(kept),
+        counts={"functions_with_docstring": scan.found, "after_filters_and_dedup": len(scan.kept),
                 "capped_per_package": capped_package, "capped_total": capped_total, "pairs": len(pool),
                 **{split: len(rows[split]) for split in SPLITS}},
-        dropped={k: dropped.get(k, 0) for k in FILTERS},
+        dropped={k: scan.dropped.get(k, 0) for k in FILTERS},
         splits={s: {"pairs": len(rows[s]), "packages": sorted(p for p, a in assignment.items() if a == s)} for s in SPLITS},
     )
     manifest = {
@@ -442,5 +501,6 @@ def mine(sources: Sequence[Path], out: Path, cfg: MineConfig | None = None, *, l
         "fields": ["id", "query", "code", "package", "path", "lineno", "name"],
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    log(f"mine: {len(pool)} pairs ({', '.join(f'{s} {len(rows[s])}' for s in SPLITS)}) -> {out} (version {version})")
+    split_text = ", ".join(f"{s} {len(rows[s])} ({len(report.splits[s]['packages'])} package(s))" for s in SPLITS)
+    log(f"mine: {len(pool)} pairs split by package: {split_text}; dataset version {version}")
     return report

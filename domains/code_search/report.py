@@ -1,8 +1,8 @@
 """``contrasuite compare code_search``: zero-shot vs InfoNCE vs Soft-InfoNCE with each prior (reduced).
 
-1. Mines the reduced dataset once (``contrasuite code-search mine``: standard library and
-   site-packages, at most ``--max-per-package`` pairs per package and ``--max-pairs`` in all) into
-   ``--mined`` unless its ``manifest.json`` exists.
+1. Mines the named set ``reduced`` once (``contrasuite code-search mine --name reduced``: standard
+   library and site-packages, at most 500 pairs per package and 20,000 in all) into its folder
+   ``<cache root>/code_search/mined/reduced``, or into ``--mined DIR``, unless its ``manifest.json`` exists.
 2. Zero-shot: the pretrained encoder of ``reduced_infonce.yaml``, evaluated without training (one
    row; it does not depend on the seed).
 3. For every seed: ``reduced_infonce``, then ``reduced_soft_bm25``, ``reduced_soft_simcse`` and
@@ -28,12 +28,15 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from contrasuite.domains.code_search.mined_sets import ensure_mined as ensure_mined_set, file_progress, mined_folder
 from contrasuite.domains.errors import DataError
 from contrasuite.pipelines.api import (
     ROOT, load_config, logged_per_epoch, mean_std, setup_task, thread_env, train_and_test, write_json,
 )
 
 CONFIG_DIR = ROOT / "configs" / "code_search"
+MINED_SET = "reduced"
+"""The named mined set of the reduced configs (``config.data.mined``)."""
 METHODS = {
     "zero_shot": ("zero-shot all-MiniLM-L6-v2", None),
     "infonce": ("InfoNCE", "reduced_infonce"),
@@ -59,9 +62,8 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="contrasuite compare code_search", description=__doc__.split("\n\n")[0])
     p.add_argument("--methods", default=",".join(METHODS), help=f"comma list of {list(METHODS)}")
     p.add_argument("--seeds", default="0,1,2")
-    p.add_argument("--mined", type=Path, default=Path("runs/code_search/mined-reduced"))
-    p.add_argument("--max-pairs", type=int, default=20000)
-    p.add_argument("--max-per-package", type=int, default=500)
+    p.add_argument("--mined", type=Path, default=None,
+                   help=f"the reduced set's folder (default: the named set's, {mined_folder(MINED_SET)})")
     p.add_argument("--cache", type=Path, default=Path("runs/code_search/compare"))
     p.add_argument("--threads", type=int, default=2, help="OMP/torch threads per run")
     p.add_argument("--data-root", default=None)
@@ -80,21 +82,20 @@ def _from_root(path: Path) -> str:
     return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
+def _mined(args: argparse.Namespace) -> Path:
+    """The reduced set's folder: ``--mined``, else the named set's."""
+    return args.mined or mined_folder(MINED_SET)
+
+
 def _common(args: argparse.Namespace) -> list[str]:
-    out = [f"config.data.folder={_from_root(args.mined)}", f"run.output_root={_from_root(args.cache / 'runs')}",
-           *PROTOCOLS[args.protocol][0]]
+    folder = [f"config.data.folder={_from_root(args.mined)}"] if args.mined else []  # else the configs' own set
+    out = [*folder, f"run.output_root={_from_root(args.cache / 'runs')}", *PROTOCOLS[args.protocol][0]]
     return out + (list(QUICK) if args.quick else []) + list(args.overrides)
 
 
 def ensure_mined(args: argparse.Namespace) -> None:
-    if (args.mined / "manifest.json").is_file():
-        return
-    from contrasuite.domains.code_search.commands import main as code_search_main
-
-    code = code_search_main(["mine", "--out", str(args.mined), "--max-pairs", str(args.max_pairs),
-                             "--max-per-package", str(args.max_per_package)])
-    if code:
-        raise SystemExit(code)
+    """Mine the reduced set into its folder (a bar of files per source) unless it is there."""
+    ensure_mined_set(MINED_SET, _mined(args), progress=file_progress)
 
 
 def zero_shot(args: argparse.Namespace) -> dict[str, Any]:
@@ -128,7 +129,7 @@ def train_run(method: str, seed: int, args: argparse.Namespace, folder: Path, ex
 
 
 def _dataset_version(args: argparse.Namespace) -> str:
-    return json.loads((args.mined / "manifest.json").read_text())["dataset_version"]
+    return json.loads((_mined(args) / "manifest.json").read_text())["dataset_version"]
 
 
 def _same_dataset(result: dict[str, Any], path: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -136,7 +137,7 @@ def _same_dataset(result: dict[str, Any], path: Path, args: argparse.Namespace) 
     set depends on the packages installed, so a cache carried to another machine may not match."""
     version, current = result.get("dataset_version"), _dataset_version(args)
     if version is not None and version != current:
-        raise DataError(f"{path} was trained on mined dataset {version}, but {args.mined} is {current}; "
+        raise DataError(f"{path} was trained on mined dataset {version}, but {_mined(args)} is {current}; "
                         "move that cache aside or mine the same packages")
     return result
 
@@ -183,7 +184,7 @@ def bench_section(files: Sequence[Path]) -> str:
 
 
 def write_report(results: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> str:
-    manifest = json.loads((args.mined / "manifest.json").read_text())
+    manifest = json.loads((_mined(args) / "manifest.json").read_text())
     head = ["method", "seeds", "val MRR", *(f"mined {m}" for m in METRICS), *(f"CoSQA {m}" for m in METRICS),
             "flagged negatives %", "min/run"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]

@@ -11,6 +11,8 @@ of one chunk of pairs). ``evaluate("val")`` ranks the mined validation queries a
 code (``mrr`` selects ``best.pt``); ``evaluate("test")`` does the same on the mined test split and, if
 ``eval.cosqa``, on CoSQA (``eval.cosqa_*`` name its files). CoSQA is never used for selection.
 Each embedding stage is a progress bar (``ctx.progress``: ``run.progress``) and is cached on disk (``eval.cache``).
+The data is ``config.data.folder``, else the named set ``config.data.mined``, mined at setup on first use
+(:mod:`contrasuite.domains.code_search.mined_sets`; a bar of files through ``ctx.progress``).
 """
 
 from __future__ import annotations
@@ -30,18 +32,23 @@ from contrasuite.domains.code_search.data import COSQA_CORPUS, COSQA_FOLDER, COS
 from contrasuite.domains.code_search.embedding_cache import EmbeddingCache
 from contrasuite.domains.code_search.encoder import BiEncoder, EncoderConfig
 from contrasuite.domains.code_search.evaluate import Embedder, evaluate_pairs
+from contrasuite.domains.code_search.mined_sets import MINED_SETS, ensure_mined
 from contrasuite.domains.code_search.priors import build_prior
-from contrasuite.domains.config_fields import bounded
+from contrasuite.domains.config_fields import bounded, one_of
 from contrasuite.domains.errors import ConfigValueError
 from contrasuite.domains.task import ObjectiveConfig, SmokeSettings, StepContext, TaskContext, objective_field
 
 
 @dataclass
 class DataConfig:
-    """``config.data``: the mined dataset folder and optional seeded subsets (reduced protocols)."""
+    """``config.data``: the mined dataset (a named set or a folder) and optional seeded subsets (reduced protocols)."""
 
-    folder: str = "data/code_search/mined"
-    """Output of ``contrasuite code-search mine``; a relative path not found as given is looked up under the data root."""
+    mined: str = one_of("full", MINED_SETS)
+    """A named set (``contrasuite code-search mine --name NAME``), read from ``<cache root>/code_search/mined/NAME``
+    and mined there on first use when absent (``mined_sets``); unused when ``folder`` is set."""
+    folder: str = ""
+    """A mined dataset folder (``contrasuite code-search mine --out DIR``) instead of the named set, never mined
+    automatically; a relative path not found as given is looked up under the data root."""
     train_limit: int = bounded(0, ge=0)
     val_limit: int = bounded(0, ge=0)
     test_limit: int = bounded(0, ge=0)
@@ -122,7 +129,7 @@ class CodeSearchTask:
             raise ConfigValueError(f"config.batch_size={cfg.batch_size} must be divisible by the world size {ctx.world_size}")
         self.ctx, self.cfg = ctx, cfg
         self.local_batch = cfg.batch_size // ctx.world_size
-        folder = _resolve_folder(cfg.data.folder, ctx.data_root)
+        folder = self._data_folder()
         d = cfg.data
         self.train = load_split(folder, "train", d.train_limit, d.subset_seed)
         self.splits: dict[str, PairSet] = {"val": load_split(folder, "val", d.val_limit, d.subset_seed)}
@@ -145,6 +152,13 @@ class CodeSearchTask:
         self.opt = torch.optim.AdamW(self.encoder.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
         warm = cfg.optim.warmup_steps
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
+
+    def _data_folder(self) -> Path:
+        """``config.data.folder`` when set, else the named set ``config.data.mined`` (mined now if missing, with progress)."""
+        d, ctx = self.cfg.data, self.ctx
+        if d.folder:
+            return _resolve_folder(d.folder, ctx.data_root)
+        return ensure_mined(d.mined, log=lambda m: print(m) if ctx.rank == 0 else None, progress=ctx.progress)
 
     def modules(self) -> Mapping[str, torch.nn.Module]:
         return {"encoder": self.encoder}
