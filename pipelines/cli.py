@@ -137,8 +137,17 @@ def _out_of_memory(err: BaseException) -> bool:
     return isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError" or "can't allocate memory" in str(err)
 
 
-def _allocation(err: BaseException) -> str:
-    """The allocator's own words without its ``[enforce fail at ...]`` prefix, on one line."""
+def _lost_peer(err: BaseException) -> bool:
+    """A collective that failed because another rank died (torch's DistError, or gloo's closed connection)."""
+    import torch.distributed as dist
+
+    text = str(err)
+    lost = ("Connection closed by peer", "Connection reset by peer", "connectFullMesh failed")
+    return isinstance(err, dist.DistError) or any(words in text for words in lost)
+
+
+def _own_words(err: BaseException) -> str:
+    """An error's own words without a ``[enforce fail at ...]`` / ``[file.cc:N]`` prefix, on one line."""
     text = " ".join(str(err).split())
     return text.split("] ", 1)[-1].removeprefix("err == 0. ")[:200] or type(err).__name__
 
@@ -198,8 +207,13 @@ def _run(args: argparse.Namespace) -> int:
     except ModuleNotFoundError:
         raise  # main() names the extra to install
     except Exception as err:  # noqa: BLE001 - the boundary: a bug shows its traceback, then one line says so
+        if _lost_peer(err):
+            print(f"contrasuite {args.command}: lost another process of the group ({_own_words(err)[:160]}); under "
+                  "torchrun --max-restarts with run.resume=auto the group restarts and continues from last.pt "
+                  "(docs/engine.md, Distributed)", file=sys.stderr)
+            return 1
         if _out_of_memory(err):
-            print(f"contrasuite {args.command}: out of memory ({_allocation(err)}): lower the config's batch size, "
+            print(f"contrasuite {args.command}: out of memory ({_own_words(err)}): lower the config's batch size, "
                   "or use GradCache where the domain offers it (docs/engine.md)", file=sys.stderr)
             return EXIT_BAD_INPUT
         traceback.print_exc()

@@ -51,8 +51,14 @@ def init(info: DistInfo, device: torch.device, timeout_minutes: float = 60.0) ->
     ``timeout_minutes`` bounds every collective, including the wait of ranks 1.. while rank 0 evaluates."""
     if info.enabled and not dist.is_initialized():
         backend = "nccl" if device.type == "cuda" else "gloo"
-        dist.init_process_group(backend=backend, init_method="env://", rank=info.rank, world_size=info.world_size,
-                                timeout=datetime.timedelta(minutes=timeout_minutes))
+        timeout = datetime.timedelta(minutes=timeout_minutes)
+        store, _, _ = next(dist.rendezvous("env://", info.rank, info.world_size, timeout=timeout))
+        # torchrun keeps one store across the restarts of --max-restarts: without an attempt's own prefix a
+        # restarted rank can read the address its dead peer published and fail to connect (gloo: "Connection
+        # refused" in connectFullMesh).
+        attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+        dist.init_process_group(backend=backend, store=dist.PrefixStore(f"contrasuite/attempt_{attempt}", store),
+                                rank=info.rank, world_size=info.world_size, timeout=timeout)
 
 
 def shutdown() -> None:
