@@ -2,9 +2,9 @@
 bringing any PIL mode to 8 bits per channel without clipping.
 
 Every domain decodes images through :func:`open_image`: PIL's many exception types for a truncated,
-empty or non-image file become one :class:`DataError` that names the file, which the CLI reports in
-one line with exit code 2. Every domain then converts through :func:`to_rgb8` (or :func:`to_grey8`):
-PIL's own ``convert("RGB")`` clips a 16-bit, 32-bit or float image at 255 instead of scaling it.
+empty or non-image file become one :class:`UnreadableImage` (a ``CorruptData``) that names the file,
+which the CLI reports in one line with exit code 2. Every domain then converts through :func:`to_rgb8`
+(or :func:`to_grey8`): PIL's own ``convert("RGB")`` clips a 16-bit, 32-bit or float image at 255 instead of scaling it.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Iterator
 import numpy as np
 from PIL import Image
 
-from contrasuite.domains.errors import CorruptData, DataError
+from contrasuite.domains.errors import CorruptData
 
 HIGH_DEPTH_MODES = frozenset({"I;16", "I;16L", "I;16B", "I;16N", "I", "F"})
 """Single-channel modes with more than 8 bits, which PIL's ``convert`` clips at 255."""
