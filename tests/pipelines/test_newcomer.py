@@ -78,8 +78,6 @@ def test_training_writes_a_curve_of_the_loss_and_the_selection_metric(toy_yaml):
 def test_the_reduced_image_ssl_config_shows_progress(tmp_path):
     data = Path(__import__("os").environ["CONTRASUITE_DATA"])
     if not (data / "cifar10").is_dir():
-        import pytest
-
         pytest.skip("needs CIFAR-10 under $CONTRASUITE_DATA")
     out = subprocess.run([sys.executable, "-m", "contrasuite.pipelines.cli", "train", "image_ssl/reduced_infonce",
                           "run.max_steps=2", f"run.output_root={tmp_path}", "config.data.train_subset=200",
