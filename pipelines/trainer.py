@@ -159,6 +159,7 @@ class Trainer:
         self._last_batch: Any = None
         self._consecutive_skips = 0
         self._signals = StopSignals()
+        self._last_step: int | None = None  # the run's final step, always logged (a short run still has a curve)
 
     def close(self) -> None:
         """Give the run folder back (the lock); called when ``fit`` ends or a resume is refused."""
@@ -323,7 +324,8 @@ class Trainer:
         self._fit_started = time.time()
         self._status("running")
         self._names = {id(p): f"{mod}.{name}" for mod, m in self._modules().items() for name, p in m.named_parameters()}
-        bar = tqdm(total=self._total_steps(), initial=self.position.global_step, disable=not (self.dist.is_main and self.run.progress),
+        self._last_step = self._total_steps()
+        bar = tqdm(total=self._last_step, initial=self.position.global_step, disable=not (self.dist.is_main and self.run.progress),
                    desc=f"{self.loaded.domain}/{self.loaded.name}", dynamic_ncols=True, file=sys.stderr)
         try:
             with self._signals.installed():  # a signal during the final validation lets the run finish first
@@ -363,7 +365,7 @@ class Trainer:
             pos.global_step += 1
             self._last_batch = batch
             bar.update(1)
-            if run.log_every_steps and pos.global_step % run.log_every_steps == 0:
+            if run.log_every_steps and (pos.global_step % run.log_every_steps == 0 or pos.global_step == self._last_step):
                 values = {f"train/{k}": float(v) for k, v in out.items()} | step.stats | self._lrs_and_objective_state()
                 self.log.log(values, step=pos.global_step, epoch=pos.epoch)
                 if "loss" in out:

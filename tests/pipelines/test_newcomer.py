@@ -69,6 +69,16 @@ def test_a_resumed_run_keeps_its_name_and_best_pt_holds_no_optimizer_state(toy_y
     assert main(["eval", str(run_dir)]) == 0  # evaluation needs only the modules
 
 
+def test_a_run_shorter_than_the_log_interval_still_logs_its_last_step(toy_yaml):
+    """max_steps below log_every_steps used to leave metrics.csv without a loss and curves.png empty."""
+    import csv
+
+    run_dir = trainer.train(load_config(toy_yaml(run={"log_every_steps": 50, "max_steps": 3})))
+    with open(run_dir / "metrics.csv") as handle:
+        steps = [int(row["step"]) for row in csv.DictReader(handle) if row["name"] == "train/loss"]
+    assert steps == [3]
+
+
 def test_training_writes_a_curve_of_the_loss_and_the_selection_metric(toy_yaml):
     run_dir = trainer.train(load_config(toy_yaml(run={"epochs": 2})))
     curves = run_dir / "plots" / "curves.png"
