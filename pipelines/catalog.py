@@ -136,7 +136,7 @@ def objective_parameters() -> dict[str, str]:
 
 def listing() -> str:
     """The text of ``contrasuite list``: tasks, objectives, shipped configs, reports and benches."""
-    from contrasuite.pipelines.config import config_root, shipped_configs
+    from contrasuite.pipelines.config import config_root, is_fragment, shipped_configs
     from contrasuite.pipelines.registry import known_tasks
 
     lines = ["tasks (config key 'task:'):"]
@@ -146,11 +146,16 @@ def listing() -> str:
     root = config_root()
     lines += ["", f"shipped configs (contrasuite train NAME; files under {root}):"]
     by_domain: dict[str, list[str]] = {}
+    fragments = []
     for path in shipped_configs():
-        rel = path.relative_to(root).with_suffix("")
-        by_domain.setdefault(rel.parts[0], []).append("/".join(rel.parts))
+        name = "/".join(path.relative_to(root).with_suffix("").parts)
+        if is_fragment(path):
+            fragments.append(name)
+        else:
+            by_domain.setdefault(name.split("/")[0], []).append(name)
     for domain, names in by_domain.items():
         lines.append(f"  {domain}: {' '.join(names)}")
+    lines += ["", f"fragments the configs above extend (not trainable alone): {' '.join(fragments)}"]
     for verb, entries in (("compare", reports()), ("bench", benches())):
         lines += ["", f"{verb} (contrasuite {verb} NAME --help):"]
         lines += [f"  {name:18s} {entry.summary}" for name, entry in entries.items()]

@@ -131,9 +131,18 @@ def config_root() -> Path:
     return found
 
 
+FRAGMENT_FOLDERS = ("base", "datasets")
+"""Folders of shipped YAML that run configs extend (a dataset description, a shared base), not run configs."""
+
+
 def shipped_configs() -> list[Path]:
     """Every shipped config file, sorted."""
     return sorted(config_root().rglob("*.yaml"))
+
+
+def is_fragment(path: Path) -> bool:
+    """Whether a shipped config file is a fragment that run configs extend (under :data:`FRAGMENT_FOLDERS`)."""
+    return any(part in FRAGMENT_FOLDERS for part in path.relative_to(config_root()).parts[:-1])
 
 
 def find_config(name: str | os.PathLike) -> Path:

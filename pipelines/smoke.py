@@ -32,11 +32,10 @@ from omegaconf import OmegaConf
 
 from contrasuite.domains.errors import CorruptData, DataError, one_line
 from contrasuite.domains.task import AUTOCAST_DTYPES, SmokeSettings
-from contrasuite.pipelines.config import ConfigError, config_root, find_config, load_config, shipped_configs
+from contrasuite.pipelines.config import ConfigError, config_root, find_config, is_fragment, load_config, shipped_configs
 from contrasuite.pipelines.memory import peak_bytes
 from contrasuite.pipelines.trainer import Trainer
 
-NOT_FULL_SCALE = ("reduced", "base", "datasets")
 RUN_OVERRIDES = ("run.progress=false", "run.eval_every_epochs=0",
                  "run.health_every_steps=0", "run.log_every_steps=1", "run.checkpoint_every_steps=0", "run.resume=never")
 
@@ -65,7 +64,7 @@ def full_scale_configs() -> list[Path]:
     """Shipped configs that are not reduced protocols or fragments other configs extend."""
     root = config_root()
     return [p for p in shipped_configs()
-            if not any(part.startswith(NOT_FULL_SCALE) for part in p.relative_to(root).parts)]
+            if not is_fragment(p) and not any(part.startswith("reduced") for part in p.relative_to(root).parts)]
 
 
 def _tensor_bytes(tensors: Any) -> int:

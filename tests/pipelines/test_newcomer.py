@@ -22,6 +22,9 @@ def test_list_names_tasks_objectives_with_parameters_configs_reports_and_benches
     assert "infonce                  temperature=0.1" in out and "weince" in out
     assert "graph/reduced/meow_acm" in out and "image_ssl/infonce" in out
     assert "compare (contrasuite compare NAME --help):" in out and "objectives " in out
+    trainable = out.split("shipped configs", 1)[1].split("fragments the configs above extend", 1)
+    assert "graph/datasets/acm" not in trainable[0] and "image_ssl/base/full" not in trainable[0]
+    assert "graph/datasets/acm" in trainable[1].splitlines()[0]
 
 
 def test_bench_and_compare_help_list_their_names(capsys):
