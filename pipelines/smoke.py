@@ -13,7 +13,8 @@ during the second step, and the live batch is the samples one backward of the fu
 global batch, or a GradCache chunk). It is an estimate from CPU allocations at the run's precision:
 CUDA kernels' workspaces and the allocator's fragmentation come on top. A config whose data is not
 on this machine is reported as ``skip`` with the missing file; any other error, unreadable data
-included (:class:`~contrasuite.domains.errors.CorruptData`), is ``FAIL`` and makes the exit status 1.
+included (:class:`~contrasuite.domains.errors.CorruptData`), is ``FAIL`` and makes the exit status 1,
+and so does a call where every config was skipped (nothing was checked).
 """
 
 from __future__ import annotations
@@ -173,4 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"smoke: {counts['ok']} ok, {counts['skip']} skipped (data not here), {counts['FAIL']} failed")
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in results], indent=1) + "\n")
+    if counts["skip"] and not counts["ok"] and not counts["FAIL"]:
+        print("smoke: nothing was checked: no config's data is on this machine (--data-root, $CONTRASUITE_DATA)")
+        return 1
     return 1 if counts["FAIL"] else 0

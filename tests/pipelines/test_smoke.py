@@ -36,9 +36,11 @@ def test_one_config_reports_its_model_and_an_estimate(tmp_path, capsys):
     assert "ok   image_ssl/infonce: 11.50M params, 2 steps" in capsys.readouterr().out
 
 
-def test_missing_data_is_a_skip_not_a_failure(tmp_path, capsys):
-    assert main(["image_ssl/infonce", "--data-root", str(tmp_path)]) == 0
-    assert "skip image_ssl/infonce: data not on this machine:" in capsys.readouterr().out
+def test_missing_data_is_a_skip_not_a_failure_but_checking_nothing_is(tmp_path, capsys):
+    assert main(["image_ssl/infonce", "--data-root", str(tmp_path)]) == 1
+    out = capsys.readouterr().out
+    assert "skip image_ssl/infonce: data not on this machine:" in out and "0 failed" in out
+    assert out.splitlines()[-1] == "smoke: nothing was checked: no config's data is on this machine (--data-root, $CONTRASUITE_DATA)"
 
 
 SWEEP_PARTS = 4
