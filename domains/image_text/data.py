@@ -26,6 +26,7 @@ import numpy as np
 from contrasuite.domains.archives import emoji_archive
 from contrasuite.domains.errors import DataError
 from contrasuite.domains.image_text.captions import EmojiItem, build_items, load_metadata
+from contrasuite.domains.image_text.progress import Progress, no_progress
 from contrasuite.domains.images import open_image, rgb_on_white
 
 """Emoji styles and their tarballs (``twitter`` = Twemoji, ``google`` = Noto)."""
@@ -53,8 +54,9 @@ class PairSet:
                        [self.keys[i] for i in index], None if self.items is None else [self.items[i] for i in index])
 
 
-def read_style(data_root: str | Path, style: str) -> dict[str, np.ndarray]:
-    """All images of one emoji ``style`` by file name, read from its tarball ``emoji/emoji-<style>-64.tar.gz``."""
+def read_style(data_root: str | Path, style: str, progress: Progress = no_progress) -> dict[str, np.ndarray]:
+    """All images of one emoji ``style`` by file name, read from its tarball ``emoji/emoji-<style>-64.tar.gz``
+    (a bar of the archive's members)."""
     path = emoji_archive(Path(data_root) / "emoji", style)
     if not path.is_file():
         raise FileNotFoundError(f"emoji images of style {style!r} not found: {path} (config.data.style / unseen_style; "
@@ -62,7 +64,7 @@ def read_style(data_root: str | Path, style: str) -> dict[str, np.ndarray]:
     images = {}
     try:
         with tarfile.open(path) as tar:
-            for member in tar:
+            for member in progress(tar, f"decoding {style} emoji images"):
                 if member.isfile() and member.name.endswith(".png"):
                     with open_image(tar.extractfile(member).read(), f"{path}:{member.name}") as im:
                         images[Path(member.name).name] = rgb_on_white(im)
@@ -71,7 +73,7 @@ def read_style(data_root: str | Path, style: str) -> dict[str, np.ndarray]:
     return images
 
 
-def load_emoji(data_root: str | Path, style: str, *, limit: int = 0) -> PairSet:
+def load_emoji(data_root: str | Path, style: str, *, limit: int = 0, progress: Progress = no_progress) -> PairSet:
     """Emoji image-text pairs of ``style``; items without an image in that style are dropped.
 
     ``limit`` keeps the first ``limit`` base emoji (all their variations), for tests and smoke runs.
@@ -81,7 +83,7 @@ def load_emoji(data_root: str | Path, style: str, *, limit: int = 0) -> PairSet:
         bases = list(dict.fromkeys(i.base for i in items))[:limit]
         keep = set(bases)
         items = [i for i in items if i.base in keep]
-    images = read_style(data_root, style)
+    images = read_style(data_root, style, progress)
     items = [i for i in items if i.image in images]
     if not items:
         raise ValueError(f"no emoji of emoji.json found in the {style} tarball under {data_root}/emoji")

@@ -19,18 +19,22 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+import kornia
 import numpy as np
 import torch
 from PIL import Image
 
 from contrasuite.domains.image_text.captions import normalise
 from contrasuite.domains.image_text.data import PairSet
+from contrasuite.domains.image_text.disk_cache import cache_root, key_digest, load_or_compute
 from contrasuite.domains.image_text.image_negatives import DiffusionEditor, KorniaEditor, to_tensor, to_uint8
+from contrasuite.domains.image_text.progress import Progress, no_progress
 from contrasuite.domains.images import open_image, to_rgb8
 from contrasuite.domains.image_text.text_negatives import (
     OPERATIONS, LanguageModelGenerator, RuleGenerator, TextNegativeGenerator, generate_text_negatives,
@@ -82,15 +86,16 @@ def text_generators(cfg: NegativesConfig, pairs: PairSet) -> list[TextNegativeGe
     return generators
 
 
-def text_negative_records(pairs: PairSet, cfg: NegativesConfig,
-                          generators: list[TextNegativeGenerator] | None = None) -> list[dict[str, Any]]:
+def text_negative_records(pairs: PairSet, cfg: NegativesConfig, generators: list[TextNegativeGenerator] | None = None,
+                          progress: Progress = no_progress) -> list[dict[str, Any]]:
     """Text negatives of every pair; a negative equal to another true caption of the same image is dropped."""
     generators = generators if generators is not None else text_generators(cfg, pairs)
     truths: dict[str, list[str]] = defaultdict(list)
     for key, caption in zip(pairs.keys, pairs.captions):
         truths[key].append(caption)
     rng, records = random.Random(cfg.seed), []
-    for i, (key, caption) in enumerate(zip(pairs.keys, pairs.captions)):
+    rows = enumerate(zip(pairs.keys, pairs.captions))
+    for i, (key, caption) in progress(rows, f"text negatives of {len(pairs)} captions", total=len(pairs)):
         item = pairs.items[i] if pairs.items is not None else None
         for neg in generate_text_negatives(caption, item, generators, rng, truths[key]):
             records.append({"modality": "text", "key": key, "caption": caption, "negative": neg.text,
@@ -99,7 +104,7 @@ def text_negative_records(pairs: PairSet, cfg: NegativesConfig,
 
 
 def image_negative_records(pairs: PairSet, style: str, text_records: list[dict[str, Any]], cfg: NegativesConfig,
-                           editor: Any = None) -> tuple[list[dict[str, Any]], list[np.ndarray]]:
+                           editor: Any = None, progress: Progress = no_progress) -> tuple[list[dict[str, Any]], list[np.ndarray]]:
     """Negative images of ``pairs`` (one style) for the text negatives that an editor can realise.
 
     Returns the records and the edited images (``record["image_index"]`` indexes the list).
@@ -116,7 +121,8 @@ def image_negative_records(pairs: PairSet, style: str, text_records: list[dict[s
             editor = DiffusionEditor(cfg.diffusion_path, steps=cfg.diffusion_steps)
     elif cfg.image_editor != "none":
         raise ConfigValueError(f"negatives.image_editor must be kornia, diffusion or none, got {cfg.image_editor!r}")
-    for n, rec in enumerate(text_records):
+    desc = f"{style} image negatives of {len(text_records)} text negatives"
+    for n, rec in progress(enumerate(text_records), desc, total=len(text_records)):
         if rec["key"] not in index:
             continue
         base = {k: rec[k] for k in ("key", "caption", "negative", "operation")}
@@ -223,11 +229,47 @@ def read_negatives(path: str | Path) -> tuple[list[dict[str, Any]], dict[str, tu
     return texts, dict(sets)
 
 
-def generate(pairs_by_style: dict[str, PairSet], cfg: NegativesConfig,
-             editor: Any = None) -> tuple[list[dict[str, Any]], dict[str, tuple[list[dict[str, Any]], list[np.ndarray]]]]:
+def generate(pairs_by_style: dict[str, PairSet], cfg: NegativesConfig, editor: Any = None,
+             progress: Progress = no_progress) -> tuple[list[dict[str, Any]], dict[str, tuple[list[dict[str, Any]], list[np.ndarray]]]]:
     """Text negatives of the first style's pairs (captions are shared) and image negatives of every style."""
     first = next(iter(pairs_by_style.values()))
-    texts = text_negative_records(first, cfg)
+    texts = text_negative_records(first, cfg, progress=progress)
     with torch.no_grad():
-        images = {s: image_negative_records(p, s, texts, cfg, editor) for s, p in pairs_by_style.items()}
+        images = {s: image_negative_records(p, s, texts, cfg, editor, progress) for s, p in pairs_by_style.items()}
     return texts, images
+
+
+GENERATOR_MODULES = ("captions", "text_negatives", "image_negatives", "negatives")
+"""The modules whose code decides the generated negatives (their source is part of the cache key)."""
+
+
+def negatives_cache_key(pairs_by_style: dict[str, PairSet], cfg: NegativesConfig) -> str | None:
+    """The cache key of :func:`generate`'s result: the settings, every style's pairs and the generating code
+    (with kornia's version); ``None`` where a model outside the key (language model, diffusion) takes part."""
+    if cfg.language_model or cfg.image_editor == "diffusion":
+        return None
+    code = [Path(sys.modules[f"{__package__}.{m}"].__file__).read_bytes() for m in GENERATOR_MODULES]
+    data = [[s, p.images.tobytes(), p.captions, p.keys, [asdict(i) for i in p.items or []]]
+            for s, p in pairs_by_style.items()]
+    return key_digest(asdict(cfg), json.dumps(data, default=str).encode(), *code, kornia.__version__)
+
+
+def cached_generate(pairs_by_style: dict[str, PairSet], cfg: NegativesConfig, cache_dir: str | None,
+                    progress: Progress = no_progress) -> tuple[list[dict[str, Any]], dict[str, tuple[list[dict[str, Any]], list[np.ndarray]]]]:
+    """:func:`generate`, cached on disk across runs (under :func:`negatives_cache_key`)."""
+    key = negatives_cache_key(pairs_by_style, cfg)
+    if key is None:
+        return generate(pairs_by_style, cfg, progress=progress)
+
+    def compute() -> dict[str, Any]:
+        texts, images = generate(pairs_by_style, cfg, progress=progress)
+        return {"texts": texts, "images": {s: {"records": records, "pixels": _stacked(pixels)}
+                                           for s, (records, pixels) in images.items()}}
+
+    cached = load_or_compute(cache_root(cache_dir) / f"negatives-{key}.pt", compute)
+    return cached["texts"], {s: (v["records"], list(v["pixels"].numpy())) for s, v in cached["images"].items()}
+
+
+def _stacked(images: list[np.ndarray]) -> torch.Tensor:
+    """``[K, H, W, 3]`` uint8 (``[0]`` for none)."""
+    return torch.from_numpy(np.stack(images)) if images else torch.zeros(0, dtype=torch.uint8)

@@ -13,6 +13,7 @@ from contrasuite.domains.errors import ConfigValueError
 from contrasuite.domains.image_text.captions import normalise
 from contrasuite.domains.image_text.config import DataConfig, ImageTextConfig
 from contrasuite.domains.image_text.data import PairSet, join_groups, load_captions, load_emoji, split_groups
+from contrasuite.domains.image_text.progress import Progress, no_progress
 
 
 @dataclass
@@ -50,11 +51,11 @@ def style_data(pairs: PairSet, records: list[dict], generated: list[np.ndarray])
     return StyleData(pairs, images, kept, rows, truths)
 
 
-def load_pairs(cfg: ImageTextConfig, data_root: Path) -> dict[str, PairSet]:
+def load_pairs(cfg: ImageTextConfig, data_root: Path, progress: Progress = no_progress) -> dict[str, PairSet]:
     """The image-caption pairs of every style ``config.data`` names (emoji: the training and unseen style)."""
     if cfg.data.source == "emoji":
         styles = [cfg.data.style] + ([cfg.data.unseen_style] if cfg.data.unseen_style else [])
-        return {s: load_emoji(data_root, s, limit=cfg.data.limit) for s in styles}
+        return {s: load_emoji(data_root, s, limit=cfg.data.limit, progress=progress) for s in styles}
     if cfg.data.source == "captions":
         if not cfg.data.captions_file or not cfg.data.image_root:
             raise ConfigValueError("data.source=captions needs data.captions_file and data.image_root")

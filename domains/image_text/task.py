@@ -15,8 +15,10 @@ with every emoji and the emoji its negative images copy in one group (:func:`spl
 negative that is (or depicts) a validation or test caption is never used in training.
 
 With ``model.freeze_trunks`` the trunks run once over every image, caption and negative and their
-features are cached on disk (``cache_dir``, :mod:`~contrasuite.domains.image_text.features`), so a
-step trains only the heads and the loss scale. No augmentation is applied: a flip or colour jitter
+features are cached on disk (``cache_dir``, :mod:`~contrasuite.domains.image_text.features`; under
+several processes rank 0 computes them and the others read its files), so a step trains only the heads
+and the loss scale. Generated negatives are cached there too (:func:`~contrasuite.domains.image_text.negatives.cached_generate`),
+and every setup phase shows a bar through ``ctx.progress``. No augmentation is applied: a flip or colour jitter
 would change the caption's meaning.
 ``gradcache_chunks > 1`` computes the step with GradCache (same gradient, one chunk of
 activations at a time).
@@ -47,7 +49,8 @@ from contrasuite.domains.image_text.config import ImageTextConfig
 from contrasuite.domains.image_text.evaluate import image_side, retrieval, text_side
 from contrasuite.domains.image_text.features import trunk_features
 from contrasuite.domains.image_text.models import TopAndHead, build_model
-from contrasuite.domains.image_text.negatives import generate, read_negatives
+from contrasuite.domains.image_text.negatives import cached_generate, read_negatives
+from contrasuite.domains.image_text.progress import shown
 from contrasuite.domains.image_text.style_data import StyleData, load_pairs, split_pairs, style_data
 from contrasuite.domains.init_from import load_weights
 from contrasuite.domains.task import (
@@ -65,12 +68,13 @@ class ImageTextTask:
     def setup(self, ctx: TaskContext) -> None:
         self.ctx, cfg = ctx, ctx.config
         self.cfg = cfg
-        styles = load_pairs(cfg, ctx.data_root)
+        styles = load_pairs(cfg, ctx.data_root, ctx.progress)
         train_style = next(iter(styles))
         if cfg.negatives_file:
-            texts, images = read_negatives(cfg.negatives_file)
+            with shown(ctx.progress, f"reading {cfg.negatives_file}"):
+                texts, images = read_negatives(cfg.negatives_file)
         else:
-            texts, images = generate(styles, cfg.negatives)
+            texts, images = cached_generate(styles, cfg.negatives, cfg.cache_dir, ctx.progress)
         train = styles[train_style]
         self.splits = split_pairs(train, images, cfg.data)
         self.split_keys = {name: [train.keys[r] for r in rows] for name, rows in self.splits.items()}
@@ -83,7 +87,8 @@ class ImageTextTask:
         for rec in texts:
             if normalise(rec["negative"]) not in self.held_out:
                 self.text_negs.setdefault(rec["key"], []).append(rec["negative"])
-        self.model = build_model(cfg.model).to(ctx.device)
+        with shown(ctx.progress, f"loading the {cfg.model.name} towers"):
+            self.model = build_model(cfg.model).to(ctx.device)
         self.objective = ObjectiveSum(cfg.objective.terms).to(ctx.device)
         if cfg.init_from:
             load_weights(cfg.init_from, {"model": self.model, "objective": self.objective}, which="last")
@@ -100,7 +105,7 @@ class ImageTextTask:
         texts_all = list(dict.fromkeys([*styles[train_style].captions, *(r["negative"] for r in texts)]))
         self.text_row = {t: i for i, t in enumerate(texts_all)}
         self.text_features = trunk_features(self.model, cfg.model, cfg.cache_dir, self.styles, texts_all,
-                                            cfg.eval_batch_size, ctx.autocast) if self.frozen else None
+                                            cfg.eval_batch_size, ctx.autocast, ctx.progress, ctx.rank) if self.frozen else None
         self.opt = torch.optim.AdamW(self._param_groups(), lr=cfg.lr, weight_decay=cfg.weight_decay)
 
     def _param_groups(self) -> list[dict[str, Any]]:
