@@ -106,6 +106,7 @@ def test_a_second_process_on_a_run_folder_is_refused(toy_yaml, cli_env):
 
 def test_the_lock_is_held_while_training_and_released_after(toy_yaml):
     run_dir = trainer.train(load_config(toy_yaml(run={"max_steps": 1})))
+    assert not (run_dir / ".lock").exists()  # a finished run leaves no lock file behind
     lock = RunLock(run_dir)
     lock.acquire()
     try:
@@ -114,6 +115,23 @@ def test_the_lock_is_held_while_training_and_released_after(toy_yaml):
         assert trainer.evaluate(run_dir)["metrics"]  # evaluation only reads: it needs no lock
     finally:
         lock.release()
+
+
+def test_a_lock_file_removed_by_its_holder_is_not_locked_twice(tmp_path):
+    """The holder unlinks .lock while holding it; a process that opened the old file must not count as holding."""
+    first, second = RunLock(tmp_path), RunLock(tmp_path)
+    first.acquire()
+    stale = open(tmp_path / ".lock", "a+")  # opened before the holder let go, as a racing process would
+    first.release()
+    assert not (tmp_path / ".lock").exists()
+    second.acquire()  # locks a new file at the path
+    try:
+        assert second._still_linked(second._handle) and not second._still_linked(stale)
+        with pytest.raises(RunLockedError):
+            RunLock(tmp_path).acquire()
+    finally:
+        stale.close()
+        second.release()
 
 
 @pytest.mark.parametrize("override, key", [
