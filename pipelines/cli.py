@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Sequence
 
 from contrasuite.pipelines.catalog import Entry, benches, domain_commands, listing, reports
+from contrasuite.pipelines.noise import silence_expected_noise
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
@@ -119,6 +120,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    silence_expected_noise()
     args = _parse(argv)
     try:
         return _run(args)
