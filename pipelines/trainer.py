@@ -18,6 +18,7 @@ SIGUSR1 and SIGINT stop the run after the step in progress with ``last.pt`` save
 
 from __future__ import annotations
 
+import contextlib
 import random
 import signal
 import sys
@@ -340,7 +341,8 @@ class Trainer:
         except BaseException as err:
             state = "interrupted" if isinstance(err, KeyboardInterrupt) else "failed"
             self._status(state, error=f"{type(err).__name__}: {err}".rstrip(": "))
-            err.run_dir = self.run_dir  # type: ignore[attr-defined]  # the CLI names it under a bug's traceback
+            with contextlib.suppress(AttributeError):  # an exception type without a __dict__ keeps its message only
+                err.run_dir = self.run_dir  # type: ignore[attr-defined]  # the CLI names it under a bug's traceback
             raise
         finally:
             bar.close()
