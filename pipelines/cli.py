@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import re
 import sys
 import traceback
 from pathlib import Path
@@ -150,8 +151,8 @@ def _lost_peer(err: BaseException) -> bool:
 
 def _own_words(err: BaseException) -> str:
     """An error's own words without a ``[enforce fail at ...]`` / ``[file.cc:N]`` prefix, on one line."""
-    text = " ".join(str(err).split())
-    return text.split("] ", 1)[-1].removeprefix("err == 0. ")[:200] or type(err).__name__
+    text = re.sub(r"^\[[^\]]*\]\s*(err == 0\.\s*)?", "", " ".join(str(err).split()))
+    return text[:200] or type(err).__name__
 
 
 def _run(args: argparse.Namespace) -> int:
