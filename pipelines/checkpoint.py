@@ -117,7 +117,10 @@ def atomic_save(obj: Any, path: Path) -> None:
                 handle.flush()
                 os.fsync(handle.fileno())
         except (OSError, RuntimeError) as err:
-            raise _write_failure(path, err) from err
+            failure = _write_failure(path, err)
+            if failure is err:
+                raise
+            raise failure from err
         new = {"bytes": writer.size, "sha256": writer.sha.hexdigest()}
         _write_manifest(path, [new, *(_accepted(path) or [])[:1]])
         os.replace(tmp, path)
