@@ -19,7 +19,8 @@ def cache_root(cache_dir: str | None) -> Path:
 
 
 def key_digest(*parts: Any) -> str:
-    """A 16-hex-digit digest of JSON-able ``parts`` (bytes are hashed first)."""
+    """A 16-hex-digit digest of JSON-able ``parts`` (a top-level ``bytes`` part is hashed first; pass nested
+    bytes through ``key_digest`` too, not as JSON)."""
     parts = [hashlib.sha256(p).hexdigest() if isinstance(p, (bytes, memoryview)) else p for p in parts]
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
 

@@ -70,9 +70,9 @@ def trunk_features(model: Any, settings: ModelConfig, cache_dir: str | None, sty
     """Features of ``texts``; every style's image features are set on its ``StyleData.features``."""
     image_weights = weights_digest(model, "image_trunk")
     for style, data in styles.items():
-        file = cache_file(settings, cache_dir, "images", [style, data.images.tobytes(), image_weights])
+        file = cache_file(settings, cache_dir, "images", [style, key_digest(data.images.tobytes()), image_weights])
         data.features = shared_load_or_compute(file, lambda: run_trunk(
             model.image_features, data.images, batch_size, autocast, progress, f"{style} image trunk"), rank)
-    file = cache_file(settings, cache_dir, "texts", ["\n".join(texts).encode(), weights_digest(model, "text_trunk")])
+    file = cache_file(settings, cache_dir, "texts", [key_digest("\n".join(texts).encode()), weights_digest(model, "text_trunk")])
     return shared_load_or_compute(file, lambda: run_trunk(
         model.text_features, texts, batch_size, autocast, progress, "text trunk"), rank)

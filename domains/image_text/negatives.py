@@ -249,9 +249,8 @@ def negatives_cache_key(pairs_by_style: dict[str, PairSet], cfg: NegativesConfig
     if cfg.language_model or cfg.image_editor == "diffusion":
         return None
     code = [Path(sys.modules[f"{__package__}.{m}"].__file__).read_bytes() for m in GENERATOR_MODULES]
-    data = [[s, p.images.tobytes(), p.captions, p.keys, [asdict(i) for i in p.items or []]]
-            for s, p in pairs_by_style.items()]
-    return key_digest(asdict(cfg), json.dumps(data, default=str).encode(), *code, kornia.__version__)
+    data = [[s, key_digest(p.images.tobytes()), p.captions, p.keys, repr(p.items)] for s, p in pairs_by_style.items()]
+    return key_digest(asdict(cfg), data, *code, kornia.__version__)
 
 
 def cached_generate(pairs_by_style: dict[str, PairSet], cfg: NegativesConfig, cache_dir: str | None,
