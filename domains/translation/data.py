@@ -23,13 +23,12 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import torch
 import torch.nn.functional as F
-from PIL import Image
 from torch import Tensor
 
 from contrasuite.domains.config_fields import bounded, one_of
 from contrasuite.domains.errors import ConfigValueError
 from contrasuite.domains.image_loading import albumentations_transform
-from contrasuite.domains.images import UnreadableImage, read_rgb_array
+from contrasuite.domains.images import image_size, read_rgb_array
 
 SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp", ".tif", ".tiff")
 
@@ -109,11 +108,7 @@ def check_crop(paths: Sequence[Path], load_size: Optional[int], max_side: int, c
     """Refuse, before training, an image smaller than ``crop_size`` after :func:`resize` (sizes read from the
     files' headers, nothing decoded); the message names the first such file."""
     for path in paths:
-        try:
-            with Image.open(path) as image:
-                w, h = image.size
-        except OSError as err:
-            raise UnreadableImage(path, " ".join(str(err).split())) from None
+        w, h = image_size(path)
         size = resized_size(h, w, load_size, max_side)
         if min(size) < crop_size:
             raise ConfigValueError(f"config.data.crop_size={crop_size} is larger than {path} ({size[0]}x{size[1]} after "
