@@ -11,11 +11,13 @@ from typing import Any, Callable
 
 import torch
 
+from contrasuite.domains.archives import cache_root as shared_cache_root
+
 
 def cache_root(cache_dir: str | None) -> Path:
-    """``config.cache_dir``, else ``$CONTRASUITE_CACHE``, else ``~/.cache/contrasuite``; ``image_text`` below it."""
-    root = cache_dir or os.environ.get("CONTRASUITE_CACHE") or Path.home() / ".cache" / "contrasuite"
-    return Path(root) / "image_text"
+    """``image_text`` below the shared cache root (:func:`contrasuite.domains.archives.cache_root`: ``config.cache_dir``,
+    else ``$CONTRASUITE_CACHE``, else ``~/.cache/contrasuite``)."""
+    return shared_cache_root(cache_dir or "") / "image_text"
 
 
 def key_digest(*parts: Any) -> str:
