@@ -6,7 +6,7 @@ file is keyed by the model settings that tower depends on (never the other tower
 :data:`OTHER_TOWER`), the image network's tag, a digest of that trunk's weights and a digest of its
 inputs (so of the data and the negatives settings); features are stored in fp16 and read back with
 ``weights_only=True``. Under several processes rank 0 computes a missing file and the others wait and
-read it (:func:`~contrasuite.domains.image_text.disk_cache.shared_load_or_compute`).
+read it (:func:`~contrasuite.domains.disk_cache.shared_load_or_compute`).
 """
 
 from __future__ import annotations
@@ -21,13 +21,22 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from contrasuite.domains.image_text.disk_cache import cache_root, key_digest, shared_load_or_compute
+from contrasuite.domains.archives import cache_root
+from contrasuite.domains.disk_cache import key_digest, shared_load_or_compute
 from contrasuite.domains.image_text.models import IMAGE_NETWORK, ModelConfig, frozen_trunk_state
 from contrasuite.domains.image_text.progress import Progress, no_progress
 
+WHAT = "image_text: the trunk-feature cache"
+"""What a rebuilt cache file is called on stderr."""
 OTHER_TOWER = {"images": {"text_model", "text_segments", "context_length"},
                "texts": {"image_weights", "image_size", "grid", "train_image_stages", "extra_image_stages"}}
 """Model settings a trunk's cached features do not depend on: the other tower's."""
+
+
+def cache_folder(cache_dir: str | None) -> Path:
+    """``image_text`` below the shared cache root (``config.cache_dir``, else ``$CONTRASUITE_CACHE``, else
+    ``~/.cache/contrasuite``: :func:`contrasuite.domains.archives.cache_root`)."""
+    return cache_root(cache_dir or "") / "image_text"
 
 
 def cache_file(model: ModelConfig, cache_dir: str | None, kind: str, extra: Any) -> Path:
@@ -35,7 +44,7 @@ def cache_file(model: ModelConfig, cache_dir: str | None, kind: str, extra: Any)
     settings = {k: v for k, v in asdict(model).items() if k not in OTHER_TOWER[kind]}
     if kind == "images":  # the network itself, not only its settings (issue 23 changed it)
         settings["network"] = IMAGE_NETWORK
-    return cache_root(cache_dir) / f"{kind}-{key_digest(kind, settings, extra)}.pt"
+    return cache_folder(cache_dir) / f"{kind}-{key_digest(kind, settings, extra)}.pt"
 
 
 def weights_digest(model: Any, trunk: str) -> str:
@@ -72,7 +81,7 @@ def trunk_features(model: Any, settings: ModelConfig, cache_dir: str | None, sty
     for style, data in styles.items():
         file = cache_file(settings, cache_dir, "images", [style, key_digest(data.images.tobytes()), image_weights])
         data.features = shared_load_or_compute(file, lambda: run_trunk(
-            model.image_features, data.images, batch_size, autocast, progress, f"{style} image trunk"), rank)
+            model.image_features, data.images, batch_size, autocast, progress, f"{style} image trunk"), rank, what=WHAT)
     file = cache_file(settings, cache_dir, "texts", [key_digest("\n".join(texts).encode()), weights_digest(model, "text_trunk")])
     return shared_load_or_compute(file, lambda: run_trunk(
-        model.text_features, texts, batch_size, autocast, progress, "text trunk"), rank)
+        model.text_features, texts, batch_size, autocast, progress, "text trunk"), rank, what=WHAT)

@@ -32,14 +32,15 @@ from PIL import Image
 
 from contrasuite.domains.image_text.captions import normalise
 from contrasuite.domains.image_text.data import PairSet
-from contrasuite.domains.image_text.disk_cache import cache_root, key_digest, load_or_compute
 from contrasuite.domains.image_text.image_negatives import DiffusionEditor, KorniaEditor, to_tensor, to_uint8
 from contrasuite.domains.image_text.progress import Progress, no_progress
 from contrasuite.domains.images import open_image, to_rgb8
 from contrasuite.domains.image_text.text_negatives import (
     OPERATIONS, LanguageModelGenerator, RuleGenerator, TextNegativeGenerator, generate_text_negatives,
 )
+from contrasuite.domains.disk_cache import key_digest, load_or_compute
 from contrasuite.domains.errors import ConfigValueError, DataError
+from contrasuite.domains.image_text.features import cache_folder
 
 
 @dataclass
@@ -265,7 +266,8 @@ def cached_generate(pairs_by_style: dict[str, PairSet], cfg: NegativesConfig, ca
         return {"texts": texts, "images": {s: {"records": records, "pixels": _stacked(pixels)}
                                            for s, (records, pixels) in images.items()}}
 
-    cached = load_or_compute(cache_root(cache_dir) / f"negatives-{key}.pt", compute)
+    cached = load_or_compute(cache_folder(cache_dir) / f"negatives-{key}.pt", compute,
+                             what="image_text: the generated-negatives cache")
     return cached["texts"], {s: (v["records"], list(v["pixels"].numpy())) for s, v in cached["images"].items()}
 
 

@@ -30,7 +30,7 @@ from contrasuite.domains.metric_learning.images import ImageFiles, normalize, ra
 from contrasuite.domains.metric_learning.model import EmbeddingNet, FromStem
 from contrasuite.domains.metric_learning.objectives import PML_TERMS, MetricObjective
 from contrasuite.domains.metric_learning.sampler import MPerClassBatches
-from contrasuite.domains.metric_learning.stem_cache import cached_stems
+from contrasuite.domains.disk_cache import load_or_compute
 from contrasuite.domains.errors import ConfigValueError, SetupError
 from contrasuite.domains.task import (
     ObjectiveConfig, SmokeSettings, StepContext, TaskContext, batch_shard, objective_field,
@@ -327,7 +327,9 @@ class MetricLearningTask:
         network = hashlib.sha1(NETWORK.encode()).hexdigest()[:8]  # a changed network recomputes the cache
         key = f"{d.name}-{split}-s{d.image_size}-b{m.freeze_blocks}-evalbn-{members}-{network}"
         path = cache_root(d.cache_dir) / "metric_learning" / "stems" / f"{key}.pt"
-        return cached_stems(path, len(self.sets[split]), lambda: self._stem_all(split), self.device)
+        rows = len(self.sets[split])
+        return load_or_compute(path, lambda: self._stem_all(split), what="metric_learning: the stem cache",
+                               fits=lambda t: isinstance(t, Tensor) and t.ndim > 0 and t.shape[0] == rows).to(self.device)
 
     @torch.no_grad()
     def _stem_all(self, split: str) -> Tensor:

@@ -11,7 +11,7 @@ import torch
 import torch.multiprocessing as mp
 
 from contrasuite.domains.image_text import features, negatives
-from contrasuite.domains.image_text.disk_cache import shared_load_or_compute
+from contrasuite.domains.disk_cache import shared_load_or_compute
 from contrasuite.domains.image_text.task import ImageTextTask
 from contrasuite.pipelines.config import load_config
 from contrasuite.pipelines.standalone import StepRunner, setup_task
