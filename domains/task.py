@@ -12,10 +12,10 @@ yields a single batch per epoch.
 from __future__ import annotations
 
 import hashlib
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
 import torch
 from torch import Tensor, nn
@@ -29,6 +29,22 @@ def autocast_for(precision: str, device: torch.device) -> AbstractContextManager
     """The autocast context of ``precision`` (``bf16``, ``fp16``, ``fp32``) on ``device`` (disabled for fp32)."""
     dtype = AUTOCAST_DTYPES[precision]
     return torch.autocast(device_type=device.type, dtype=dtype, enabled=dtype is not None)
+
+
+Progress = Callable[..., Iterable]
+"""``progress(iterable, desc, total=None)``: the iterable, shown as a progress bar or not (``TaskContext.progress``)."""
+
+
+def no_progress(iterable: Iterable, desc: str = "", total: int | None = None) -> Iterable:
+    """A :data:`Progress` that shows nothing: the iterable itself."""
+    return iterable
+
+
+@contextmanager
+def shown(progress: Progress, desc: str) -> Iterator[None]:
+    """A one-item bar named ``desc`` while the block runs (a setup phase that has no items to count)."""
+    for _ in progress([None], desc, total=1):
+        yield
 
 
 @dataclass
@@ -49,7 +65,7 @@ class TaskContext:
     """All-gather along dim 0 with gradient flowing back to the local slice (identity on one rank)."""
     wrap: Callable[[nn.Module], nn.Module] = field(default=lambda m: m)
     """Wraps a trainable module for distributed training (DistributedDataParallel on several ranks)."""
-    progress: Callable[..., Iterable] = field(default=lambda iterable, desc="", total=None: iterable)
+    progress: Progress = field(default=no_progress)
     """Shows a loop of evaluation: ``ctx.progress(chunks, "embedding test images", total=n)`` is a tqdm
     bar on rank 0 when ``run.progress`` is on, the iterable itself otherwise."""
 

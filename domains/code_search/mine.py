@@ -34,12 +34,12 @@ import tokenize
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from contrasuite.domains.code_search.encoder import Progress
+from contrasuite.domains.task import Progress, no_progress
+
 
 FORMAT_VERSION = 1
 """Version of the JSONL/manifest layout written by :func:`mine`."""
@@ -356,10 +356,6 @@ def split_packages(sizes: dict[str, int], fractions: Sequence[float], seed: int)
 
 # ----------------------------------------------------------------------------- the miner
 
-
-def no_progress(iterable: Iterable, desc: str = "", total: int | None = None) -> Iterable:
-    """The ``progress`` of a silent :func:`mine`: the iterable itself."""
-    return iterable
 
 
 class _Deduplicator:

@@ -11,19 +11,19 @@ it into place: a set is complete (``manifest.json`` present) or absent, never ha
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+from typing import Callable, Sequence
 
 from contrasuite.domains.archives import cache_root
-from contrasuite.domains.code_search.mine import MineConfig, MineReport, default_sources, mine, no_progress
+from contrasuite.domains.code_search.encoder import console_progress
+from contrasuite.domains.code_search.mine import MineConfig, MineReport, default_sources, mine
 from contrasuite.domains.errors import DataError
+from contrasuite.domains.task import Progress, no_progress
 
-if TYPE_CHECKING:
-    from contrasuite.domains.code_search.encoder import Progress
 
 MINED_SETS: dict[str, MineConfig] = {
     "reduced": MineConfig(max_per_package=500, max_pairs=20000),
@@ -43,11 +43,8 @@ def mine_command(name: str, out: Path | None = None) -> str:
     return f"contrasuite code-search mine --name {name}{where}"
 
 
-def file_progress(iterable: Iterable, desc: str = "", total: int | None = None) -> Iterable:
-    """The miner's bar outside the engine (the command, compare): files scanned on stderr, running counts after it."""
-    from tqdm import tqdm
-
-    return tqdm(iterable, desc=desc, total=total, unit="file", file=sys.stderr, dynamic_ncols=True)
+file_progress = functools.partial(console_progress, unit="file")
+"""The miner's bar outside the engine (the command, compare): files scanned on stderr, running counts after it."""
 
 
 def is_mined(folder: Path) -> bool:

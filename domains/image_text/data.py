@@ -26,7 +26,7 @@ import numpy as np
 from contrasuite.domains.archives import emoji_archive
 from contrasuite.domains.errors import DataError
 from contrasuite.domains.image_text.captions import EmojiItem, build_items, load_metadata
-from contrasuite.domains.image_text.progress import Progress, no_progress
+from contrasuite.domains.task import Progress, no_progress
 from contrasuite.domains.images import open_image, rgb_on_white
 
 """Emoji styles and their tarballs (``twitter`` = Twemoji, ``google`` = Noto)."""

@@ -33,7 +33,7 @@ from PIL import Image
 from contrasuite.domains.image_text.captions import normalise
 from contrasuite.domains.image_text.data import PairSet
 from contrasuite.domains.image_text.image_negatives import DiffusionEditor, KorniaEditor, to_tensor, to_uint8
-from contrasuite.domains.image_text.progress import Progress, no_progress
+from contrasuite.domains.task import Progress, no_progress
 from contrasuite.domains.images import open_image, to_rgb8
 from contrasuite.domains.image_text.text_negatives import (
     OPERATIONS, LanguageModelGenerator, RuleGenerator, TextNegativeGenerator, generate_text_negatives,

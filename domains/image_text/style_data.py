@@ -13,7 +13,7 @@ from contrasuite.domains.errors import ConfigValueError
 from contrasuite.domains.image_text.captions import normalise
 from contrasuite.domains.image_text.config import DataConfig, ImageTextConfig
 from contrasuite.domains.image_text.data import PairSet, join_groups, load_captions, load_emoji, split_groups
-from contrasuite.domains.image_text.progress import Progress, no_progress
+from contrasuite.domains.task import Progress, no_progress
 
 
 @dataclass

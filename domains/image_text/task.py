@@ -50,11 +50,10 @@ from contrasuite.domains.image_text.evaluate import image_side, retrieval, text_
 from contrasuite.domains.image_text.features import trunk_features
 from contrasuite.domains.image_text.models import TopAndHead, build_model
 from contrasuite.domains.image_text.negatives import cached_generate, read_negatives
-from contrasuite.domains.image_text.progress import shown
 from contrasuite.domains.image_text.style_data import StyleData, load_pairs, split_pairs, style_data
 from contrasuite.domains.init_from import load_weights
 from contrasuite.domains.task import (
-    SmokeSettings, StepContext, TaskContext, average_gradients_over_ranks, rank_part,
+    SmokeSettings, StepContext, TaskContext, average_gradients_over_ranks, rank_part, shown,
 )
 
 
