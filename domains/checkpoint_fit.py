@@ -98,16 +98,21 @@ def load_failure(err: Exception) -> str:
     return f"unreadable: {first}"
 
 
+def load_weights_only(file: Path, error: type[Exception] = DataError) -> Any:
+    """``torch.load(file, weights_only=True)`` onto the CPU; any failure is one capped ``error`` naming the file."""
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")  # a foreign pickle: refused below
+            return torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as err:  # noqa: BLE001 - truncated, not a torch file, not weights-only: an unusable file
+        raise error(capped(f"checkpoint {file} is {load_failure(err)}")) from None
+
+
 def read_modules(file: Path) -> Mapping[str, Any]:
     """A checkpoint file's ``modules``, read with ``weights_only=True``; errors name the file."""
     if not file.is_file():
         raise FileNotFoundError(f"checkpoint not found: {file}")
-    try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="Detected pickle protocol")  # a foreign pickle: refused below
-            state = torch.load(file, map_location="cpu", weights_only=True)
-    except Exception as err:  # noqa: BLE001 - truncated, not a torch file, not weights-only: an unusable file
-        raise DataError(capped(f"checkpoint {file} is {load_failure(err)}")) from None
+    state = load_weights_only(file)
     if not isinstance(state, dict) or not isinstance(state.get("modules"), dict):
         raise DataError(f"{file} is a torch file but not a contrasuite checkpoint (no 'modules' entry)")
     return state["modules"]

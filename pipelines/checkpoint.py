@@ -18,7 +18,6 @@ import json
 import os
 import random
 import shutil
-import warnings
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -26,7 +25,7 @@ import numpy as np
 import torch
 
 from contrasuite.domains.archives import sha256_of
-from contrasuite.domains.checkpoint_fit import capped, load_failure, misfit
+from contrasuite.domains.checkpoint_fit import capped, load_weights_only, misfit
 from contrasuite.domains.task import hook
 
 
@@ -163,12 +162,7 @@ def load(path: Path) -> dict[str, Any]:
             raise CheckpointError(f"checkpoint {path} is incomplete or altered: {digest['bytes']} bytes, SHA-256 "
                                   f"{digest['sha256'][:12]}..., its manifest {manifest_path(path).name} records "
                                   f"{expected} bytes and another hash")
-    try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="Detected pickle protocol")  # a foreign pickle: refused below
-            state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # noqa: BLE001 - any unpickling failure means an unusable file
-        raise CheckpointError(capped(f"checkpoint {path} is {load_failure(err)}")) from None
+    state = load_weights_only(path, CheckpointError)
     missing = [k for k in REQUIRED_KEYS if not isinstance(state, dict) or k not in state]
     if missing:
         raise CheckpointError(f"{path} is a torch file but not a contrasuite checkpoint (no {missing[0]!r} entry)")
