@@ -25,6 +25,7 @@ HIGH_DEPTH_MODES = frozenset({"I;16", "I;16L", "I;16B", "I;16N", "I", "F"})
 GREY_MODES = HIGH_DEPTH_MODES | {"1", "L"}
 """Single-channel (greyscale) modes: :func:`to_grey8` takes these."""
 
+
 class UnreadableImage(CorruptData):
     """An image file PIL cannot decode; ``reason`` is PIL's own words, on one line."""
 
