@@ -5,9 +5,11 @@ every image of the split queries all *other* images of the split (In-Shop: queri
 gallery). Scores are cosine similarities, or negative geodesic distances on the Poincare ball for a
 hyperbolic head (Ermolov et al. 2022). Metrics:
 
-* ``recall@K``: fraction of queries with a same-class image among their top ``K``;
+* ``recall@K``: percent of queries with a same-class image among their top ``K``;
 * ``map@r``: ``1/R sum_{i<=R} P(i) rel(i)`` with ``R`` the number of same-class gallery images
-  (mean average precision at R; pytorch-metric-learning's ``mean_average_precision_at_r``).
+  (mean average precision at R; pytorch-metric-learning's ``mean_average_precision_at_r``), in percent.
+
+Both are percentages, like the other domains' rates (before issue 42 they were fractions).
 
 Queries without any same-class gallery image are left out, as in PML's ``AccuracyCalculator``.
 """
@@ -67,7 +69,7 @@ def retrieval_metrics(
     scorer: Scorer = cosine_scores,
     chunk: int = 1024,
 ) -> dict[str, float]:
-    """Recall@K and MAP@R; ``same_set``: queries are the gallery, each query's own entry is excluded."""
+    """Recall@K and MAP@R in percent; ``same_set``: queries are the gallery, each query's own entry is excluded."""
     if same_set and len(queries) != len(gallery):
         raise ValueError(f"same_set needs queries == gallery, got {len(queries)} and {len(gallery)}")
     device = queries.device
@@ -95,6 +97,6 @@ def retrieval_metrics(
         ap = (precision * match * within_r).sum(dim=1) / r
         ap_sum += float(ap[k_keep].sum())
     n = max(int(keep.sum()), 1)
-    out = {f"recall@{k}": hits[k] / n for k in ks}
-    out["map@r"] = ap_sum / n
+    out = {f"recall@{k}": 100.0 * hits[k] / n for k in ks}
+    out["map@r"] = 100.0 * ap_sum / n
     return out

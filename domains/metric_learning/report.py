@@ -74,7 +74,18 @@ def run_one(config: Path, seed: int, output_root: str, data_root: str | None, ex
         "best_checkpoint_epoch": test.get("epoch"),
         "epoch_seconds": epoch_seconds,
         "wall_seconds": round(time.time() - started, 1),
+        "percent": True,
     }
+
+
+def in_percent(run: dict[str, Any]) -> dict[str, Any]:
+    """A stored run with its test metrics and best validation value in percent: runs stored before
+    issue 42 hold fractions (and no ``percent`` key)."""
+    if run.get("percent"):
+        return run
+    best = run.get("best_val")
+    return {**run, "test": {m: 100 * v for m, v in run["test"].items()},
+            "best_val": None if best is None else 100 * best, "percent": True}
 
 
 def table(results: dict[str, list[dict]], losses: Sequence[str]) -> list[str]:
@@ -86,8 +97,8 @@ def table(results: dict[str, list[dict]], losses: Sequence[str]) -> list[str]:
     for loss in losses:
         runs = results.get(loss, [])
         impl, label = DESCRIPTION[loss]
-        cells = [mean_std([r["test"][m] for r in runs], 1, 100) for m in METRICS]
-        cells.append(mean_std([r["best_val"] for r in runs if r.get("best_val") is not None], 1, 100))
+        cells = [mean_std([r["test"][m] for r in runs], 1) for m in METRICS]
+        cells.append(mean_std([r["best_val"] for r in runs if r.get("best_val") is not None], 1))
         secs = epoch_seconds(runs)
         per_epoch = f"{statistics.mean(secs):.1f}" if secs else "-"
         seeds = ",".join(str(r["seed"]) for r in runs) or "not run"
@@ -181,7 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 result = run_one(config, seed, args.output_root, args.data_root, [*args.overrides, *extra], args.threads)
                 write_json(result, stored)
             if stored.is_file():
-                results.setdefault(loss, []).append(json.loads(stored.read_text()))
+                results.setdefault(loss, []).append(in_percent(json.loads(stored.read_text())))
     given = list(argv if argv is not None else sys.argv[1:])
     if "--note" in given:  # the note is printed on its own below the table
         i = given.index("--note")

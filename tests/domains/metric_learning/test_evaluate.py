@@ -28,9 +28,9 @@ def test_matches_pml_accuracy_calculator_leave_one_out():
     calc = AccuracyCalculator(include=("precision_at_1", "mean_average_precision_at_r"), knn_func=CustomKNN(CosineSimilarity()))
     ref = calc.get_accuracy(emb, labels, emb, labels, ref_includes_query=True)
     ours = retrieval_metrics(emb, labels, emb, labels, same_set=True, ks=(1, 2, 4, 8), chunk=7)
-    assert ours["recall@1"] == pytest.approx(ref["precision_at_1"], abs=1e-6)
-    assert ours["map@r"] == pytest.approx(ref["mean_average_precision_at_r"], abs=1e-6)
-    assert 0.1 < ours["recall@1"] < 1.0  # the data is neither trivial nor hopeless
+    assert ours["recall@1"] == pytest.approx(100 * ref["precision_at_1"], abs=1e-4)  # percent, PML's fraction
+    assert ours["map@r"] == pytest.approx(100 * ref["mean_average_precision_at_r"], abs=1e-4)
+    assert 10 < ours["recall@1"] < 100  # the data is neither trivial nor hopeless
 
 
 def test_matches_core_metrics_both_protocols():
@@ -38,14 +38,14 @@ def test_matches_core_metrics_both_protocols():
     ours = retrieval_metrics(emb, labels, emb, labels, same_set=True, ks=(1, 2, 4, 8))
     core_r = recall_at_k(emb, labels, ks=(1, 2, 4, 8))
     for k in (1, 2, 4, 8):
-        assert ours[f"recall@{k}"] == pytest.approx(core_r[k])
-    assert ours["map@r"] == pytest.approx(map_at_r(emb, labels))
+        assert ours[f"recall@{k}"] == pytest.approx(100 * core_r[k])
+    assert ours["map@r"] == pytest.approx(100 * map_at_r(emb, labels))
     q, g = emb[::3], emb[1::3]
     ql, gl = labels[::3], labels[1::3]
     ours = retrieval_metrics(q, ql, g, gl, same_set=False, ks=(1, 4))
     keep = (ql[:, None] == gl[None, :]).any(dim=1)
     core_r = recall_at_k(q[keep], ql[keep], g, gl, ks=(1, 4))
-    assert ours["recall@1"] == pytest.approx(core_r[1]) and ours["recall@4"] == pytest.approx(core_r[4])
+    assert ours["recall@1"] == pytest.approx(100 * core_r[1]) and ours["recall@4"] == pytest.approx(100 * core_r[4])
 
 
 def test_recall_loop_reference():
@@ -53,7 +53,7 @@ def test_recall_loop_reference():
     s = F.normalize(emb, dim=1) @ F.normalize(emb, dim=1).T
     s.fill_diagonal_(-2)
     hits = sum(int(labels[s[i].argmax()] == labels[i]) for i in range(len(labels)))
-    assert retrieval_metrics(emb, labels, emb, labels, same_set=True, ks=(1,))["recall@1"] == pytest.approx(hits / len(labels))
+    assert retrieval_metrics(emb, labels, emb, labels, same_set=True, ks=(1,))["recall@1"] == pytest.approx(100 * hits / len(labels))
 
 
 def test_hyperbolic_objective_ranks_by_poincare_distance():

@@ -14,7 +14,8 @@ def test_untrained_reference_runs_through_the_pipeline(tmp_path, cache_dir, emoj
     extra = report.BASELINES["untrained"][1]
     out = report.run_one(CONFIG, 0, str(tmp_path), str(emoji_root), [*tiny, *extra])
     assert out["epoch_seconds"] == [] and out["best_checkpoint_epoch"] == 0
-    assert set(out["test"]) == set(report.METRICS) and 0.0 <= out["test"]["recall@1"] <= 1.0
+    assert set(out["test"]) == set(report.METRICS) and 0.0 <= out["test"]["recall@1"] <= 100.0
+    assert out["percent"] is True  # the stored run says its unit (runs stored before issue 42 hold fractions)
     assert (Path(out["run_dir"]) / "checkpoints" / "best.pt").is_file()
 
 
@@ -40,3 +41,18 @@ def test_page_from_stored_runs(tmp_path):
     assert circle[2] == "0,1" and circle[3] == "19.0 ± 1.4" and circle[8] == "32.0 ± 2.8"
     assert circle[9] == "4.0"  # first epoch of each run dropped: mean of 3, 5 and 4
     assert "--table-only" not in page.read_text()  # the page names the command that trains its runs
+
+
+def test_runs_stored_in_percent_render_like_runs_stored_as_fractions(tmp_path):
+    """Runs stored before recall became a percent (fractions, no ``percent`` key) and after render the same page."""
+    pages = []
+    for scale, marker in ((1.0, {}), (100.0, {"percent": True})):
+        results = tmp_path / f"results{scale:.0f}"
+        results.mkdir()
+        for seed, (r1, val) in enumerate(((0.20, 0.34), (0.18, 0.30))):
+            run = {**stored(scale * r1, scale * val, [9.0, 3.0]), "seed": seed, **marker}
+            (results / f"circle_seed{seed}.json").write_text(json.dumps(run))
+        page = results / "page.md"
+        assert report.main(["--table-only", "--losses", "circle", "--results-dir", str(results), "--out", str(page)]) == 0
+        pages.append(page.read_text().replace(str(results), "RESULTS"))
+    assert pages[0] == pages[1] and "| 19.0 ± 1.4 |" in pages[0]
