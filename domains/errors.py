@@ -23,6 +23,10 @@ class SetupError(RuntimeError):
     """A run the task cannot do as set up (e.g. more processes than it supports); the message says why."""
 
 
+class OneProcessOnly(SetupError):
+    """A task that runs in one process only (graph: full-batch), started under several (``torchrun``)."""
+
+
 def one_line(err: BaseException) -> str:
     """An error's message folded onto one line (what the CLI prints before exiting with status 2)."""
     return " ".join(str(err).split()) or type(err).__name__

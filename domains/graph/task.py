@@ -30,7 +30,7 @@ from contrasuite.core.negatives.cluster_weights import ClusterWeights
 from contrasuite.core.negatives.learned_weights import LearnedNegativeWeights
 from contrasuite.core.objectives import InfoNCE, ObjectiveSum
 from contrasuite.domains.config_fields import bounded, one_of
-from contrasuite.domains.errors import ConfigValueError, SetupError
+from contrasuite.domains.errors import ConfigValueError, OneProcessOnly
 from contrasuite.domains.graph.data import DatasetSpec, load_hetero, metapath_counts
 from contrasuite.domains.graph.evaluate import ProbeSettings, clustering_scores, heco_probe
 from contrasuite.domains.graph.graphs import GATHER, WEIGHTS, context_chains, mean_adjacency, pathsim_topk
@@ -145,7 +145,7 @@ class GraphTask:
     def setup(self, ctx: TaskContext) -> None:
         cfg: GraphConfig = ctx.config
         if ctx.world_size > 1:
-            raise SetupError(f"graph trains full-batch in one process, not {ctx.world_size}: its ranks would train "
+            raise OneProcessOnly(f"graph trains full-batch in one process, not {ctx.world_size}: its ranks would train "
                              "unsynchronised copies (run it without torchrun)")
         spec = cfg.dataset
         self.cfg, self.seed, self.device, self.ctx = cfg, ctx.seed, ctx.device, ctx
