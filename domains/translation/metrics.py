@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from contrasuite.domains.efficientnet_lite0 import NETWORK, efficientnet_lite0, normalize
+from contrasuite.domains.task import Progress, no_progress
 
 FEATURE_NETWORK = NETWORK
 """The network FD/KID are computed on (``domains.efficientnet_lite0.NETWORK``), stored with results."""
@@ -113,11 +114,14 @@ def feature_network(weights: str | None = None) -> nn.Module:
 
 
 @torch.no_grad()
-def extract_features(model: nn.Module, images: Tensor, size: int = 224, batch_size: int = 64) -> np.ndarray:
-    """``uint8 [N, 3, H, W]`` -> ``float64 [N, 1280]`` (bilinear resize to ``size``, Lite preprocessing)."""
+def extract_features(model: nn.Module, images: Tensor, size: int = 224, batch_size: int = 64,
+                     progress: Progress = no_progress, desc: str = "") -> np.ndarray:
+    """``uint8 [N, 3, H, W]`` -> ``float64 [N, 1280]`` (bilinear resize to ``size``, Lite preprocessing);
+    ``progress`` shows the loop over batches, labelled ``desc``."""
     device = next(model.parameters()).device
     out = []
-    for i in range(0, len(images), batch_size):
+    starts = range(0, len(images), batch_size)
+    for i in progress(starts, desc, total=len(starts)):
         x = images[i : i + batch_size].to(device).float() / 255.0
         if x.shape[-1] != size or x.shape[-2] != size:
             x = F.interpolate(x, size=(size, size), mode="bilinear", align_corners=False, antialias=True)

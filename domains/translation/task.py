@@ -37,7 +37,8 @@ translate`` use.
 EfficientNet-Lite0 features against the real Noto drawings of the same held-out emoji, plus the same
 numbers for the untranslated input (``input_*``); folders -- FD/KID of fixed crops of translated
 ``testA`` (else ``trainA``) against crops of ``testB`` (else ``trainB``). A PNG grid of input,
-output and target is written to ``RUN_DIR/samples/`` at every evaluation.
+output and target (a header row names the columns) is written to ``RUN_DIR/samples/`` at every evaluation;
+each evaluation stage over the images (translating, features of each set) is a bar through ``ctx.progress``.
 """
 
 from __future__ import annotations
@@ -45,10 +46,11 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Optional
+from typing import Any, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
+from PIL import Image, ImageDraw
 from torch import Tensor, nn
 
 from contrasuite.domains.config_fields import bounded, one_of
@@ -162,17 +164,27 @@ def lsgan(pred: Tensor, target: float) -> Tensor:
     return (pred.float() - target).pow(2).mean()
 
 
-def grid(rows: list[list[Tensor]]) -> np.ndarray:
-    """``uint8 [3, H, W]`` tiles in a ``rows x columns`` HWC array with 2-px white gaps."""
+GRID_HEADER = 16
+"""Height in pixels of the sample grid's header row (the column names in PIL's default font)."""
+
+
+def grid(rows: list[list[Tensor]], columns: Sequence[str]) -> Image.Image:
+    """``uint8 [3, H, W]`` tiles in ``rows x columns`` with 2-px white gaps, under a header row naming each column."""
     h = max(t.shape[-2] for r in rows for t in r)
     w = max(t.shape[-1] for r in rows for t in r)
     cols, gap = max(len(r) for r in rows), 2
-    out = np.full((len(rows) * (h + gap) - gap, cols * (w + gap) - gap, 3), 255, np.uint8)
+    if len(columns) != cols:
+        raise ValueError(f"grid: {len(columns)} column names for {cols} columns")
+    out = np.full((GRID_HEADER + len(rows) * (h + gap) - gap, cols * (w + gap) - gap, 3), 255, np.uint8)
     for i, r in enumerate(rows):
         for j, t in enumerate(r):
-            y, x = i * (h + gap), j * (w + gap)
+            y, x = GRID_HEADER + i * (h + gap), j * (w + gap)
             out[y : y + t.shape[-2], x : x + t.shape[-1]] = t.permute(1, 2, 0).numpy()
-    return out
+    image = Image.fromarray(out)
+    draw = ImageDraw.Draw(image)
+    for j, name in enumerate(columns):
+        draw.text((j * (w + gap) + 2, 2), name, fill="black")
+    return image
 
 
 class TranslationTask:
@@ -407,11 +419,13 @@ class TranslationTask:
     # -- evaluation -----------------------------------------------------------------------------
 
     @torch.no_grad()
-    def translate(self, images: Tensor, batch_size: int = 32) -> Tensor:
-        """``uint8 [N, 3, H, W]`` -> translated ``uint8`` (fp32, the generator as it is now, or its average)."""
+    def translate(self, images: Tensor, batch_size: int = 32, desc: str = "") -> Tensor:
+        """``uint8 [N, 3, H, W]`` -> translated ``uint8`` (fp32, the generator as it is now, or its average);
+        with ``desc``, the loop over batches is a bar of that name (``ctx.progress``)."""
         generator = self.generator if self.generator_ema is None else self.generator_ema
         out = []
-        for i in range(0, len(images), batch_size):
+        starts = range(0, len(images), batch_size)
+        for i in self.ctx.progress(starts, desc, total=len(starts)) if desc else starts:
             x = D.to_float(images[i : i + batch_size]).to(self.device)
             out.append(D.to_uint8(translate_any_size(generator, x)).cpu())
         return torch.cat(out)
@@ -421,8 +435,10 @@ class TranslationTask:
             self._features = feature_network(self.cfg.eval.feature_weights).to(self.device)
         return self._features
 
-    def _feats(self, images: Tensor) -> np.ndarray:
-        return extract_features(self._feature_net(), images, self.cfg.eval.feature_size)
+    def _feats(self, images: Tensor, what: str) -> np.ndarray:
+        """EfficientNet-Lite0 features of ``images`` (a bar: ``features of N <what> images``)."""
+        return extract_features(self._feature_net(), images, self.cfg.eval.feature_size, progress=self.ctx.progress,
+                                desc=f"EfficientNet-Lite0 features of {len(images)} {what} images")
 
     def _eval_images(self, split: str) -> tuple[Any, Tensor]:
         """``(inputs, targets)``: emoji ``uint8`` stacks; folders a list of images and target crops."""
@@ -441,9 +457,10 @@ class TranslationTask:
         inputs, targets = self._eval_images(split)
         rows_n = self.cfg.eval.grid_rows
         if self.cfg.data.kind == "emoji":
-            outputs = self.translate(inputs)
+            outputs = self.translate(inputs, desc=f"translating {len(inputs)} {split} images")
             metrics = self._metrics(split, inputs, outputs, targets, paired=True)
             rows = [[inputs[i], outputs[i], targets[i]] for i in range(min(rows_n, len(inputs)))]
+            columns = ("input", "output", "target")
         else:
             dc = self.cfg.data
             outputs = [self.translate(x[None])[0]
@@ -451,36 +468,35 @@ class TranslationTask:
             crops = lambda images: torch.cat([D.fixed_crops(_Single(x), dc.crop_size, dc.eval_crops, seed=2) for x in images])  # noqa: E731
             metrics = self._metrics(split, crops(inputs), crops(outputs), targets, paired=False)
             rows = [[inputs[i], outputs[i]] for i in range(min(rows_n, len(inputs)))]
-        self._save_grid(split, rows)
+            columns = ("input", "output")
+        self._save_grid(split, rows, columns)
         return metrics
 
     def _metrics(self, split: str, inputs: Tensor, outputs: Tensor, targets: Tensor, paired: bool) -> dict[str, float]:
         """FD/KID of ``outputs`` vs ``targets`` (+ PSNR/SSIM when paired), and the same for ``inputs`` (``input_*``)."""
         if split not in self._real_cache:
-            self._real_cache[split] = self._feats(targets)
+            self._real_cache[split] = self._feats(targets, f"{split} target")
         real = self._real_cache[split]
 
-        def measure(images: Tensor) -> dict[str, float]:
-            m = distribution_metrics(self._feats(images), real, self.cfg.eval.kid_subsets)
+        def measure(images: Tensor, what: str) -> dict[str, float]:
+            m = distribution_metrics(self._feats(images, what), real, self.cfg.eval.kid_subsets)
             if paired:
                 m |= {"psnr": float(psnr(images / 255.0, targets / 255.0).mean()),
                       "ssim": float(ssim(images / 255.0, targets / 255.0).mean())}
             return m
 
         if split not in self._floor_cache:
-            self._floor_cache[split] = {f"input_{k}": v for k, v in measure(inputs).items()}
-        return measure(outputs) | self._floor_cache[split]
+            self._floor_cache[split] = {f"input_{k}": v for k, v in measure(inputs, f"{split} input").items()}
+        return measure(outputs, "translated") | self._floor_cache[split]
 
-    def _save_grid(self, split: str, rows: list[list[Tensor]]) -> None:
+    def _save_grid(self, split: str, rows: list[list[Tensor]], columns: Sequence[str]) -> None:
         if self.ctx.rank != 0 or not rows:
             return
-        from PIL import Image
-
         folder = Path(self.ctx.run_dir) / "samples"
         folder.mkdir(parents=True, exist_ok=True)
         target = folder / f"{split}_step{self._step:07d}.png"
         tmp = target.with_suffix(".tmp.png")
-        Image.fromarray(grid(rows)).save(tmp)
+        grid(rows, columns).save(tmp)
         tmp.replace(target)
 
 

@@ -4,13 +4,15 @@ import json
 from contextlib import nullcontext
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 from contrasuite.domains.averaging import update_average
-from contrasuite.domains.task import TaskContext
+from contrasuite.domains.task import Progress, TaskContext, no_progress
 from contrasuite.domains.translation.data import DataConfig, emoji_groups, split_emoji
-from contrasuite.domains.translation.task import TranslationConfig, TranslationTask
+from contrasuite.domains.translation.task import GRID_HEADER, TranslationConfig, TranslationTask
 
 
 def test_split_emoji_disjoint_and_groups_kept_together():
@@ -53,7 +55,8 @@ class RecordingStep:
         self.optimizers[name].zero_grad(set_to_none=True)
 
 
-def tiny_task(tmp_path: Path, data_root: Path, cache: Path, ema: float = 0.0, **nce) -> TranslationTask:
+def tiny_task(tmp_path: Path, data_root: Path, cache: Path, ema: float = 0.0, progress: Progress = no_progress,
+              **nce) -> TranslationTask:
     cfg = TranslationConfig(ema=ema)
     cfg.data = DataConfig(batch_size=2, crop_size=32, max_train_images=6, test_images=20, val_images=10,
                           cache_dir=str(cache))
@@ -64,7 +67,7 @@ def tiny_task(tmp_path: Path, data_root: Path, cache: Path, ema: float = 0.0, **
         setattr(cfg.nce, k, v)
     task = TranslationTask()
     task.setup(TaskContext(config=cfg, device=torch.device("cpu"), precision="fp32", run_dir=tmp_path,
-                           data_root=data_root, seed=0))
+                           data_root=data_root, seed=0, progress=progress))
     return task
 
 
@@ -191,3 +194,26 @@ def test_paired_diagnostic_needs_emoji_data(tmp_path, data_root):
     with pytest.raises(ValueError, match="config.lambda_paired"):
         TranslationTask().setup(TaskContext(config=cfg, device=torch.device("cpu"), precision="fp32", run_dir=tmp_path,
                                             data_root=data_root, seed=0))
+
+
+def test_evaluation_shows_each_stage_and_writes_a_grid_with_column_names(tmp_path, data_root, emoji_cache):
+    stages = []
+
+    def progress(iterable, desc="", total=None):
+        stages.append((desc, total))
+        return iterable
+
+    task = tiny_task(tmp_path, data_root, emoji_cache, progress=progress)
+    task.cfg.eval.max_images, task.cfg.eval.feature_size, task.cfg.eval.kid_subsets, task.cfg.eval.grid_rows = 4, 32, 2, 3
+    task.evaluate("val")
+    assert stages == [("translating 4 val images", 1), ("EfficientNet-Lite0 features of 4 val target images", 1),
+                      ("EfficientNet-Lite0 features of 4 val input images", 1),
+                      ("EfficientNet-Lite0 features of 4 translated images", 1)]
+    saved = np.asarray(Image.open(next((tmp_path / "samples").glob("val_step*.png"))).convert("RGB"))
+    inputs, _ = task._eval_images("val")
+    side = inputs.shape[-1]
+    assert saved.shape[:2] == (GRID_HEADER + 3 * (side + 2) - 2, 3 * (side + 2) - 2)  # 3 rows, 3 columns, the header
+    assert np.array_equal(saved[GRID_HEADER : GRID_HEADER + side, :side], inputs[0].permute(1, 2, 0).numpy())
+    header = saved[:GRID_HEADER]
+    for column in range(3):  # input, output, target: dark text over each column
+        assert (header[:, column * (side + 2) : (column + 1) * (side + 2) - 2] < 100).any(), column
