@@ -51,6 +51,9 @@ class ContrastiveObjective(nn.Module):
     """The loss is this class's ``forward``: the mean of :meth:`per_anchor` over the anchors with a positive,
     so a rank can sum its anchors' terms (core.negatives.gather). A class that overrides ``forward``
     must declare it, ``False`` unless its ``forward`` only routes inputs to this one."""
+    tiles: ClassVar[bool] = False
+    """The constructor takes ``tile_size`` (:mod:`contrasuite.core.tiling`): the loss in row blocks, never the
+    whole ``[N, M]`` matrix; ``self.tile_size`` is then ``None`` (dense) or the block's rows."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -73,13 +76,17 @@ class ContrastiveObjective(nn.Module):
         a, b = anchors[first], anchors[partner[first]]
         return 0.5 * (self(a, b) + self(b, a))
 
+    def log_values(self) -> dict[str, float]:
+        """Scalars about the last call that the trainer logs as ``state/<module path>.<name>`` (none here)."""
+        return {}
+
     def per_anchor(self, anchors: Tensor, candidates: Tensor, pairs: Pairs, neg_weight: Tensor | None) -> Tensor:
         """Per-anchor losses ``[N]`` (any value for anchors without positives; they are dropped)."""
         raise NotImplementedError
 
     def per_anchor_fp32(self, anchors: Tensor, candidates: Tensor, pairs: Pairs, neg_weight: Tensor | None) -> Tensor:
         """:meth:`per_anchor` on fp32 (or fp64) copies of the inputs with autocast off (the numerics policy)."""
-        if callable(neg_weight) and getattr(self, "tile_size", None) is None:
+        if callable(neg_weight) and not (self.tiles and self.tile_size is not None):
             raise ValueError(f"{type(self).__name__}: a neg_weight given as a function of the block needs tile_size")
         with full_precision(anchors):
             weight = neg_weight if neg_weight is None or callable(neg_weight) else upcast(neg_weight)

@@ -81,6 +81,7 @@ class CLIPLoss(ContrastiveObjective):
         tile_size: compute both directions in tiles (:func:`tiled_clip_loss`); ``None`` (default): dense.
     """
 
+    tiles: ClassVar[bool] = True
     distributed = Distributed.GATHER_CANDIDATES
 
     paired_views: ClassVar[bool] = True

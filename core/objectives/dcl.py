@@ -88,6 +88,7 @@ class DCL(ContrastiveObjective):
             ``None`` (default): dense.
     """
 
+    tiles: ClassVar[bool] = True
     distributed: ClassVar[Distributed] = Distributed.GATHER_CANDIDATES
 
     def __init__(self, temperature: float = 0.1, tile_size: int | None = None) -> None:

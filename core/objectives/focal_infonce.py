@@ -76,6 +76,7 @@ class FocalInfoNCE(ContrastiveObjective):
             (:func:`~contrasuite.core.objectives.infonce.tiled_weighted_infonce`); ``None`` (default): dense.
     """
 
+    tiles: ClassVar[bool] = True
     distributed: ClassVar[Distributed] = Distributed.GATHER_CANDIDATES
 
     def __init__(self, temperature: float = 0.05, margin: float = 0.3, tile_size: int | None = None) -> None:

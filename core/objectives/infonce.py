@@ -201,6 +201,7 @@ class InfoNCE(ContrastiveObjective):
             ``None`` (default): the dense ``N x M`` logits.
     """
 
+    tiles: ClassVar[bool] = True
     chooses_similarity: ClassVar[bool] = True
 
     def __init__(

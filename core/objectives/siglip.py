@@ -70,6 +70,7 @@ class SigLIP(ContrastiveObjective):
         tile_size: sum the pair terms in tiles (:func:`tiled_sigmoid_pair_sum`); ``None`` (default): dense.
     """
 
+    tiles: ClassVar[bool] = True
     distributed = Distributed.PAIRWISE_RING
 
     paired_views: ClassVar[bool] = True

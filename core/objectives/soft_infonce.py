@@ -108,6 +108,7 @@ class SoftInfoNCE(ContrastiveObjective):
             the prior's weights block by block (:func:`soft_infonce_weight_blocks`); ``None`` (default): dense.
     """
 
+    tiles: ClassVar[bool] = True
     distributed: ClassVar[Distributed] = Distributed.GATHER_CANDIDATES
     takes_prior: ClassVar[bool] = True
     chooses_similarity: ClassVar[bool] = True

@@ -7,6 +7,7 @@ anchors, candidates, extra columns, the objective's own parameters and a grad-re
 from __future__ import annotations
 
 import copy
+import inspect
 import math
 
 import pytest
@@ -15,6 +16,7 @@ from torch import nn
 
 from contrasuite.core.gradcache import cached_backward
 from contrasuite.core.objectives import DCL, DCLW, CLIPLoss, FocalInfoNCE, InfoNCE, SigLIP, SoftInfoNCE
+from contrasuite.core.objectives import OBJECTIVES as REGISTERED
 from contrasuite.core.pairs import Pairs, resolve_pairs, two_view
 from contrasuite.core.tiling import Tiling, check_tile_size, tiled_rows
 from contrasuite.pipelines.bench.objectives import peak_mb
@@ -297,3 +299,10 @@ def test_resolve_pairs_keeps_labels_and_functions_compact():
     assert by_labels.labels is not None and by_labels._pos is None and by_labels.self_offset == 0
     _, by_function = resolve_pairs(a, a, pos_mask=lambda rows, cols: torch.zeros(rows.stop - rows.start, cols.stop - cols.start))
     assert by_function.pos_blocks is not None and not bool(by_function.has_pos.any())
+
+
+def test_the_tiles_capability_is_declared_by_exactly_the_objectives_that_take_tile_size():
+    """``tiles`` is what the bench and the neg_weight check read; it must match the constructors."""
+    for name, cls in REGISTERED.items():
+        assert cls.tiles == ("tile_size" in inspect.signature(cls).parameters), name
+    assert {"infonce", "dcl", "clip", "siglip"} <= {n for n, c in REGISTERED.items() if c.tiles}
