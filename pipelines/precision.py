@@ -1,4 +1,5 @@
-"""Device and precision: bf16 autocast by default (CUDA and CPU), fp16 with a GradScaler, fp32."""
+"""Device and precision: ``auto`` (bf16 autocast where the device computes bf16 natively, else fp32), bf16,
+fp16 with a GradScaler, fp32."""
 
 from __future__ import annotations
 
@@ -25,6 +26,33 @@ def slow_bf16_note(precision: str, device: torch.device) -> str | None:
         return None
     return ("run.precision=bf16 on a CPU without AVX512-BF16 or AMX: bf16 is emulated here and runs several times "
             "slower than fp32; set run.precision=fp32 for CPU runs on this machine")
+
+
+def auto_precision(device: torch.device) -> tuple[str, str]:
+    """What ``run.precision=auto`` means on ``device``: ``bf16`` on a CUDA device with bf16 kernels and on a
+    CPU with AVX512-BF16 or AMX, ``fp32`` elsewhere (where bf16 is emulated); and why, in a few words."""
+    if device.type == "cuda":
+        if torch.cuda.is_bf16_supported(including_emulation=False):
+            return "bf16", f"{torch.cuda.get_device_name(device)} computes bf16 natively"
+        return "fp32", f"{torch.cuda.get_device_name(device)} has no native bf16"
+    if cpu_has_native_bf16():
+        return "bf16", "this CPU has AVX512-BF16 or AMX"
+    return "fp32", "this CPU has neither AVX512-BF16 nor AMX, so bf16 would be emulated, several times slower"
+
+
+def resolve_precision(requested: str, device: torch.device) -> tuple[str, str | None]:
+    """The concrete precision of ``run.precision`` on ``device`` and, for ``auto``, the line that says what it chose."""
+    if requested != "auto":
+        return requested, None
+    chosen, why = auto_precision(device)
+    return chosen, f"run.precision=auto chose {chosen}: {why}"
+
+
+def planned_precision(precision: str, device: str) -> str:
+    """The concrete precision a run of ``run.precision``/``run.device`` gets on this machine, found without
+    choosing a GPU (what a report keys its cached results by)."""
+    planned = "cuda" if device != "cpu" and torch.cuda.is_available() else "cpu"
+    return resolve_precision(precision, torch.device(planned))[0]
 
 
 def pick_device(requested: str, local_rank: int = 0) -> torch.device:
