@@ -37,9 +37,11 @@ def config_digest(config: Path, overrides: Sequence[str], code: Mapping[str, str
 
     A cached result is reused only while this matches, so editing a config reruns its cached runs."""
     from contrasuite.pipelines.config import load_config
+    from contrasuite.pipelines.precision import planned_precision
 
     resolved = load_config(config, list(overrides)).resolved
     run = resolved.get("run", {})
+    run["precision"] = planned_precision(run["precision"], run["device"])  # auto -> what this machine runs
     key = {"config": resolved.get("config", {}), "run": {k: run.get(k) for k in RESULT_KEYS}}
     if code:  # absent when not given, so the digests made before ``code`` existed stay valid
         key["code"] = dict(code)
