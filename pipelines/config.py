@@ -24,7 +24,10 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import hashlib
+import json
 import os
+import re
 from dataclasses import dataclass
 import importlib.util
 from pathlib import Path
@@ -38,7 +41,7 @@ from contrasuite.domains.config_fields import bounded, check_fields, one_of
 from contrasuite.pipelines.registry import missing_extra, resolve_task
 
 TOP_LEVEL_KEYS = ("task", "extends", "run", "config")
-PRECISIONS = ("bf16", "fp16", "fp32")
+PRECISIONS = ("auto", "bf16", "fp16", "fp32")
 DEVICES = ("auto", "cpu", "cuda")
 
 
@@ -51,8 +54,9 @@ class RunSettings:
     """Engine settings (the ``run:`` section). Every default lives here, nowhere else."""
 
     seed: int = bounded(0, ge=0)
-    precision: str = one_of("bf16", PRECISIONS)
-    """``bf16`` (autocast, default on CUDA and CPU), ``fp16`` (autocast + GradScaler) or ``fp32``."""
+    precision: str = one_of("auto", PRECISIONS)
+    """``auto`` (bf16 where the device computes it natively: a CUDA GPU with bf16 kernels, a CPU with
+    AVX512-BF16 or AMX; fp32 elsewhere), ``bf16`` (autocast), ``fp16`` (autocast + GradScaler) or ``fp32``."""
     device: str = one_of("auto", DEVICES)
     """``auto`` (CUDA when present), ``cpu`` or ``cuda``."""
     epochs: int = bounded(1, ge=0)
@@ -89,6 +93,9 @@ class RunSettings:
     output_root: str = "runs"
     data_root: Optional[str] = None
     """Data root; ``--data-root`` beats this, which beats ``$CONTRASUITE_DATA``, which beats ``data``."""
+    name: Optional[str] = None
+    """The run name (the folder below ``<output_root>/<domain>/``); None: the config's name, plus a digest of
+    the ``config.*`` values the overrides changed (:func:`run_name`). Letters, digits, ``._-``; ``/`` nests."""
     resume: str = "never"
     """``never``, ``auto`` (continue the newest unfinished run of this config) or a run folder."""
     eval_checkpoint: str = one_of("best", ("best", "last"))
@@ -106,8 +113,10 @@ class LoadedConfig:
     config: Any
     resolved: dict
     name: str = ""
-    """The run name: ``reduced/meow_acm`` for ``configs/graph/reduced/meow_acm.yaml`` (the shipped path
-    below the domain's folder), the file stem for any other file. Run folders and progress bars use it."""
+    """The run name (:func:`run_name`): ``run.name``, else ``reduced/meow_acm`` for
+    ``configs/graph/reduced/meow_acm.yaml`` (the shipped path below the domain's folder; the file stem for any
+    other file), with ``-<digest>`` when overrides changed the ``config:`` section. Run folders, status,
+    plots and progress bars use it."""
 
     @property
     def stem(self) -> str:
@@ -342,8 +351,44 @@ def apply_override(root: DictConfig, key: str, value: Any, path: Path) -> None:
         raise ConfigError(f"{path}: override {key}: {_first_line(err)}") from None
 
 
-def run_name(path: Path, domain: str) -> str:
-    """``reduced/meow_acm`` for a shipped ``graph/reduced/meow_acm.yaml`` of domain ``graph``; else the stem."""
+SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*")
+"""A run name: folder names of letters, digits and ``._-`` (not starting with ``.`` or ``-``), joined by ``/``."""
+
+
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": [1, 2]}}`` -> ``{"a.b.0": 1, "a.b.1": 2}`` (empty containers kept as leaves)."""
+    if isinstance(tree, dict):
+        items = list(tree.items())
+    elif isinstance(tree, list):
+        items = list(enumerate(tree))
+    else:
+        items = []
+    if not items:
+        return {prefix: tree}
+    out: dict[str, Any] = {}
+    for key, value in items:
+        out.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def overrides_digest(before: dict, after: dict) -> str | None:
+    """8 hex digits naming how ``after`` (the ``config:`` section with the overrides) differs from ``before``
+    (the file's), None when it does not: the same changes give the same digest, whatever their order or spelling."""
+    old, new = flatten(before), flatten(after)
+    changed = {k: new.get(k, "<absent>") for k in sorted(set(old) | set(new))
+               if old.get(k, "<absent>") != new.get(k, "<absent>")}
+    if not changed:
+        return None
+    return hashlib.sha256(json.dumps(changed, sort_keys=True, default=str).encode()).hexdigest()[:8]
+
+
+def run_name(path: Path, domain: str, digest: str | None = None) -> str:
+    """``reduced/meow_acm`` for a shipped ``graph/reduced/meow_acm.yaml`` of domain ``graph``, else the stem;
+    ``-<digest>`` appended when overrides changed the config (:func:`overrides_digest`)."""
+    return _config_name(path, domain) + (f"-{digest}" if digest else "")
+
+
+def _config_name(path: Path, domain: str) -> str:
     try:
         rel = path.resolve().relative_to(config_root().resolve()).with_suffix("")
     except (ValueError, ConfigError):
@@ -376,6 +421,7 @@ def load_config(path: str | os.PathLike, overrides: Sequence[str] = (), data_roo
     root = OmegaConf.create({"task": str(task_name)})
     root.run = _structured(RunSettings, raw.get("run"), "run", path)
     root.config = _structured(schema, raw.get("config"), "config", path)
+    from_file = OmegaConf.to_container(root.config)  # unresolved: run.epochs=5 changes ${run.epochs}, not the name
     for key, value in parsed:
         if key != "task":
             apply_override(root, key, value, path)
@@ -383,6 +429,7 @@ def load_config(path: str | os.PathLike, overrides: Sequence[str] = (), data_roo
         root.run.data_root = str(data_root)
     elif root.run.data_root is None:
         root.run.data_root = os.environ.get("CONTRASUITE_DATA", "data")
+    digest = overrides_digest(from_file, OmegaConf.to_container(root.config))
     try:
         resolved = OmegaConf.to_container(root, resolve=True)
         run = OmegaConf.to_object(root.run)
@@ -395,8 +442,11 @@ def load_config(path: str | os.PathLike, overrides: Sequence[str] = (), data_roo
     except ValueError as err:
         raise ConfigError(f"{path}: {err}") from None
     _check_objective_terms(resolved["config"], path, getattr(task_class, "extra_objectives", None))
+    if run.name is not None and not SAFE_NAME.fullmatch(run.name):
+        raise ConfigError(f"{path}: run.name: {run.name!r} is not a safe folder name (letters, digits and ._- , "
+                          "not starting with . or -; / between folder names)")
     loaded = LoadedConfig(path, str(task_name), task_class, run, config, resolved)
-    loaded.name = name or run_name(path, loaded.domain)
+    loaded.name = name or run.name or run_name(path, loaded.domain, digest)
     return loaded
 
 

@@ -1,7 +1,10 @@
 """The run folder ``<output_root>/<domain>/<run name>/<timestamp>/`` and what describes it.
 
-The run name is the config's shipped path below its domain folder (``reduced/meow_acm``), or the
-file stem of any other config, so a reduced and a full config of the same name never share folders.
+The run name is ``run.name`` when given, else the config's shipped path below its domain folder
+(``reduced/meow_acm``) or the file stem of any other config, so a reduced and a full config of the same
+name never share folders; overrides that change the ``config:`` section add a digest of the change
+(``reduced_infonce-2ad9a18a``), so such a run is neither filed with nor resumed as the config's own runs
+(:func:`contrasuite.pipelines.config.run_name`).
 
 It holds ``config.yaml`` (resolved), ``environment.json`` (versions, git commit, device),
 ``status.json``, ``metrics.csv``, ``checkpoints/``, ``eval_*.json`` and ``plots/``.
@@ -31,9 +34,9 @@ class RunFolderError(RuntimeError):
     """A run folder that cannot be made under ``run.output_root`` (a file in the way, no permission, a full disk)."""
 
 
-def new_run_dir(output_root: str | Path, domain: str, stem: str) -> Path:
-    """Create a fresh, timestamped run folder (a numeric suffix avoids collisions)."""
-    base = Path(output_root) / domain / stem
+def new_run_dir(output_root: str | Path, domain: str, name: str) -> Path:
+    """Create a fresh, timestamped run folder below ``<output_root>/<domain>/<name>`` (a numeric suffix avoids collisions)."""
+    base = Path(output_root) / domain / name
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for n in range(1000):
         candidate = base / (stamp if n == 0 else f"{stamp}-{n}")
@@ -55,9 +58,9 @@ def _cannot_make(output_root: str | Path, folder: Path, err: OSError) -> RunFold
     return RunFolderError(f"run.output_root={output_root}: cannot make the run folder {folder}: {why}")
 
 
-def unfinished_runs(output_root: str | Path, domain: str, stem: str) -> list[Path]:
-    """This config name's runs with a ``last.pt`` and no finished status, newest first (for ``run.resume=auto``)."""
-    base = Path(output_root) / domain / stem
+def unfinished_runs(output_root: str | Path, domain: str, name: str) -> list[Path]:
+    """This run name's runs with a ``last.pt`` and no finished status, newest first (for ``run.resume=auto``)."""
+    base = Path(output_root) / domain / name
     if not base.is_dir():
         return []
     return [run for run in sorted((p for p in base.iterdir() if p.is_dir()), reverse=True)

@@ -14,26 +14,29 @@ from typing import Any, Callable, Iterable, Mapping
 import torch
 
 from contrasuite.domains.task import Task, TaskContext, autocast_for
-from contrasuite.pipelines.precision import make_scaler
+from contrasuite.pipelines.precision import make_scaler, resolve_precision
 from contrasuite.pipelines.step import Step
 
 
 def setup_task(task: Task, config: Any, *, device: torch.device, precision: str = "fp32", data_root: Path = Path("."),
                run_dir: Path = Path("."), seed: int = 0, progress: Callable[..., Iterable] | None = None) -> Task:
-    """``task.setup`` with a one-rank :class:`TaskContext` (``config``: the task's config section); returns ``task``."""
+    """``task.setup`` with a one-rank :class:`TaskContext` (``config``: the task's config section; ``precision``
+    may be ``auto``, resolved for ``device`` as the trainer does); returns ``task``."""
     extra = {} if progress is None else {"progress": progress}
-    task.setup(TaskContext(config=config, device=device, precision=precision, run_dir=Path(run_dir),
+    concrete = resolve_precision(precision, device)[0]
+    task.setup(TaskContext(config=config, device=device, precision=concrete, run_dir=Path(run_dir),
                            data_root=Path(data_root), seed=seed, **extra))
     return task
 
 
 class StepRunner:
     """``task.train_step`` inside the engine's ``Step`` (optimizers, schedulers, loss scaler, autocast for
-    ``precision``; no gradient clipping; a non-finite loss stops), one call per step."""
+    ``precision``, ``auto`` resolved for ``device``; no gradient clipping; a non-finite loss stops), one call
+    per step."""
 
     def __init__(self, task: Task, device: torch.device, precision: str) -> None:
-        self.task, self.device, self.precision = task, device, precision
-        self.scaler = make_scaler(precision, device)
+        self.task, self.device, self.precision = task, device, resolve_precision(precision, device)[0]
+        self.scaler = make_scaler(self.precision, device)
 
     def __call__(self, batch: Any, epoch: int, step: int) -> Mapping[str, float]:
         context = Step(epoch=epoch, step=step, optimizers=self.task.optimizers(), schedulers=self.task.schedulers(),

@@ -38,11 +38,11 @@ from contrasuite.domains.errors import SetupError
 from contrasuite.domains.task import TaskContext, autocast_for, hook
 from contrasuite.domains.init_from import checkpoint_file
 from contrasuite.pipelines import checkpoint, distributed
-from contrasuite.pipelines.config import LoadedConfig, load_config, parse_override, save_resolved
+from contrasuite.pipelines.config import LoadedConfig, flatten, load_config, parse_override, save_resolved
 from contrasuite.pipelines.metrics_log import MetricsLog
 from contrasuite.pipelines.plots import similarity_histogram, training_curves
 from contrasuite.pipelines.preemption import Preempted, StopSignals
-from contrasuite.pipelines.precision import make_scaler, pick_device, set_deterministic, slow_bf16_note
+from contrasuite.pipelines.precision import make_scaler, pick_device, resolve_precision, set_deterministic, slow_bf16_note
 from contrasuite.pipelines.run_dir import environment, new_run_dir, read_json, unfinished_runs, write_json
 from contrasuite.pipelines.run_lock import RunLock
 from contrasuite.pipelines.step import NonFiniteStepError, Step
@@ -50,8 +50,20 @@ from contrasuite.pipelines.step import NonFiniteStepError, Step
 TEMPERATURE_NAMES = ("logit_scale", "temperature", "log_temperature", "logit_bias")
 RESULT_NEUTRAL_KEYS = ("run.progress", "run.tensorboard", "run.log_every_steps", "run.health_every_steps",
                        "run.checkpoint_every_steps", "run.output_root", "run.data_root", "run.resume",
-                       "run.eval_checkpoint", "run.max_consecutive_skips")
+                       "run.eval_checkpoint", "run.max_consecutive_skips", "run.name")
 """Settings a resume may change silently: they affect logging, paths and bookkeeping, never the weights."""
+
+
+def concrete_precision(loaded: LoadedConfig, device: torch.device) -> None:
+    """Replace ``run.precision=auto`` in ``loaded`` (its settings and resolved dict) by what it means on
+    ``device``, saying so on rank 0, so the task, autocast, scaler, ``config.yaml`` and checkpoints see the
+    concrete value; an explicit precision is left as given."""
+    precision, line = resolve_precision(loaded.run.precision, device)
+    if line is None:
+        return
+    loaded.run.precision = loaded.resolved["run"]["precision"] = precision
+    if distributed.env_info().is_main:
+        print(line, file=sys.stderr)
 
 
 def seed_all(seed: int) -> None:
@@ -68,22 +80,6 @@ class Position:
     epoch: int = 0
     step_in_epoch: int = 0
     global_step: int = 0
-
-
-def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
-    """``{"a": {"b": [1, 2]}}`` -> ``{"a.b.0": 1, "a.b.1": 2}`` (empty containers kept as leaves)."""
-    if isinstance(tree, dict):
-        items = list(tree.items())
-    elif isinstance(tree, list):
-        items = list(enumerate(tree))
-    else:
-        items = []
-    if not items:
-        return {prefix: tree}
-    out: dict[str, Any] = {}
-    for key, value in items:
-        out.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
-    return out
 
 
 def config_changes(saved: dict, current: dict, allowed: Sequence[str] = ()) -> list[str]:
@@ -115,6 +111,7 @@ class Trainer:
                              "(set run.sync_batchnorm=false to keep BatchNorm statistics per process)")
         distributed.init(self.dist, self.device, self.run.dist_timeout_minutes)
         set_deterministic(self.run.deterministic)
+        concrete_precision(loaded, self.device)
         note = slow_bf16_note(self.run.precision, self.device)
         if note and self.dist.is_main:
             print(note, file=sys.stderr)
@@ -128,7 +125,8 @@ class Trainer:
             self._lock.acquire()
         if self.dist.is_main and not (self.run_dir / "config.yaml").exists():
             save_resolved(loaded.resolved, self.run_dir / "config.yaml")
-            write_json({**environment(self.device, self.dist.world_size), "run_name": loaded.name},
+            write_json({**environment(self.device, self.dist.world_size), "run_name": loaded.name,
+                        "precision": self.run.precision},
                        self.run_dir / "environment.json")
         self._wrapped: list[nn.Module] = []
         self.position = Position()
@@ -507,6 +505,7 @@ def train(loaded: LoadedConfig) -> Path:
     another seed or length is never continued in its place."""
     mode = loaded.run.resume
     if mode == "auto":
+        concrete_precision(loaded, pick_device(loaded.run.device, distributed.env_info().local_rank))
         for found in unfinished_runs(loaded.run.output_root, loaded.domain, loaded.name):
             changed = config_changes(load_config(found / "config.yaml", name=saved_run_name(found)).resolved, loaded.resolved)
             if not changed:

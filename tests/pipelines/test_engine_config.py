@@ -17,7 +17,7 @@ def _write(tmp_path, data, name="c.yaml"):
 def test_defaults_types_and_resolved(tmp_path, monkeypatch):
     monkeypatch.setenv("CONTRASUITE_DATA", "/some/data")
     loaded = load_config(_write(tmp_path, {"task": "toy_task:ToyTask", "config": {"lr": 0.5}}))
-    assert isinstance(loaded.run, RunSettings) and loaded.run.precision == "bf16" and loaded.run.device == "auto"
+    assert isinstance(loaded.run, RunSettings) and loaded.run.precision == "auto" and loaded.run.device == "auto"
     assert type(loaded.config).__name__ == "ToyConfig" and loaded.config.lr == 0.5
     assert loaded.config.objective.terms == [{"name": "infonce", "temperature": 0.5}]
     assert loaded.resolved["run"]["data_root"] == "/some/data"

@@ -25,7 +25,7 @@ def _params(run_dir, name="last"):
 
 def test_run_folder_contents(toy_yaml):
     run_dir = trainer.train(load_config(toy_yaml(run={"epochs": 2}), ["config.objective.terms.0.temperature=0.2"]))
-    assert run_dir.parent.name == "toy" and run_dir.parent.parent.name == "ToyTask"
+    assert run_dir.parent.name.startswith("toy-") and run_dir.parent.parent.name == "ToyTask"  # toy + the override's digest
     for name in ("config.yaml", "environment.json", "metrics.csv", "eval_val.json", "status.json",
                  "checkpoints/last.pt", "checkpoints/best.pt"):
         assert (run_dir / name).is_file(), name
