@@ -1,4 +1,8 @@
-"""Extracting the shipped data archives once into a cache, shared by the domains that read emoji PNGs.
+"""Downloading data files (verified, with progress) and extracting archives once into a cache.
+
+:func:`download` fetches one file with a byte progress bar on stderr, checks its SHA-256 while it arrives
+and renames it into place only when it matches (``contrasuite data fetch`` and the loaders that download a
+missing file use it).
 
 The emoji sets come as ``<data_root>/emoji/emoji-<style>-64.tar.gz``; a domain that needs the PNG files
 extracts each archive once into ``<cache>/emoji/<style>-64-<hash>`` and reads from there afterwards.
@@ -11,13 +15,16 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import sys
 import tarfile
 import tempfile
+import urllib.error
+import urllib.request
 import zlib
 from pathlib import Path
 from typing import Iterable
 
-from contrasuite.domains.errors import CorruptData
+from contrasuite.domains.errors import CorruptData, DataError
 
 
 def sha256_of(path: Path) -> str:
@@ -27,6 +34,36 @@ def sha256_of(path: Path) -> str:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def download(url: str, dest: Path, sha256: str, *, size: int | None = None) -> Path:
+    """Fetch ``url`` to ``dest`` (returned) with a progress bar on stderr, atomically (temp file, then rename).
+
+    A transfer that fails is a :class:`DataError`, one whose SHA-256 is not ``sha256`` a :class:`CorruptData`;
+    both name the URL and ``dest``, and leave ``dest`` as it was."""
+    from tqdm import tqdm
+
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+    digest = hashlib.sha256()
+    try:
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=60) as response:
+            total = size or int(response.headers.get("Content-Length") or 0) or None
+            with tqdm(total=total, desc=dest.name, unit="B", unit_scale=True, file=sys.stderr, dynamic_ncols=True) as bar:
+                for chunk in iter(lambda: response.read(1 << 20), b""):
+                    out.write(chunk)
+                    digest.update(chunk)
+                    bar.update(len(chunk))
+        if digest.hexdigest() != sha256:
+            raise CorruptData(f"{url}: the download has SHA-256 {digest.hexdigest()}, expected {sha256}; "
+                              f"{dest} was not written")
+        os.replace(tmp, dest)
+    except (urllib.error.URLError, OSError) as err:
+        raise DataError(f"downloading {url} to {dest} failed ({err})") from None
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return dest
 
 
 def cache_root(configured: str = "") -> Path:
@@ -43,7 +80,7 @@ def extract_once(archive: Path, target: Path) -> Path:
     A missing archive is a ``FileNotFoundError``, a corrupt one a :class:`CorruptData`, both naming it."""
     if not archive.is_file():
         raise FileNotFoundError(f"archive not found: {archive} (set the data root: config.data.root / "
-                                f"--data-root / $CONTRASUITE_DATA; see ../shared/data/README.md)")
+                                f"--data-root / $CONTRASUITE_DATA; docs/data.md, contrasuite data fetch NAME)")
     target = target.with_name(f"{target.name}-{sha256_of(archive)[:16]}")
     if target.is_dir():
         return target
