@@ -7,6 +7,7 @@
     contrasuite smoke [CONFIG ...]         -> contrasuite.pipelines.smoke.main(argv)
     contrasuite export RUN_DIR --format F --out DIR   -> contrasuite.pipelines.export.main(argv)
     contrasuite list                       tasks, objectives, shipped configs, reports, benches, domain commands
+    contrasuite data list|fetch NAME|check [NAME]   -> contrasuite.pipelines.data_command.main(argv)
     contrasuite bench NAME [args ...]      -> the engine's bench NAME, or domain NAME's bench.py: main(argv)
     contrasuite compare NAME [args ...]    -> domain NAME's report.py: main(argv)
     contrasuite COMMAND [args ...]         -> the domain module that declares COMMAND: main(argv)
@@ -63,6 +64,8 @@ def _parser() -> argparse.ArgumentParser:
     smoke = sub.add_parser("smoke", help="two CPU steps of each full-scale config on a data subset (see --help)")
     smoke.add_argument("args", nargs=argparse.REMAINDER, help="[CONFIG ...] [--data-root DIR --json FILE]")
     sub.add_parser("list", help="tasks, objectives with their parameters, shipped configs, reports and benches")
+    data = sub.add_parser("data", help="the datasets: list, fetch NAME, check [NAME] (contrasuite data --help)")
+    data.add_argument("args", nargs=argparse.REMAINDER, help="list | fetch NAME | check [NAME] [--data-root DIR]")
     for name, entries in (("bench", benches()), ("compare", reports())):
         p = sub.add_parser(name, help=f"one of: {', '.join(entries)} (contrasuite {name} NAME --help for its options)",
                            formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -102,7 +105,7 @@ def _dispatch(verb: str, entries: dict[str, Entry], name: str, argv: list[str]) 
 
 def _forwarded() -> set[str]:
     """Commands whose arguments go unparsed to their own ``main(argv)`` (which has its own ``--help``)."""
-    return {"smoke", "export", *domain_commands()}
+    return {"smoke", "export", "data", *domain_commands()}
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -183,6 +186,10 @@ def _run(args: argparse.Namespace) -> int:
             from contrasuite.pipelines.export import main as export_main
 
             return export_main(args.args)
+        elif args.command == "data":
+            from contrasuite.pipelines.data_command import main as data_main
+
+            return data_main(args.args)
         elif args.command == "list":
             print(listing())
         elif args.command == "validate-configs":
