@@ -31,6 +31,7 @@ yourself, and do not use a gather without gradient (remote columns would get non
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -227,76 +228,85 @@ def distributed_objective(
         if candidates.shape[0] != anchors.shape[0]:
             raise ValueError("labels with separate candidates of another size need candidate_labels")
         candidate_labels = labels
-    self_compare = candidates is None
-    if not self_compare and labels is None and pos_mask is None and candidates.shape[0] < anchors.shape[0]:
+    if candidates is not None and labels is None and pos_mask is None and candidates.shape[0] < anchors.shape[0]:
         raise ValueError(f"diagonal positives need at least n={anchors.shape[0]} local candidates, got {candidates.shape[0]}")
-    local_cands = anchors if self_compare else candidates
-    local_cand_labels = labels if self_compare else candidate_labels
-    device = anchors.device
-    row_sizes = gather_sizes(anchors.shape[0], device, group)
-    col_sizes = row_sizes if self_compare else gather_sizes(local_cands.shape[0], device, group)
+    row_sizes = gather_sizes(anchors.shape[0], anchors.device, group)
+    col_sizes = row_sizes if candidates is None else gather_sizes(candidates.shape[0], anchors.device, group)
+    batch = _RankBatch(objective, anchors, candidates, labels, candidate_labels, pos_mask, neg_weight, prior,
+                       row_sizes, col_sizes, rank, size, group)
     m_total = sum(col_sizes)
     for name, value in (("pos_mask", pos_mask), ("neg_weight", neg_weight), ("prior", prior)):
         if value is not None and value.shape != (anchors.shape[0], m_total):
             raise ValueError(f"{name} must be [n, M] = [{anchors.shape[0]}, {m_total}] (local rows, all ranks' columns)")
 
     behaviour = Distributed(getattr(objective, "distributed", Distributed.GLOBAL_STATISTICS))
-    per_anchor_mean = getattr(objective, "per_anchor_mean", False)
-    ring = behaviour is Distributed.PAIRWISE_RING and (per_anchor_mean or not self_compare)
+    per_anchor_mean = batch.per_anchor_mean
+    ring = behaviour is Distributed.PAIRWISE_RING and (per_anchor_mean or not batch.self_compare)
     if behaviour is Distributed.GLOBAL_STATISTICS or prior is not None or not (per_anchor_mean or ring):
-        return _global_batch(
-            objective, anchors, candidates, labels, candidate_labels, pos_mask, neg_weight, prior, row_sizes, col_sizes, rank,
-            size, group,
-        )
-    args = (objective, anchors, local_cands, labels, local_cand_labels, pos_mask, neg_weight, self_compare)
+        return _global_batch(batch)
     if ring:
-        kept, keep = _ring_sum(*args, col_sizes, rank, size, group, per_anchor_mean)
+        kept, keep = _ring_sum(batch)
     else:
-        per, keep = _gathered_per_anchor(*args, col_sizes, rank, group)
+        per, keep = _gathered_per_anchor(batch)
         kept = torch.where(keep, per, torch.zeros_like(per)).sum()
     count = keep.sum().to(torch.long)
     dist.all_reduce(count, group=group)
     return kept * size / count.clamp_min(1)
 
 
-def _gathered_per_anchor(
-    objective: ContrastiveObjective,
-    anchors: Tensor,
-    local_cands: Tensor,
-    labels: Tensor | None,
-    cand_labels: Tensor | None,
-    pos_mask: Tensor | None,
-    neg_weight: Tensor | None,
-    self_compare: bool,
-    col_sizes: list[int],
-    rank: int,
-    group: Any,
-) -> tuple[Tensor, Tensor]:
+@dataclass(frozen=True)
+class _RankBatch:
+    """One rank's part of a :func:`distributed_objective` call: the core contract's local inputs, the
+    row and column counts of every rank, and the process group."""
+
+    objective: ContrastiveObjective
+    anchors: Tensor
+    candidates: Tensor | None
+    labels: Tensor | None
+    candidate_labels: Tensor | None
+    pos_mask: Tensor | None
+    neg_weight: Tensor | None
+    prior: Tensor | None
+    row_sizes: list[int]
+    col_sizes: list[int]
+    rank: int
+    size: int
+    group: Any
+
+    @property
+    def self_compare(self) -> bool:
+        """``candidates=None``: the anchors are compared with each other, self-pairs excluded."""
+        return self.candidates is None
+
+    @property
+    def local_cands(self) -> Tensor:
+        """This rank's candidate rows (its anchors when they are compared with each other)."""
+        return self.anchors if self.candidates is None else self.candidates
+
+    @property
+    def local_cand_labels(self) -> Tensor | None:
+        return self.labels if self.candidates is None else self.candidate_labels
+
+    @property
+    def per_anchor_mean(self) -> bool:
+        return getattr(self.objective, "per_anchor_mean", False)
+
+    def positives(self, col_offset: int, col_rows: int, cand_labels: Tensor | None, self_compare: bool) -> Pairs:
+        """The local anchors' pairs with the candidate columns ``[col_offset, col_offset + col_rows)``."""
+        return _local_positives(self.anchors.shape[0], col_offset, col_rows, sum(self.col_sizes[: self.rank]), self.labels,
+                                cand_labels, self.pos_mask, self_compare, self.anchors.device)
+
+
+def _gathered_per_anchor(b: _RankBatch) -> tuple[Tensor, Tensor]:
     """Local anchors' per-anchor losses against every rank's candidates."""
-    n, device = anchors.shape[0], anchors.device
-    all_cands = all_gather_with_grad(local_cands, group, col_sizes)
-    all_cand_labels = None if cand_labels is None else gather_labels(cand_labels, group, col_sizes)
-    offset = sum(col_sizes[:rank])
-    pairs = _local_positives(n, 0, all_cands.shape[0], offset, labels, all_cand_labels, pos_mask, self_compare, device)
-    per = objective.per_anchor_fp32(anchors, all_cands, pairs, neg_weight)
+    all_cands = all_gather_with_grad(b.local_cands, b.group, b.col_sizes)
+    all_cand_labels = None if b.local_cand_labels is None else gather_labels(b.local_cand_labels, b.group, b.col_sizes)
+    pairs = b.positives(0, all_cands.shape[0], all_cand_labels, b.self_compare)
+    per = b.objective.per_anchor_fp32(b.anchors, all_cands, pairs, b.neg_weight)
     return per, pairs.has_pos
 
 
-def _ring_sum(
-    objective: ContrastiveObjective,
-    anchors: Tensor,
-    local_cands: Tensor,
-    labels: Tensor | None,
-    cand_labels: Tensor | None,
-    pos_mask: Tensor | None,
-    neg_weight: Tensor | None,
-    self_compare: bool,
-    col_sizes: list[int],
-    rank: int,
-    size: int,
-    group: Any,
-    per_anchor_mean: bool,
-) -> tuple[Tensor, Tensor]:
+def _ring_sum(b: _RankBatch) -> tuple[Tensor, Tensor]:
     """Pair terms of the local anchors summed over candidate blocks passed round the ring.
 
     At step ``k`` rank ``r`` holds the block of rank ``r - k``. With ``per_anchor_mean``,
@@ -305,62 +315,47 @@ def _ring_sum(
     positive, 1)``, from which the block's sum is recovered. Returns ``(sum of the local anchors' losses,
     local anchors with a positive in any block)``.
     """
-    n, device = anchors.shape[0], anchors.device
-    offsets = [sum(col_sizes[:r]) for r in range(size)]
-    block, block_labels = local_cands, cand_labels
+    rank, size, sizes = b.rank, b.size, b.col_sizes
+    offsets = [sum(sizes[:r]) for r in range(size)]
+    block, block_labels = b.local_cands, b.local_cand_labels
     total: Tensor | None = None
-    pos_any = torch.zeros(n, dtype=torch.bool, device=device)
+    pos_any = torch.zeros(b.anchors.shape[0], dtype=torch.bool, device=b.anchors.device)
     for step in range(size):
         origin = (rank - step) % size
         if step > 0:
-            incoming = col_sizes[origin]
-            block = _ring_shift(block, incoming, rank, size, group, grad=True)
+            block = _ring_shift(block, sizes[origin], rank, size, b.group, grad=True)
             if block_labels is not None:
-                block_labels = _ring_shift(block_labels, incoming, rank, size, group, grad=False)
-        cols = slice(offsets[origin], offsets[origin] + col_sizes[origin])
-        own = self_compare and origin == rank
-        pairs = _local_positives(n, cols.start, col_sizes[origin], offsets[rank], labels, block_labels, pos_mask, own, device)
-        weight = None if neg_weight is None else neg_weight[:, cols]
-        if per_anchor_mean:
-            part = objective.per_anchor_fp32(anchors, block, pairs, weight)
+                block_labels = _ring_shift(block_labels, sizes[origin], rank, size, b.group, grad=False)
+        cols = slice(offsets[origin], offsets[origin] + sizes[origin])
+        pairs = b.positives(cols.start, sizes[origin], block_labels, b.self_compare and origin == rank)
+        weight = None if b.neg_weight is None else b.neg_weight[:, cols]
+        if b.per_anchor_mean:
+            part = b.objective.per_anchor_fp32(b.anchors, block, pairs, weight)
         else:
-            part = objective.loss_of_pairs(anchors, block, pairs, weight) * pairs.has_pos.sum().clamp_min(1)
+            part = b.objective.loss_of_pairs(b.anchors, block, pairs, weight) * pairs.has_pos.sum().clamp_min(1)
         total = part if total is None else total + part
         pos_any |= pairs.has_pos
-    if per_anchor_mean:
+    if b.per_anchor_mean:
         total = torch.where(pos_any, total, torch.zeros_like(total)).sum()
     return total, pos_any
 
 
-def _global_batch(
-    objective: ContrastiveObjective,
-    anchors: Tensor,
-    candidates: Tensor | None,
-    labels: Tensor | None,
-    candidate_labels: Tensor | None,
-    pos_mask: Tensor | None,
-    neg_weight: Tensor | None,
-    prior: Tensor | None,
-    row_sizes: list[int],
-    col_sizes: list[int],
-    rank: int,
-    size: int,
-    group: Any,
-) -> Tensor:
+def _global_batch(b: _RankBatch) -> Tensor:
     """The objective on the whole gathered batch, on every rank (exact for any objective; W x compute)."""
-    all_anchors = all_gather_with_grad(anchors, group, row_sizes)
-    all_cands = None if candidates is None else all_gather_with_grad(candidates, group, col_sizes)
+    group, rows, cols = b.group, b.row_sizes, b.col_sizes
+    all_anchors = all_gather_with_grad(b.anchors, group, rows)
+    all_cands = None if b.candidates is None else all_gather_with_grad(b.candidates, group, cols)
     kwargs: dict[str, Tensor] = {}
-    if labels is not None:
-        kwargs["labels"] = gather_labels(labels, group, row_sizes)
-    if candidate_labels is not None:
-        kwargs["candidate_labels"] = gather_labels(candidate_labels, group, col_sizes)
-    if pos_mask is not None:
-        kwargs["pos_mask"] = gather_labels(pos_mask, group, row_sizes)
-    elif labels is None and row_sizes != col_sizes:
-        kwargs["pos_mask"] = _block_diagonal(row_sizes, col_sizes, anchors.device)
-    if neg_weight is not None:
-        kwargs["neg_weight"] = all_gather_with_grad(neg_weight, group, row_sizes)
-    if prior is not None:
-        kwargs["prior"] = gather_labels(prior, group, row_sizes)
-    return objective(all_anchors, all_cands, **kwargs)
+    if b.labels is not None:
+        kwargs["labels"] = gather_labels(b.labels, group, rows)
+    if b.candidate_labels is not None:
+        kwargs["candidate_labels"] = gather_labels(b.candidate_labels, group, cols)
+    if b.pos_mask is not None:
+        kwargs["pos_mask"] = gather_labels(b.pos_mask, group, rows)
+    elif b.labels is None and rows != cols:
+        kwargs["pos_mask"] = _block_diagonal(rows, cols, b.anchors.device)
+    if b.neg_weight is not None:
+        kwargs["neg_weight"] = all_gather_with_grad(b.neg_weight, group, rows)
+    if b.prior is not None:
+        kwargs["prior"] = gather_labels(b.prior, group, rows)
+    return b.objective(all_anchors, all_cands, **kwargs)
