@@ -15,9 +15,11 @@ import os
 import pickle
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import torch
+
+T = TypeVar("T")
 
 
 def key_digest(*parts: Any) -> str:
@@ -62,13 +64,18 @@ def load_or_compute(path: Path, compute: Callable[[], Any], *, fits: Callable[[A
     return value
 
 
-def shared_load_or_compute(path: Path, compute: Callable[[], Any], rank: int = 0, **how: Any) -> Any:
-    """:func:`load_or_compute` on rank 0 while the other ranks of an initialised process group wait, then
-    read its file (each computes it itself where it cannot see the file: a cache folder local to a node)."""
+def rank_zero_first(fn: Callable[[], T], rank: int = 0) -> T:
+    """``fn()`` on rank 0 while the other ranks of an initialised process group wait, then on them: ``fn`` that
+    finds what rank 0 wrote on disk reads it (and makes it itself where it cannot see it: a node-local folder)."""
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
-        return load_or_compute(path, compute, **how)
-    value = load_or_compute(path, compute, **how) if rank == 0 else None
+        return fn()
+    value = fn() if rank == 0 else None
     dist.barrier()
-    return value if rank == 0 else load_or_compute(path, compute, **how)
+    return value if rank == 0 else fn()
+
+
+def shared_load_or_compute(path: Path, compute: Callable[[], Any], rank: int = 0, **how: Any) -> Any:
+    """:func:`load_or_compute` on rank 0 first (:func:`rank_zero_first`): the other ranks read its file."""
+    return rank_zero_first(lambda: load_or_compute(path, compute, **how), rank)
