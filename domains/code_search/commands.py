@@ -22,8 +22,8 @@ from typing import Sequence
 
 from contrasuite.domains.checkpoint_fit import require_task
 from contrasuite.domains.code_search.encoder import EncoderConfig
-from contrasuite.domains.code_search.mine import MineConfig, default_sources
-from contrasuite.domains.code_search.mined_sets import MINED_SETS, file_progress, mine_into, mined_folder
+from contrasuite.domains.code_search.mine import MineConfig
+from contrasuite.domains.code_search.mined_sets import MINED_SETS, file_progress, mine_into, mined_folder, set_sources
 from contrasuite.domains.code_search.search_index import build_index, search
 from contrasuite.domains.errors import DataError, one_line
 from contrasuite.domains.init_from import checkpoint_file
@@ -82,7 +82,7 @@ def _mine(args: argparse.Namespace) -> None:
     if args.name is None and args.out is None:
         raise ValueError(f"give --name ({' or '.join(MINED_SETS)}: the set a config's config.data.mined reads) "
                          "or --out DIR")
-    sources = list(args.source) + default_sources(not args.no_stdlib, not args.no_site_packages)
+    sources = list(args.source) + set_sources(args.name, not args.no_stdlib, not args.no_site_packages)
     if not sources:
         raise ValueError("no sources (give --source or allow the stdlib/site-packages)")
     given = {f.name: getattr(args, f.name) for f in dataclasses.fields(MineConfig) if getattr(args, f.name) is not None}

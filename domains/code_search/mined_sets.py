@@ -1,12 +1,15 @@
 """Named mined datasets: where ``contrasuite code-search mine --name NAME`` writes, what ``config.data.mined`` reads.
 
 A named set lives in ``<cache root>/code_search/mined/<name>`` (``$CONTRASUITE_CACHE``, else
-``~/.cache/contrasuite``): it is derived from this interpreter's standard library and site-packages,
-not downloaded, so it sits beside the other derived data (extracted archives, embeddings) and not in
-the data root. The task mines a missing set on first use and the command on request; both call
-:func:`mine_into` with the set's :data:`MINED_SETS` parameters, so the files and their
-``dataset_version`` are the same either way. Mining writes into a temporary sibling folder and renames
-it into place: a set is complete (``manifest.json`` present) or absent, never half written.
+``~/.cache/contrasuite``): it is derived from this interpreter's standard library and site-packages
+(``smoke``: :data:`SMOKE_MODULES` of the standard library only, ~300 pairs mined in about a second,
+the data subset ``contrasuite smoke`` runs code_search on), not downloaded, so it sits beside the other
+derived data (extracted archives, embeddings) and not in the data root. The task mines a missing set on
+first use and the command on request; both call :func:`mine_into` with the set's :data:`MINED_SETS`
+parameters and :func:`set_sources`, so the files and their ``dataset_version`` are the same either way.
+Mining writes into a temporary sibling folder and renames it into place: a set is complete
+(``manifest.json`` present) or absent, never half written. Under several processes rank 0 mines while
+the others wait, then read its folder.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import sysconfig
 import tempfile
 from pathlib import Path
 from typing import Callable, Sequence
@@ -21,6 +25,7 @@ from typing import Callable, Sequence
 from contrasuite.domains.archives import cache_root
 from contrasuite.domains.code_search.encoder import console_progress
 from contrasuite.domains.code_search.mine import MineConfig, MineReport, default_sources, mine
+from contrasuite.domains.disk_cache import rank_zero_first
 from contrasuite.domains.errors import DataError
 from contrasuite.domains.task import Progress, no_progress
 
@@ -28,8 +33,24 @@ from contrasuite.domains.task import Progress, no_progress
 MINED_SETS: dict[str, MineConfig] = {
     "reduced": MineConfig(max_per_package=500, max_pairs=20000),
     "full": MineConfig(),
+    "smoke": MineConfig(),
 }
-"""Set name -> its mining parameters; the sources are always the standard library and site-packages."""
+"""Set name -> its mining parameters; the sources are :func:`set_sources`."""
+
+SMOKE_MODULES = ("argparse", "base64", "calendar", "configparser", "csv", "difflib", "fnmatch", "fractions", "gettext",
+                 "glob", "heapq", "ipaddress", "json", "pprint", "shlex", "statistics", "string", "textwrap", "tomllib",
+                 "zipfile")
+"""The standard-library modules the ``smoke`` set is mined from (a file or a package each; each is a package of the split)."""
+
+
+def set_sources(name: str | None, stdlib: bool = True, site_packages: bool = True) -> list[Path]:
+    """What a named set is mined from: the standard library and site-packages (each unless turned off); for
+    ``smoke``, :data:`SMOKE_MODULES` of the standard library."""
+    if name != "smoke":
+        return default_sources(stdlib, site_packages)
+    lib = Path(sysconfig.get_paths()["stdlib"])
+    found = [next((p for p in (lib / f"{m}.py", lib / m) if p.exists()), None) for m in SMOKE_MODULES] if stdlib else []
+    return [p for p in found if p is not None]
 
 
 def mined_folder(name: str) -> Path:
@@ -83,17 +104,23 @@ def mine_into(sources: Sequence[Path], out: Path, cfg: MineConfig, *, log: Calla
 
 
 def ensure_mined(name: str, folder: Path | None = None, *, log: Callable[[str], None] = print,
-                 progress: Progress = no_progress) -> Path:
+                 progress: Progress = no_progress, rank: int = 0) -> Path:
     """The named set's folder (``folder``, default :func:`mined_folder`), mined there first when it is missing;
-    a :class:`DataError` giving the command when there is no source to mine it from."""
+    a :class:`DataError` giving the command when there is no source to mine it from. In an initialised process
+    group rank 0 (``rank``) mines while the others wait (:func:`rank_zero_first`)."""
     folder = Path(folder) if folder is not None else mined_folder(name)
-    if is_mined(folder):
+
+    def ensure() -> Path:
+        if is_mined(folder):
+            return folder
+        command = mine_command(name, folder)
+        sources = set_sources(name)
+        if not sources:
+            raise DataError(f"config.data.mined: mined set {name!r} not found at {folder} and there is no standard "
+                            f"library or site-packages source here to mine it from; create it with: {command}")
+        log(f"code_search: mined set {name!r} not found at {folder}; mining it now, as `{command}` would (later runs "
+            "reuse it)")
+        mine_into(sources, folder, MINED_SETS[name], log=log, progress=progress)
         return folder
-    command = mine_command(name, folder)
-    sources = default_sources()
-    if not sources:
-        raise DataError(f"config.data.mined: mined set {name!r} not found at {folder} and there is no standard library "
-                        f"or site-packages source here to mine it from; create it with: {command}")
-    log(f"code_search: mined set {name!r} not found at {folder}; mining it now, as `{command}` would (later runs reuse it)")
-    mine_into(sources, folder, MINED_SETS[name], log=log, progress=progress)
-    return folder
+
+    return rank_zero_first(ensure, rank)

@@ -118,8 +118,8 @@ class CodeSearchTask:
     config_class = CodeSearchConfig
     smoke = SmokeSettings(
         "config.batch_size", 8,
-        ("config.data.train_limit=64", "config.data.val_limit=32", "config.data.test_limit=32", "config.grad_cache_chunk=0",
-         "config.eval.cosqa=false", "config.eval.batch_size=32"),
+        ("config.data.mined=smoke", "config.data.train_limit=64", "config.data.val_limit=32", "config.data.test_limit=32",
+         "config.grad_cache_chunk=0", "config.eval.cosqa=false", "config.eval.batch_size=32"),
         live_batch=lambda cfg: cfg.grad_cache_chunk or cfg.batch_size,
     )
 
@@ -158,7 +158,8 @@ class CodeSearchTask:
         d, ctx = self.cfg.data, self.ctx
         if d.folder:
             return _resolve_folder(d.folder, ctx.data_root)
-        return ensure_mined(d.mined, log=lambda m: print(m) if ctx.rank == 0 else None, progress=ctx.progress)
+        return ensure_mined(d.mined, log=lambda m: print(m) if ctx.rank == 0 else None, progress=ctx.progress,
+                            rank=ctx.rank)
 
     def modules(self) -> Mapping[str, torch.nn.Module]:
         return {"encoder": self.encoder}

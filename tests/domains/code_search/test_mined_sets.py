@@ -2,9 +2,11 @@
 on first use (atomically, with progress, once), and without a source the error gives the command in one line."""
 
 import json
+import socket
 from pathlib import Path
 
 import pytest
+import torch.multiprocessing as mp
 
 import contrasuite.domains.code_search.mined_sets as mined_sets
 from contrasuite.domains.code_search.commands import main as code_search_main
@@ -66,7 +68,7 @@ def test_every_reduced_config_reads_the_folder_the_mine_command_writes(cache, so
 
 
 def test_missing_set_without_a_source_is_one_line_with_the_mine_command(cache, tmp_path, monkeypatch, capsys, tiny_model):
-    monkeypatch.setattr(mined_sets, "default_sources", lambda: [])
+    monkeypatch.setattr(mined_sets, "set_sources", lambda name: [])
     argv = ["train", "code_search/reduced_infonce", f"run.output_root={tmp_path / 'runs'}", *_tiny_run(tiny_model)]
     assert cli_main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -78,7 +80,7 @@ def test_missing_set_without_a_source_is_one_line_with_the_mine_command(cache, t
 
 def test_first_use_mines_atomically_with_progress_and_the_second_setup_reuses_it(
         cache, source_tree, monkeypatch, make_task, mine_calls, capsys, tmp_path):
-    monkeypatch.setattr(mined_sets, "default_sources", lambda: [source_tree])
+    monkeypatch.setattr(mined_sets, "set_sources", lambda name: [source_tree])
     bars = []
 
     def progress(iterable, desc="", total=None):
@@ -113,7 +115,7 @@ def test_interrupted_mining_leaves_no_folder(cache, source_tree, monkeypatch):
         (Path(out) / "train.jsonl").write_text("{}\n")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(mined_sets, "default_sources", lambda: [source_tree])
+    monkeypatch.setattr(mined_sets, "set_sources", lambda name: [source_tree])
     monkeypatch.setattr(mined_sets, "mine", interrupted)
     with pytest.raises(KeyboardInterrupt):
         mined_sets.ensure_mined("reduced", log=lambda m: None)
@@ -134,5 +136,39 @@ def test_mining_again_into_a_finished_set_replaces_it(tmp_path, source_tree):
 def test_mine_needs_a_name_or_a_folder(capsys):
     assert code_search_main(["mine"]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
-    assert line == ("contrasuite code-search mine: give --name (reduced or full: the set a config's config.data.mined "
-                    "reads) or --out DIR")
+    assert line == ("contrasuite code-search mine: give --name (reduced or full or smoke: the set a config's "
+                    "config.data.mined reads) or --out DIR")
+
+
+def test_smoke_set_is_a_few_stdlib_modules_with_pairs_in_every_split(cache):
+    folder = mined_sets.ensure_mined("smoke", log=lambda m: None)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert folder == cache / "code_search" / "mined" / "smoke"
+    assert len(manifest["sources"]) == len(mined_sets.SMOKE_MODULES)
+    assert manifest["counts"]["train"] >= 64 and manifest["counts"]["val"] >= 16 and manifest["counts"]["test"] >= 16
+    assert len(manifest["splits"]["val"]["packages"]) >= 1 and len(manifest["splits"]["test"]["packages"]) >= 1
+
+
+def _ensure_on_rank(rank: int, port: int, cache: Path, out: Path) -> None:
+    import os
+
+    import torch.distributed as dist
+
+    os.environ["CONTRASUITE_CACHE"] = str(cache)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        lines: list[str] = []
+        folder = mined_sets.ensure_mined("smoke", log=lines.append, rank=rank)
+        (out / f"rank{rank}.json").write_text(json.dumps({"folder": str(folder), "lines": lines}))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_on_two_processes_rank_zero_mines_while_the_other_waits(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_ensure_on_rank, args=(port, tmp_path / "cache", tmp_path), nprocs=2)
+    first, second = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2))
+    assert first["folder"] == second["folder"] and mined_sets.is_mined(Path(first["folder"]))
+    assert any("mining it now" in line for line in first["lines"]) and second["lines"] == []
