@@ -21,10 +21,6 @@ the file (and the line or node); a spec the files contradict is a ``ConfigValueE
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-import urllib.error
-import urllib.request
 import zipfile
 import zlib
 from dataclasses import dataclass, field
@@ -38,8 +34,8 @@ from torch import Tensor
 from torch_geometric.data import HeteroData
 from torch_geometric.transforms import AddMetaPaths
 
-from contrasuite.domains.archives import sha256_of
-from contrasuite.domains.errors import ConfigValueError, CorruptData
+from contrasuite.domains.archives import download
+from contrasuite.domains.errors import ConfigValueError, CorruptData, DataError
 
 EdgeType = tuple[str, str, str]
 
@@ -111,19 +107,10 @@ def ensure_file(folder: Path, name: str, spec: DatasetSpec) -> Path:
     if not expected:
         raise FileNotFoundError(f"{where}; it is missing and dataset.sha256 has no checksum to verify a download")
     url = f"{spec.url.rstrip('/')}/{name}"
-    with tempfile.TemporaryDirectory() as tmp_dir:
-        tmp = Path(tmp_dir) / name
-        try:
-            with urllib.request.urlopen(url, timeout=60) as response, tmp.open("wb") as out:
-                shutil.copyfileobj(response, out)
-        except (urllib.error.URLError, OSError) as err:
-            raise FileNotFoundError(f"{where}; downloading {url} failed ({err}); place the file there by hand") from None
-        got = sha256_of(tmp)
-        if got != expected:
-            raise FileNotFoundError(f"{where}; the download from {url} has SHA-256 {got}, expected {expected}")
-        folder.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(tmp), path)
-    return path
+    try:
+        return download(url, path, expected)
+    except DataError as err:
+        raise FileNotFoundError(f"{where}; {err}; place the file there by hand") from None
 
 
 _UNREADABLE = (ValueError, OSError, EOFError, KeyError, zipfile.BadZipFile, zlib.error)
