@@ -22,7 +22,6 @@ import os
 import pickle
 import tarfile
 import tempfile
-import urllib.request
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,8 +30,8 @@ from typing import Callable, Iterable, Iterator
 import numpy as np
 from PIL import Image
 
-from contrasuite.domains.archives import sha256_of
-from contrasuite.domains.errors import ConfigValueError, DataError
+from contrasuite.domains.archives import download, sha256_of
+from contrasuite.domains.errors import ConfigValueError, CorruptData, DataError
 from contrasuite.domains.images import open_image, to_rgb8
 
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
@@ -317,23 +316,16 @@ def _missing_message(root: Path) -> str:
     return (
         f"CIFAR-10 not found under {root}: expected the JPEG copy ({root / JPEG_DIR}/{{train,test}}/ or "
         f"{root}/cifar10-jpg-{{train,test}}.tar.gz), or the official archive {root / OFFICIAL_ARCHIVE} "
-        f"(from {OFFICIAL_URL}, SHA-256 {OFFICIAL_SHA256}) or its extracted folder {root / OFFICIAL_DIR}/"
+        f"(from {OFFICIAL_URL}, SHA-256 {OFFICIAL_SHA256}) or its extracted folder {root / OFFICIAL_DIR}/ "
+        f"(contrasuite data fetch cifar10; docs/data.md)"
     )
 
 
 def _download(archive: Path, root: Path) -> None:
-    """Fetch the official archive to ``archive`` (atomically) and check its SHA-256."""
-    root.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=root, prefix=archive.name, suffix=".part")
+    """Fetch the official archive to ``archive`` (atomically, with progress) and check its SHA-256."""
     try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(OFFICIAL_URL, timeout=60) as response:
-            for chunk in iter(lambda: response.read(1 << 20), b""):
-                out.write(chunk)
-        got = sha256_of(Path(tmp))
-        if got != OFFICIAL_SHA256:
-            raise DataError(f"downloaded {OFFICIAL_URL} has SHA-256 {got}, expected {OFFICIAL_SHA256}")
-        os.replace(tmp, archive)
-    except OSError as err:
-        raise DataError(f"could not download {OFFICIAL_URL} ({err}). " + _missing_message(root)) from err
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+        download(OFFICIAL_URL, archive, OFFICIAL_SHA256)
+    except CorruptData:
+        raise
+    except DataError as err:
+        raise DataError(f"{err}. " + _missing_message(root)) from None
