@@ -66,7 +66,7 @@ class DataConfig:
 
 
 def missing(path: Path, what: str) -> FileNotFoundError:
-    return FileNotFoundError(f"{what} not found: {path} (config.data.path / the data root; see ../shared/data/README.md)")
+    return FileNotFoundError(f"{what} not found: {path} (config.data.path / the data root; docs/data.md, contrasuite data list)")
 
 
 def read_rgb(path: Path) -> Tensor:
