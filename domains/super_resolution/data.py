@@ -66,7 +66,7 @@ def load_set(data_root: str, name: str) -> tuple[tuple[str, Tensor], ...]:
     else:
         raise FileNotFoundError(
             f"SR set {name!r} not found: expected {archive} or the folder {extracted} "
-            f"(public source: {SOURCES.get(name, 'unknown')}); set run.data_root or CONTRASUITE_DATA"
+            f"(public source: {SOURCES.get(name, 'unknown')}; docs/data.md); set run.data_root or CONTRASUITE_DATA"
         )
     if not items:
         raise FileNotFoundError(f"SR set {name!r}: no images in {archive if archive.is_file() else extracted}")
