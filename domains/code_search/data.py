@@ -72,8 +72,8 @@ def load_cosqa(folder: Path, queries: str = COSQA_QUERIES, corpus: str = COSQA_C
     for key, name in (("cosqa_queries", queries), ("cosqa_corpus", corpus)):
         if not (folder / name).is_file():
             raise FileNotFoundError(
-                f"config.eval.{key}: CoSQA file {folder / name} not found; download it from {COSQA_SOURCE} "
-                f"(folder: config.eval.cosqa_folder)"
+                f"config.eval.{key}: CoSQA file {folder / name} not found; contrasuite data fetch cosqa, or download "
+                f"it from {COSQA_SOURCE} (folder: config.eval.cosqa_folder)"
             )
     mapping = _read_json(folder / corpus)
     if not isinstance(mapping, dict):
