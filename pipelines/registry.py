@@ -1,7 +1,9 @@
-"""Tasks by name: an explicit dict of lazy import strings, plus the ``contrasuite.tasks`` entry points.
+"""Tasks by name: every domain folder's task, plus the ``contrasuite.tasks`` entry points.
 
-A domain adds one line to :data:`TASKS`. A third-party package registers a task without touching
-this file through an entry point::
+A domain is found by its folder: ``contrasuite/domains/<name>/task.py`` holding one top-level class that
+declares ``config_class`` is the task ``<name>`` (read with ``ast``, so nothing heavy is imported until a
+task is used). A third-party package registers a task without touching this package through an entry
+point::
 
     [project.entry-points."contrasuite.tasks"]
     my_task = "my_package.task:MyTask"
@@ -11,8 +13,11 @@ A config may also name a class directly: ``task: my_package.task:MyTask``.
 
 from __future__ import annotations
 
+import ast
 import importlib
+import importlib.util
 from importlib.metadata import entry_points
+from pathlib import Path
 
 ENTRY_POINT_GROUP = "contrasuite.tasks"
 EXTRAS = {"yaml": "engine", "omegaconf": "engine", "tqdm": "engine", "matplotlib": "engine",
@@ -24,15 +29,33 @@ EXTRAS = {"yaml": "engine", "omegaconf": "engine", "tqdm": "engine", "matplotlib
           "onnxruntime": "export"}
 """The extra that installs each optional import (``pip install 'contrasuite[EXTRA]'``; pyproject.toml)."""
 
-TASKS: dict[str, str] = {
-    "image_ssl": "contrasuite.domains.image_ssl.task:ImageSSLTask",
-    "super_resolution": "contrasuite.domains.super_resolution.task:SuperResolutionTask",
-    "graph": "contrasuite.domains.graph.task:GraphTask",
-    "image_text": "contrasuite.domains.image_text.task:ImageTextTask",
-    "code_search": "contrasuite.domains.code_search.task:CodeSearchTask",
-    "metric_learning": "contrasuite.domains.metric_learning.task:MetricLearningTask",
-    "translation": "contrasuite.domains.translation.task:TranslationTask",
-}
+DOMAINS_PACKAGE = "contrasuite.domains"
+
+
+def _task_class(task_module: Path) -> str | None:
+    """The name of the one top-level class in ``task_module`` that declares ``config_class``, else None."""
+    def declares_config_class(node: ast.stmt) -> bool:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        return any(isinstance(t, ast.Name) and t.id == "config_class" for t in targets)
+
+    tree = ast.parse(task_module.read_text(encoding="utf-8"))
+    found = [n.name for n in tree.body if isinstance(n, ast.ClassDef) and any(declares_config_class(s) for s in n.body)]
+    return found[0] if len(found) == 1 else None
+
+
+def _domain_tasks() -> dict[str, str]:
+    """``{folder name: "contrasuite.domains.<folder>.task:Class"}`` for every domain folder with a task."""
+    spec = importlib.util.find_spec(DOMAINS_PACKAGE)
+    tasks = {}
+    for root in spec.submodule_search_locations if spec else ():
+        for module in sorted(Path(root).glob("*/task.py")):
+            if (cls := _task_class(module)) is not None:
+                tasks[module.parent.name] = f"{DOMAINS_PACKAGE}.{module.parent.name}.task:{cls}"
+    return tasks
+
+
+TASKS: dict[str, str] = _domain_tasks()
+"""The built-in tasks, one per domain folder."""
 
 
 def _plugin_tasks() -> dict[str, str]:
