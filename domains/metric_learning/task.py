@@ -285,12 +285,13 @@ class MetricLearningTask:
         return scorer_for(self.objective)(queries, gallery)
 
     @torch.no_grad()
-    def embed_images(self, images: Tensor) -> Tensor:
-        """Embeddings of ``uint8 [B, 3, S, S]`` images, model in eval mode (BatchNorm statistics frozen)."""
+    def embed_images(self, images: Tensor, desc: str = "embedding images") -> Tensor:
+        """Embeddings of ``uint8 [B, 3, S, S]`` images, model in eval mode (BatchNorm statistics frozen); a bar ``desc``."""
         was_training = self.model.training
         self.model.eval()
         out = []
-        for chunk in images.split(self.cfg.eval.batch_size):
+        chunks = images.split(self.cfg.eval.batch_size)
+        for chunk in self.ctx.progress(chunks, desc, total=len(chunks)):
             with self.ctx.autocast():
                 out.append(self.model(normalize(chunk.to(self.device))).float())
         self.model.train(was_training)
@@ -298,13 +299,14 @@ class MetricLearningTask:
 
     @torch.no_grad()
     def embed_split(self, split: str) -> Tensor:
+        desc = f"embedding the {len(self.sets[split])} {split} images"
         if not self.cache:
-            return self.embed_images(self._images(split, list(range(len(self.sets[split])))))
+            return self.embed_images(self._images(split, list(range(len(self.sets[split])))), desc)
         was_training = self.model.training
         self.model.eval()
         out = []
         chunks = self.cache[split].split(self.cfg.eval.batch_size)
-        for chunk in self.ctx.progress(chunks, f"embedding the {split} images", total=len(chunks)):
+        for chunk in self.ctx.progress(chunks, desc, total=len(chunks)):
             with self.ctx.autocast():
                 out.append(self.model.from_stem(chunk).float())
         self.model.train(was_training)
@@ -335,7 +337,8 @@ class MetricLearningTask:
     def _stem_all(self, split: str) -> Tensor:
         data = self.sets[split]
         out = []
-        for start in range(0, len(data), self.cfg.eval.batch_size):
+        starts = range(0, len(data), self.cfg.eval.batch_size)
+        for start in self.ctx.progress(starts, f"frozen stem of the {len(data)} {split} images", total=len(starts)):
             idx = list(range(start, min(start + self.cfg.eval.batch_size, len(data))))
             out.append(self.model.stem_features(normalize(self._images(split, idx)).to(self.device)).float())
         return torch.cat(out) if out else torch.empty(0)
