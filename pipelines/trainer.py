@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from contrasuite.core.metrics.health import health, similarity_samples
+from contrasuite.core.objectives.base import ContrastiveObjective
 from contrasuite.domains.errors import SetupError
 from contrasuite.domains.task import TaskContext, autocast_for, hook
 from contrasuite.domains.init_from import checkpoint_file
@@ -411,9 +412,9 @@ class Trainer:
                 if p.numel() == 1 and name.split(".")[-1] in TEMPERATURE_NAMES:
                     values[f"param/{mod_name}.{name}"] = float(p.detach())
             for name, sub in mod.named_modules():
-                if callable(log_values := getattr(sub, "log_values", None)):
+                if isinstance(sub, ContrastiveObjective):
                     prefix = ".".join(filter(None, (mod_name, name)))
-                    values |= {f"state/{prefix}.{k}": v for k, v in log_values().items()}
+                    values |= {f"state/{prefix}.{k}": v for k, v in sub.log_values().items()}
         return values
 
     def _embed_for_health(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor] | None:

@@ -27,6 +27,7 @@ from torch import Tensor
 
 from contrasuite.core.negatives.gather import distributed_objective
 from contrasuite.core.objectives import ObjectiveSum
+from contrasuite.core.objectives.base import ContrastiveObjective
 from contrasuite.domains.archives import cache_root
 from contrasuite.domains.code_search.data import COSQA_CORPUS, COSQA_FOLDER, COSQA_QUERIES, PairSet, load_cosqa, load_split
 from contrasuite.domains.code_search.embedding_cache import EmbeddingCache
@@ -213,7 +214,7 @@ class CodeSearchTask:
         # What each term reports of its last call, e.g. Soft-InfoNCE's share of negatives its prior flags
         # as likely false ones (``prior/0:soft_infonce.flagged_share``).
         states = {f"prior/{name}.{k}": v for name, term in zip(self.objective.names, self.objective.terms)
-                  if callable(log_values := getattr(term, "log_values", None)) for k, v in log_values().items()}
+                  if isinstance(term, ContrastiveObjective) for k, v in term.log_values().items()}
         return {"loss": float(loss.detach()), **states}
 
     @torch.no_grad()

@@ -157,6 +157,14 @@ def test_learnable_temperature_and_tensorboard_are_logged(toy_yaml):
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
 
 
+def test_what_an_objective_reports_of_its_last_call_is_logged(toy_yaml):
+    """ContrastiveObjective.log_values (WEINCE's gate) reaches metrics.csv as ``state/<module path>.<name>``."""
+    terms = "[{name: clip}, {name: weince, temperature: 0.5, weight: 0.5}]"
+    run_dir = trainer.train(load_config(toy_yaml(run={"max_steps": 2}), [f"config.objective.terms={terms}"]))
+    rows = {row["name"]: float(row["value"]) for row in _metrics(run_dir)}
+    assert 0.0 <= rows["state/objective.terms.1.lambda_mean"] <= 1.0
+
+
 def test_cli_train_data_root_flag(toy_yaml, capsys):
     assert main(["train", str(toy_yaml(run={"max_steps": 1})), "--data-root", "/flag/root"]) == 0
     run_dir = capsys.readouterr().out.strip().split("run folder: ")[-1]
