@@ -28,26 +28,9 @@ import torch
 
 from contrasuite.domains.archives import sha256_of
 from contrasuite.domains.exporting import ONNX_OPSET, ExportError, Exported, ExportRequest, require_format
-from contrasuite.domains.init_from import checkpoint_file
-from contrasuite.pipelines import checkpoint
 from contrasuite.pipelines.catalog import domain_folders, export_formats
 from contrasuite.pipelines.cli_runs import config_digest
-from contrasuite.pipelines.config import load_config
 from contrasuite.pipelines.run_dir import read_json, write_json
-
-
-def _task_setup(loaded: Any, state: dict, path: Path, data_root: Path, scratch: Path):
-    """A callable that sets the run's task up on the CPU with the checkpoint's modules (graph's embeddings)."""
-
-    def setup() -> Any:
-        from contrasuite.pipelines.standalone import setup_task
-
-        task = setup_task(loaded.task_class(), loaded.config, device=torch.device("cpu"), data_root=data_root,
-                          run_dir=scratch, seed=loaded.run.seed)
-        checkpoint.restore_modules(state, path, modules=dict(task.modules()), task=task)
-        return task
-
-    return setup
 
 
 def _training_command(run_dir: Path) -> str | None:
@@ -120,9 +103,10 @@ def export_run(run_dir: Path, fmt: str, out: Path, which: str = "best", data_roo
     run_dir = Path(run_dir)
     if not (run_dir / "config.yaml").is_file():
         raise FileNotFoundError(f"RUN_DIR {run_dir} is not a run folder (no config.yaml)")
-    from contrasuite.pipelines.trainer import saved_run_name
+    from contrasuite.pipelines.python_api import load_run
 
-    loaded = load_config(run_dir / "config.yaml", name=saved_run_name(run_dir))
+    run = load_run(run_dir, which)
+    loaded, path, state = run.loaded, run.checkpoint, run.state
     formats = export_formats()
     domain = loaded.task_name
     if domain not in formats:
@@ -130,8 +114,6 @@ def export_run(run_dir: Path, fmt: str, out: Path, which: str = "best", data_roo
     require_format(fmt, formats[domain], f"a {domain} run")
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ExportError(f"--out {out} exists and is not an empty folder; choose a new one")
-    path = checkpoint_file(run_dir, which)
-    state = checkpoint.load(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.parent / f".{out.name}.partial-{os.getpid()}"
     shutil.rmtree(partial, ignore_errors=True)
@@ -139,8 +121,7 @@ def export_run(run_dir: Path, fmt: str, out: Path, which: str = "best", data_roo
     try:
         module = importlib.import_module(f"{domain_folders()[domain][0]}.export")
         request = ExportRequest(run_dir=run_dir, config=loaded.config, modules=state["modules"], format=fmt, out=partial,
-                                task=_task_setup(loaded, state, path, Path(data_root or loaded.run.data_root),
-                                                 partial / ".scratch"))
+                                task=lambda: run.task(data_root, work_dir=partial / ".scratch"))
         exported: Exported = module.export(request)
         shutil.rmtree(partial / ".scratch", ignore_errors=True)
         record = {

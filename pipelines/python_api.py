@@ -61,11 +61,12 @@ class Run:
         """The checkpoint's module weights: name (``generator``, ``encoder``, ``model``...) -> state dict."""
         return self.state["modules"]
 
-    def task(self, data_root: str | Path | None = None, device: str = "cpu") -> Task:
+    def task(self, data_root: str | Path | None = None, device: str = "cpu", work_dir: Path | None = None) -> Task:
         """The run's task set up on ``device`` (its data read from ``data_root``, default the run's) with
-        this checkpoint's modules and task state loaded."""
+        this checkpoint's modules and task state loaded; ``work_dir``: where its setup may write (default
+        the run folder, as ``contrasuite eval``)."""
         task = setup_task(self.loaded.task_class(), self.config, device=torch.device(device),
-                          data_root=Path(data_root or self.data_root), run_dir=self.folder,
+                          data_root=Path(data_root or self.data_root), run_dir=work_dir or self.folder,
                           seed=self.loaded.run.seed)
         checkpoint.restore_modules(dict(self.state), self.checkpoint, modules=dict(task.modules()), task=task)
         return task
