@@ -83,8 +83,10 @@ _EMOJI_BY_HAND = ("download the npm packages emoji-datasource-twitter and emoji-
 EMOJI = Dataset(
     name="emoji",
     files=(
-        DataFile("emoji/emoji-twitter-64.tar.gz", "c6c8e931144584735998305e1ec3d87aa59c1bef5db9d5b5ad56ca3d7a87bddd", 10190208),
-        DataFile("emoji/emoji-google-64.tar.gz", "af5b7092fd3c372cc20a7aa4bdbe479abfdf717004ab44361f7d66241faef934", 13523956),
+        DataFile("emoji/emoji-twitter-64.tar.gz",
+                 "c6c8e931144584735998305e1ec3d87aa59c1bef5db9d5b5ad56ca3d7a87bddd", 10190208),
+        DataFile("emoji/emoji-google-64.tar.gz",
+                 "af5b7092fd3c372cc20a7aa4bdbe479abfdf717004ab44361f7d66241faef934", 13523956),
         DataFile("emoji/emoji.json", "1d602e65be88772bf8cc368ce16b855d719eeddbafe128d471b80203f494d29f", 1313457),
         DataFile("emoji/categories.json", "05b7c3b10440d2c111064c72f047f22d242675feabf208e89df4494c36ca1ad7", 54394),
     ),

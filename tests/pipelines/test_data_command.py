@@ -38,13 +38,16 @@ def small_copy(tmp_path, declared):
 
 
 def test_every_shipped_config_reads_declared_datasets_and_every_dataset_is_read(declared, capsys):
-    runs = {"/".join(p.relative_to(config_root()).with_suffix("").parts) for p in shipped_configs() if not is_fragment(p)}
+    runs = {"/".join(p.relative_to(config_root()).with_suffix("").parts)
+            for p in shipped_configs() if not is_fragment(p)}
     readers = {c for entry in declared.values() for c in entry.configs}
     assert readers == runs, f"configs reading no declared dataset: {sorted(runs - readers)}"
     assert all(entry.configs for entry in declared.values()), [n for n, e in declared.items() if not e.configs]
     assert main(["data", "list", "--data-root", str(DATA)]) == 0
     table = capsys.readouterr().out
     assert all(f"  {name} " in table for name in declared)
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "data.md").read_text()
+    assert all(f"`{name}`" in docs for name in declared), [n for n in declared if f"`{n}`" not in docs]
 
 
 def test_check_passes_on_the_real_data_and_names_a_changed_byte(small_copy, capsys):
