@@ -18,7 +18,9 @@ from typing import Callable, TypeVar
 
 import torch
 
-os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # the profiler's start/stop lines would drown the commands' output
+from contrasuite.pipelines.noise import without_cpp_noise
+
+os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # above USDT (5): the profiler's start/stop lines would drown the output
 
 T = TypeVar("T")
 
@@ -34,7 +36,7 @@ def peak_bytes(fn: Callable[[], T], device: torch.device) -> tuple[T, int]:
         return out, torch.cuda.max_memory_allocated(device) - base
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with without_cpp_noise(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         out = fn()
     events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
     live = peak = 0
