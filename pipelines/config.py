@@ -144,6 +144,11 @@ FRAGMENT_FOLDERS = ("base", "datasets")
 """Folders of shipped YAML that run configs extend (a dataset description, a shared base), not run configs."""
 
 
+def default_data_root() -> str:
+    """The data root when neither ``--data-root`` nor ``run.data_root`` gives one: ``$CONTRASUITE_DATA``, else ``data``."""
+    return os.environ.get("CONTRASUITE_DATA", "data")
+
+
 def shipped_configs() -> list[Path]:
     """Every shipped config file, sorted."""
     return sorted(config_root().rglob("*.yaml"))
@@ -428,7 +433,7 @@ def load_config(path: str | os.PathLike, overrides: Sequence[str] = (), data_roo
     if data_root is not None:
         root.run.data_root = str(data_root)
     elif root.run.data_root is None:
-        root.run.data_root = os.environ.get("CONTRASUITE_DATA", "data")
+        root.run.data_root = default_data_root()
     digest = overrides_digest(from_file, OmegaConf.to_container(root.config))
     try:
         resolved = OmegaConf.to_container(root, resolve=True)
