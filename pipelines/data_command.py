@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,7 @@ from contrasuite.domains.archives import download
 from contrasuite.domains.data_sources import Dataset, file_problem, is_there
 from contrasuite.domains.errors import DataError
 from contrasuite.pipelines.catalog import domain_folders
-from contrasuite.pipelines.config import config_root, is_fragment, read_raw, shipped_configs
+from contrasuite.pipelines.config import config_root, default_data_root, is_fragment, read_raw, shipped_configs
 
 
 @dataclass(frozen=True)
@@ -149,7 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("fetch", parents=[common], help="download a dataset (SHA-256 checked)").add_argument("name")
     sub.add_parser("check", parents=[common], help="verify every dataset present, or NAME").add_argument("name", nargs="?")
     args = parser.parse_args(argv)
-    root = Path(args.data_root or os.environ.get("CONTRASUITE_DATA", "data"))
+    root = Path(args.data_root or default_data_root())
     if args.action == "list":
         print(list_datasets(root))
     elif args.action == "fetch":
