@@ -24,6 +24,7 @@ import torch
 from contrasuite.domains.archives import cache_root, extract_once
 from contrasuite.domains.image_loading import EpochBatches, OnDiskImages, albumentations_transform, epoch_batches, image_loader
 from contrasuite.pipelines.bench import write_output
+from contrasuite.pipelines.config import default_data_root
 
 
 def b100_files(data_root: Path) -> list[Path]:
@@ -54,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data-root", default=None)
     parser.add_argument("--output", type=Path, default=None, help="also write the rows as JSON")
     args = parser.parse_args(argv)
-    files = b100_files(Path(args.data_root or os.environ.get("CONTRASUITE_DATA", "data")))
+    files = b100_files(Path(args.data_root or default_data_root()))
     rows: list[dict[str, Any]] = []
     for workers in (int(w) for w in args.workers.split(",")):
         rows.append({"workers": workers, "images_per_second": images_per_second(files, workers, args.images, args.batch, args.size)})
