@@ -94,6 +94,7 @@ def test_fetch_downloads_verifies_and_writes_atomically(tmp_path, monkeypatch, d
     files = served(monkeypatch, declared, server)
     root = tmp_path / "fetched"
     assert main(["data", "fetch", SMALL, "--data-root", str(root)]) == 0
+    assert "monet.jpg" in capsys.readouterr().err  # the progress bar
     assert all((root / f.path).read_bytes() == (small_copy / f.path).read_bytes() for f in files)
     assert sorted(p.name for p in root.rglob("*") if p.is_file()) == sorted(Path(f.path).name for f in files)
     assert main(["data", "check", SMALL, "--data-root", str(root)]) == 0
@@ -102,7 +103,7 @@ def test_fetch_downloads_verifies_and_writes_atomically(tmp_path, monkeypatch, d
     assert capsys.readouterr().out.count("(already there)") == len(files)
 
 
-def test_fetch_refuses_a_download_with_another_checksum(tmp_path, monkeypatch, declared, server, small_copy):
+def test_fetch_refuses_a_download_with_another_checksum(tmp_path, monkeypatch, declared, server, small_copy, capsys):
     files = served(monkeypatch, declared, server)
     first = small_copy / files[0].path
     first.write_bytes(first.read_bytes()[:-1] + b"\0")
@@ -110,6 +111,10 @@ def test_fetch_refuses_a_download_with_another_checksum(tmp_path, monkeypatch, d
     with pytest.raises(CorruptData, match="SHA-256 .* was not written"):
         data_command.fetch(root, SMALL)
     assert not list((root / files[0].path).parent.iterdir())  # neither the file nor a temp file is left
+    capsys.readouterr()
+    assert main(["data", "fetch", SMALL, "--data-root", str(root)]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("contrasuite data: ") and files[0].url in last and "was not written" in last
 
 
 def test_fetch_of_a_hand_placed_dataset_is_one_line_saying_where(tmp_path, declared, capsys):
