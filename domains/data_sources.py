@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+
 from contrasuite.domains.archives import sha256_of
 
 
@@ -47,7 +48,7 @@ class Dataset:
         """Bytes: ``total_bytes``, else the sum of the files' sizes; None when unknown."""
         if self.total_bytes is not None or any(f.size is None for f in self.files):
             return self.total_bytes
-        return sum(f.size or 0 for f in self.files)
+        return sum(f.size for f in self.files)
 
     @property
     def fetchable(self) -> bool:
