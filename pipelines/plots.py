@@ -37,12 +37,15 @@ def _save(fig: Any, path: Path) -> Path:
 
 
 def similarity_histogram(pos: Tensor, neg: Tensor, path: Path, title: str) -> Path:
-    """Write a PNG of the two distributions to ``path`` (atomically) and return it."""
+    """Write a PNG of the two distributions to ``path`` (atomically) and return it; an empty one (a batch of one
+    pair has no negatives: one sample per rank on two processes) is left out, not drawn as a 0/0 density."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(5, 3.2), dpi=100)
     bins = torch.linspace(-1, 1, 81).tolist()
-    ax.hist(neg.detach().float().cpu().numpy(), bins=bins, density=True, alpha=0.6, label=f"negative (n={neg.numel()})")
-    ax.hist(pos.detach().float().cpu().numpy(), bins=bins, density=True, alpha=0.6, label=f"positive (n={pos.numel()})")
+    for name, values in (("negative", neg), ("positive", pos)):
+        if values.numel():
+            ax.hist(values.detach().float().cpu().numpy(), bins=bins, density=True, alpha=0.6,
+                    label=f"{name} (n={values.numel()})")
     ax.set_xlabel("cosine similarity")
     ax.set_ylabel("density")
     ax.set_title(title)
