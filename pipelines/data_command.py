@@ -9,7 +9,7 @@ Each domain declares its datasets in ``domains/<d>/datasets.py`` (``DATASETS`` a
 data root. ``fetch NAME`` downloads the files with a public source (progress on stderr, SHA-256 checked,
 written atomically); a dataset without one is one line saying which files to put where, exit 2. ``check``
 verifies the size and SHA-256 of every file of each dataset present (``check NAME``: of that one), one
-line a dataset, exit 1 when a file is missing from a dataset, or wrong.
+line a dataset, exit 1 when a file is missing from a dataset, or wrong, or when no dataset is there at all.
 """
 
 from __future__ import annotations
@@ -126,16 +126,18 @@ def fetch(root: Path, name: str) -> None:
 def check(root: Path, name: str | None) -> int:
     """Verify one dataset (``name``) or every one present; one line each; 1 when something is wrong."""
     datasets = [_lookup(name)] if name else [e.dataset for e in declared().values()]
-    bad = 0
+    bad = checked = 0
     for dataset in datasets:
         if name is None and _presence(root, dataset) == "missing":
             print(f"absent  {dataset.name} (contrasuite data fetch {dataset.name})")
             continue
         problems = [f"{f.path}: {p}" for f in dataset.files if (p := file_problem(root, f))]
-        bad += bool(problems)
+        bad, checked = bad + bool(problems), checked + 1
         print(f"FAIL    {dataset.name}: {'; '.join(problems)}" if problems else f"ok      {dataset.name} "
               f"({len(dataset.files)} file{'s' * (len(dataset.files) > 1)})", flush=True)
-    return 1 if bad else 0
+    if not checked:
+        print(f"no dataset under {root}: nothing was checked (--data-root, $CONTRASUITE_DATA)")
+    return 1 if bad or not checked else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

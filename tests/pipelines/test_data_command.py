@@ -64,6 +64,8 @@ def test_check_passes_on_the_real_data_and_names_a_changed_byte(small_copy, caps
     assert failed == [line for line in out.splitlines() if SMALL in line]
     assert "trainA/monet.jpg: SHA-256" in failed[0] and "etretat-normandy" not in failed[0]
     assert "absent  cub200" in out
+    assert main(["data", "check", "--data-root", str(small_copy / "empty")]) == 1
+    assert "nothing was checked" in capsys.readouterr().out
 
 
 @pytest.fixture
