@@ -112,8 +112,8 @@ def fetch(root: Path, name: str) -> None:
     dataset = _lookup(name)
     by_hand = [f for f in dataset.files if not (f.url and f.sha256) and file_problem(root, f)]
     if by_hand:
-        raise DataError(f"{name} has no public download: put {', '.join(f.path for f in by_hand)} under {root} by "
-                        f"hand: {dataset.by_hand} (docs/data.md)")
+        raise DataError(f"{name} is placed by hand (no download with a checksum declared here): put "
+                        f"{', '.join(f.path for f in by_hand)} under {root}: {dataset.by_hand} (docs/data.md)")
     for f in dataset.files:
         if file_problem(root, f) is None:
             print(f"ok      {f.path} (already there)")

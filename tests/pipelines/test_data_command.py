@@ -123,5 +123,5 @@ def test_fetch_of_a_hand_placed_dataset_is_one_line_saying_where(tmp_path, decla
     hand = next(e.dataset for e in declared.values() if not e.dataset.fetchable)
     assert main(["data", "fetch", hand.name, "--data-root", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "has no public download" in err and str(tmp_path) in err
+    assert len(err.splitlines()) == 1 and "is placed by hand" in err and str(tmp_path) in err
     assert all(f.path in err for f in hand.files)
