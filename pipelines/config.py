@@ -97,7 +97,7 @@ class RunSettings:
     """The run name (the folder below ``<output_root>/<domain>/``); None: the config's name, plus a digest of
     the ``config.*`` values the overrides changed (:func:`run_name`). Letters, digits, ``._-``; ``/`` nests."""
     resume: str = "never"
-    """``never``, ``auto`` (continue the newest unfinished run of this config) or a run folder."""
+    """``never``, ``auto`` (continue the newest unfinished run of this run name and config) or a run folder."""
     eval_checkpoint: str = one_of("best", ("best", "last"))
     """Checkpoint ``contrasuite eval`` loads: ``best`` or ``last``."""
 
