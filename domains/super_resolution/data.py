@@ -14,7 +14,7 @@ import zlib
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -115,13 +115,18 @@ def patch_fits(height: int, width: int, scale: int, patch: int) -> bool:
     return min(height, width) // scale >= patch
 
 
+def to_stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
 def usable_images(sizes: Sequence[tuple[int, int]], source: str, scale: int, patch: int,
-                  names: Sequence[str] | None = None) -> list[int]:
+                  names: Sequence[str] | None = None, log: Callable[[str], None] = to_stderr) -> list[int]:
     """Indices of the HR images (``(height, width)`` each, optionally named ``names``) that hold a training patch.
 
-    Smaller images cannot be sampled and are left out, said in one line on stderr (how many, and the
-    first by name). When none is left, a :class:`DataError` names ``source`` (the folder or set) and the
-    patch size. One usable image is enough: a batch draws its patches from the usable images with replacement.
+    Smaller images cannot be sampled and are left out, said in one line to ``log`` (how many, and the
+    first by name; the task logs on rank 0 only). When none is left, a :class:`DataError` names ``source``
+    (the folder or set) and the patch size. One usable image is enough: a batch draws its patches from
+    the usable images with replacement.
     """
     fits = [patch_fits(h, w, scale, patch) for h, w in sizes]
     small = [name for name, ok in zip(names or (), fits) if not ok]
@@ -130,8 +135,7 @@ def usable_images(sizes: Sequence[tuple[int, int]], source: str, scale: int, pat
     if not any(fits):
         raise DataError(f"{source}: none of the {len(sizes)} training images is at least {need}{first}")
     if not all(fits):
-        print(f"{source}: {fits.count(False)} of {len(sizes)} training images are smaller than {need} and are not used"
-              f"{first}", file=sys.stderr, flush=True)
+        log(f"{source}: {fits.count(False)} of {len(sizes)} training images are smaller than {need} and are not used{first}")
     return [i for i, ok in enumerate(fits) if ok]
 
 
@@ -146,9 +150,9 @@ class PatchSampler:
     """
 
     def __init__(self, images: list[Tensor], scale: int, patch: int, names: Sequence[str] | None = None,
-                 source: str = "the SR training set") -> None:
+                 source: str = "the SR training set", log: Callable[[str], None] = to_stderr) -> None:
         self.scale, self.patch = scale, patch
-        keep = usable_images([tuple(img.shape[-2:]) for img in images], source, scale, patch, names)
+        keep = usable_images([tuple(img.shape[-2:]) for img in images], source, scale, patch, names, log)
         self.hr = [modcrop(images[i], scale) for i in keep]
         self.lr = [degrade(hr, scale) for hr in self.hr]
 

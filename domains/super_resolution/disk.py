@@ -13,7 +13,7 @@ Images too small for a patch are found from their headers when the dataset is ma
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -22,19 +22,20 @@ from torch.utils.data import Dataset
 
 from contrasuite.domains.image_loading import sample_seed
 from contrasuite.domains.images import image_size, read_rgb_array
-from contrasuite.domains.super_resolution.data import degrade, modcrop, usable_images
+from contrasuite.domains.super_resolution.data import degrade, modcrop, to_stderr, usable_images
 
 
 class FolderPatches(Dataset):
     """``dataset[(epoch, position, index)] -> (lr uint8 [3, p, p], hr uint8 [3, s p, s p])``."""
 
-    def __init__(self, hr_paths: Sequence[Path], scale: int, patch: int, seed: int, lr_folder: Path | None = None) -> None:
+    def __init__(self, hr_paths: Sequence[Path], scale: int, patch: int, seed: int, lr_folder: Path | None = None,
+                 log: Callable[[str], None] = to_stderr) -> None:
         import os
 
         os.environ.setdefault("NO_ALBUMENTATIONS_UPDATE", "1")
         import albumentations as A
 
-        self.paths = _usable_paths(list(hr_paths), scale, patch)
+        self.paths = _usable_paths(list(hr_paths), scale, patch, log)
         self.scale, self.patch, self.seed, self.lr_folder = scale, patch, seed, lr_folder
         self.dihedral = A.Compose([A.D4(p=1.0)], additional_targets={"hr": "image"}, seed=0, is_check_shapes=False)
 
@@ -67,8 +68,8 @@ class FolderPatches(Dataset):
                 torch.from_numpy(np.ascontiguousarray(out["hr"])).permute(2, 0, 1))
 
 
-def _usable_paths(paths: list[Path], scale: int, patch: int) -> list[Path]:
+def _usable_paths(paths: list[Path], scale: int, patch: int, log: Callable[[str], None]) -> list[Path]:
     """The HR images of ``paths`` large enough for a patch (:func:`usable_images`, read from their headers)."""
     sizes = [image_size(path)[::-1] for path in paths]
     source = f"config.data.train_folder {paths[0].parent}" if paths else "config.data.train_folder"
-    return [paths[i] for i in usable_images(sizes, source, scale, patch, [str(p) for p in paths])]
+    return [paths[i] for i in usable_images(sizes, source, scale, patch, [str(p) for p in paths], log)]

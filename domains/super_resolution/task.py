@@ -42,7 +42,7 @@ from contrasuite.domains.errors import ConfigValueError, SetupError
 from contrasuite.domains.images import read_rgb_array
 from contrasuite.domains.init_from import load_weights
 from contrasuite.domains.super_resolution import frequency
-from contrasuite.domains.super_resolution.data import PatchSampler, degrade, eval_pairs, load_set, modcrop
+from contrasuite.domains.super_resolution.data import PatchSampler, degrade, eval_pairs, load_set, modcrop, to_stderr
 from contrasuite.domains.super_resolution.disk import FolderPatches
 from contrasuite.domains.super_resolution.frequency import FrequencyConfig
 from contrasuite.domains.super_resolution.imresize import quantize
@@ -154,7 +154,8 @@ class SuperResolutionTask:
             train, held = self._hold_out(items)
             self.sampler = PatchSampler([img for _, img in train], cfg.scale, cfg.data.patch_size,
                                         names=[stem for stem, _ in train],
-                                        source=f"SR set {cfg.data.train_set} under {Path(ctx.data_root) / 'sr'}")
+                                        source=f"SR set {cfg.data.train_set} under {Path(ctx.data_root) / 'sr'}",
+                                        log=self._log)
             val = [img for _, img in held]
         self.val = [self._val_crop(img) for img in val]
         self.generator = ctx.wrap(EDSR(cfg.scale, cfg.model.n_resblocks, cfg.model.n_feats, cfg.model.res_scale).to(self.device))
@@ -201,6 +202,11 @@ class SuperResolutionTask:
     def schedulers(self) -> Mapping[str, Any]:
         return self._schedulers
 
+    def _log(self, message: str) -> None:
+        """A line on stderr from rank 0 only (every rank reads the same training set)."""
+        if self.ctx.rank == 0:
+            to_stderr(message)
+
     def _hold_out(self, items: list) -> tuple[list, list]:
         """``(train, val)``: every ``val_every``-th of the first ``max_train_images`` items is held out."""
         items, every = items[: self.cfg.data.max_train_images], self.cfg.data.val_every
@@ -218,7 +224,7 @@ class SuperResolutionTask:
             raise FileNotFoundError(f"config.data.train_folder: no images in {folder}")
         train, val = self._hold_out(files)
         lr_folder = data_root / dc.train_lr_folder if dc.train_lr_folder else None
-        dataset = FolderPatches(train, self.cfg.scale, dc.patch_size, self.ctx.seed, lr_folder)
+        dataset = FolderPatches(train, self.cfg.scale, dc.patch_size, self.ctx.seed, lr_folder, log=self._log)
         self.loader = image_loader(dataset, EpochBatches(self._disk_batches, self.ctx.rank, self.ctx.world_size),
                                    dc.workers, self.device)
         return [torch.from_numpy(read_rgb_array(p)).permute(2, 0, 1).float() / 255.0 for p in val]

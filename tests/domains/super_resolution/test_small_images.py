@@ -36,6 +36,21 @@ def test_sampler_leaves_out_a_small_image_and_says_so(capsys):
     assert "config.data.patch_size=12" in err[0] and err[0].endswith("the first is tiny")
 
 
+def test_the_line_comes_from_rank_zero_only(capsys):
+    """Every rank reads the training set; on two processes both printed the line (found by the 2-process smoke)."""
+    from types import SimpleNamespace
+
+    from contrasuite.domains.super_resolution.task import SuperResolutionTask
+
+    images = [torch.rand(3, 30, 34), torch.rand(3, 20, 40)]
+    for rank in (0, 1):
+        task = SuperResolutionTask()
+        task.ctx = SimpleNamespace(rank=rank)
+        PatchSampler(images, SCALE, PATCH, names=["big", "tiny"], source=f"rank {rank}", log=task._log)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("rank 0: 1 of 2 training images are smaller than 24 px")
+
+
 def test_sampler_refuses_when_no_image_fits():
     with pytest.raises(DataError, match=r"SR set Mine: none of the 2 training images is at least 24 px .*"
                                         r"patch_size=12 LR px at x2.*the first is a$"):
