@@ -1,8 +1,9 @@
 """``python -c 'from contrasuite.pipelines.installed import check; check()'``: is this install usable?
 
 Run by CI on the installed wheel from a folder outside the checkout: every registered task imports,
-every shipped config loads, the configs are the installed package's own (not a checkout's), and every
-domain's report, bench and commands are found in the installed domain folders.
+every shipped config loads, the configs are the installed package's own (not a checkout's), every
+domain's report, bench and commands are found in the installed domain folders, and every dataset the
+configs read is declared (``contrasuite data``; the graph declarations read the installed configs).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 import contrasuite.pipelines as pipelines_package
 from contrasuite.pipelines.catalog import benches, domain_commands, reports
 from contrasuite.pipelines.config import config_root, load_config, shipped_configs
+from contrasuite.pipelines.data_command import declared
 from contrasuite.pipelines.registry import TASKS, resolve_task
 
 
@@ -25,9 +27,14 @@ def check() -> None:
     configs = shipped_configs()
     for path in configs:
         load_config(path)
+    datasets = declared()
+    unread = sorted(name for name, d in datasets.items() if not d.configs)
+    if unread:
+        raise RuntimeError(f"declared datasets that no installed config reads: {unread}")
     entries = {"compare": reports(), "bench": benches(), "commands": domain_commands()}
     for kind, found in entries.items():
         if not found:
             raise RuntimeError(f"no {kind} entries found in the installed domain folders")
-    print(f"installed: {len(tasks)} tasks import, {len(configs)} shipped configs load from {root}; "
+    print(f"installed: {len(tasks)} tasks import, {len(configs)} shipped configs load from {root}, "
+          f"{len(datasets)} datasets declared; "
           + ", ".join(f"{len(found)} {kind}" for kind, found in entries.items()))
