@@ -68,8 +68,9 @@ def gaussian_1d(size: int = 11, sigma: float = 1.5) -> Tensor:
     return g / g.sum()
 
 
-def _blur(x: Tensor, g: Tensor) -> Tensor:
-    """Valid 2-D Gaussian filtering of ``[B, C, H, W]`` as two 1-D passes (22 instead of 121 products per pixel)."""
+def gaussian_filter(x: Tensor, g: Tensor) -> Tensor:
+    """Valid 2-D filtering of ``[B, C, H, W]`` by ``g``'s outer product as two 1-D passes (22 instead of 121
+    products per pixel for 11 taps); SSIM's local moments here and in ``translation.metrics``."""
     c = x.shape[1]
     x = F.conv2d(x, g.view(1, 1, -1, 1).expand(c, 1, -1, 1), groups=c)
     return F.conv2d(x, g.view(1, 1, 1, -1).expand(c, 1, 1, -1), groups=c)
@@ -85,7 +86,7 @@ def ssim_y(sr: Tensor, hr: Tensor, border: int) -> Tensor:
     lead = sr.shape[:-3]
     y1, y2 = crop_border(rgb_to_y(sr), border), crop_border(rgb_to_y(hr), border)
     y1, y2 = y1.reshape(-1, 1, *y1.shape[-2:]), y2.reshape(-1, 1, *y2.shape[-2:])
-    moments = _blur(torch.cat([y1, y2, y1 * y1, y2 * y2, y1 * y2], dim=1), gaussian_1d().to(y1.device))
+    moments = gaussian_filter(torch.cat([y1, y2, y1 * y1, y2 * y2, y1 * y2], dim=1), gaussian_1d().to(y1.device))
     mu1, mu2, e11, e22, e12 = moments.unbind(dim=1)
     c1, c2 = (0.01 * 255) ** 2, (0.03 * 255) ** 2
     s11, s22, s12 = e11 - mu1**2, e22 - mu2**2, e12 - mu1 * mu2

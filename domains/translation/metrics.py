@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from contrasuite.domains.efficientnet_lite0 import NETWORK, efficientnet_lite0, normalize
+from contrasuite.domains.super_resolution.metrics import gaussian_1d, gaussian_filter
 from contrasuite.domains.task import Progress, no_progress
 
 FEATURE_NETWORK = NETWORK
@@ -34,21 +35,14 @@ def psnr(x: Tensor, y: Tensor) -> Tensor:
     return 10 * torch.log10(1.0 / mse.clamp_min(1e-12))
 
 
-def _gaussian(size: int = 11, sigma: float = 1.5) -> Tensor:
-    g = torch.exp(-((torch.arange(size, dtype=torch.float64) - size // 2) ** 2) / (2 * sigma**2))
-    g = g / g.sum()
-    return g[:, None] * g[None, :]
-
-
 def ssim(x: Tensor, y: Tensor) -> Tensor:
-    """Per-image SSIM of ``[N, C, H, W]`` images in ``[0, 1]`` ('valid' windows, channel mean)."""
+    """Per-image SSIM of ``[N, C, H, W]`` images in ``[0, 1]`` ('valid' windows, channel mean); the five local
+    moments are one separable Gaussian filtering in float64 (``super_resolution.metrics.gaussian_filter``)."""
     c = x.shape[1]
-    w = _gaussian().to(x.device).expand(c, 1, 11, 11)
     x, y = x.double(), y.double()
-    mu_x, mu_y = F.conv2d(x, w, groups=c), F.conv2d(y, w, groups=c)
-    sxx = F.conv2d(x * x, w, groups=c) - mu_x**2
-    syy = F.conv2d(y * y, w, groups=c) - mu_y**2
-    sxy = F.conv2d(x * y, w, groups=c) - mu_x * mu_y
+    moments = gaussian_filter(torch.cat([x, y, x * x, y * y, x * y], dim=1), gaussian_1d().to(x.device))
+    mu_x, mu_y, exx, eyy, exy = moments.split(c, dim=1)
+    sxx, syy, sxy = exx - mu_x**2, eyy - mu_y**2, exy - mu_x * mu_y
     c1, c2 = 0.01**2, 0.03**2
     s = ((2 * mu_x * mu_y + c1) * (2 * sxy + c2)) / ((mu_x**2 + mu_y**2 + c1) * (sxx + syy + c2))
     return s.flatten(1).mean(1)

@@ -15,6 +15,23 @@ def test_psnr_ssim():
     assert (ssim(x, torch.rand(2, 3, 16, 16)) < 0.5).all()
 
 
+def test_ssim_is_the_11x11_gaussian_window_formula():
+    """The separable filtering gives what the direct 11x11 window of Wang et al. gives."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(3, 3, 20, 24, generator=g)
+    y = (x + 0.3 * torch.rand(3, 3, 20, 24, generator=g)).clamp(0, 1)
+    t = torch.arange(11, dtype=torch.float64) - 5
+    w1 = torch.exp(-t**2 / (2 * 1.5**2))
+    w = (torch.outer(w1, w1) / w1.sum() ** 2).expand(3, 1, 11, 11)
+    xd, yd = x.double(), y.double()
+    mean = lambda a: torch.nn.functional.conv2d(a, w, groups=3)  # noqa: E731
+    mx, my = mean(xd), mean(yd)
+    sxx, syy, sxy = mean(xd * xd) - mx**2, mean(yd * yd) - my**2, mean(xd * yd) - mx * my
+    c1, c2 = 0.01**2, 0.03**2
+    direct = ((2 * mx * my + c1) * (2 * sxy + c2)) / ((mx**2 + my**2 + c1) * (sxx + syy + c2))
+    torch.testing.assert_close(ssim(x, y), direct.flatten(1).mean(1), rtol=0, atol=1e-12)
+
+
 def test_fd_identical_zero_and_shift_is_squared_norm():
     f = np.random.default_rng(0).normal(size=(200, 8))
     assert abs(frechet_distance(f, f)) < 1e-6
