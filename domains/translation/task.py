@@ -38,7 +38,7 @@ EfficientNet-Lite0 features against the real Noto drawings of the same held-out 
 numbers for the untranslated input (``input_*``); folders -- FD/KID of fixed crops of translated
 ``testA`` (else ``trainA``) against crops of ``testB`` (else ``trainB``). A PNG grid of input,
 output and target (a header row names the columns) is written to ``RUN_DIR/samples/`` at every evaluation;
-each evaluation stage over the images (translating, features of each set) is a bar through ``ctx.progress``.
+each evaluation stage (translating, the features of each set, the metrics) is a bar through ``ctx.progress``.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ from contrasuite.domains.errors import ConfigValueError, SetupError
 from contrasuite.domains.image_loading import EpochBatches, OnDiskImages, epoch_batches, image_loader
 from contrasuite.domains.task import (
     ObjectiveConfig, SmokeSettings, StepContext, TaskContext, average_gradients_over_ranks, batch_shard,
-    objective_field, seeded_generator,
+    objective_field, seeded_generator, shown,
 )
 from contrasuite.domains.translation import data as D
 from contrasuite.domains.translation.augment import DiffAugment
@@ -479,10 +479,12 @@ class TranslationTask:
         real = self._real_cache[split]
 
         def measure(images: Tensor, what: str) -> dict[str, float]:
-            m = distribution_metrics(self._feats(images, what), real, self.cfg.eval.kid_subsets)
-            if paired:
-                m |= {"psnr": float(psnr(images / 255.0, targets / 255.0).mean()),
-                      "ssim": float(ssim(images / 255.0, targets / 255.0).mean())}
+            feats = self._feats(images, what)
+            with shown(self.ctx.progress, f"{'PSNR, SSIM, ' if paired else ''}FD and KID of {len(images)} {what} images"):
+                m = distribution_metrics(feats, real, self.cfg.eval.kid_subsets)
+                if paired:
+                    m |= {"psnr": float(psnr(images / 255.0, targets / 255.0).mean()),
+                          "ssim": float(ssim(images / 255.0, targets / 255.0).mean())}
             return m
 
         if split not in self._floor_cache:

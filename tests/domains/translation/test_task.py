@@ -208,7 +208,9 @@ def test_evaluation_shows_each_stage_and_writes_a_grid_with_column_names(tmp_pat
     task.evaluate("val")
     assert stages == [("translating 4 val images", 1), ("EfficientNet-Lite0 features of 4 val target images", 1),
                       ("EfficientNet-Lite0 features of 4 val input images", 1),
-                      ("EfficientNet-Lite0 features of 4 translated images", 1)]
+                      ("PSNR, SSIM, FD and KID of 4 val input images", 1),
+                      ("EfficientNet-Lite0 features of 4 translated images", 1),
+                      ("PSNR, SSIM, FD and KID of 4 translated images", 1)]
     saved = np.asarray(Image.open(next((tmp_path / "samples").glob("val_step*.png"))).convert("RGB"))
     inputs, _ = task._eval_images("val")
     side = inputs.shape[-1]
