@@ -16,6 +16,7 @@ from torch.utils.data import Dataset
 
 from contrasuite.domains.efficientnet_lite0 import normalize as lite_normalize
 from contrasuite.domains.images import read_rgb_array
+from contrasuite.domains.task import Progress, no_progress
 
 
 def read_rgb(path: Path, size: int) -> Tensor:
@@ -49,11 +50,15 @@ def random_resized_crop(images: Tensor, generator: torch.Generator, min_scale: f
 
 
 class ImageFiles(Dataset):
-    """``(uint8 [3, S, S], label)`` per image; ``preload`` decodes everything once into memory."""
+    """``(uint8 [3, S, S], label)`` per image; ``preload`` decodes everything once into memory (a bar of
+    images through ``progress``, named ``desc``)."""
 
-    def __init__(self, paths: Sequence[Path], labels: Sequence[int], size: int, preload: bool = False) -> None:
+    def __init__(self, paths: Sequence[Path], labels: Sequence[int], size: int, preload: bool = False,
+                 progress: Progress = no_progress, desc: str = "decoding images") -> None:
         self.paths, self.labels, self.size = list(paths), torch.tensor(list(labels)), size
-        self.images = torch.stack([read_rgb(p, size) for p in self.paths]) if preload and self.paths else None
+        self.images = None
+        if preload and self.paths:
+            self.images = torch.stack([read_rgb(p, size) for p in progress(self.paths, desc, total=len(self.paths))])
 
     def __len__(self) -> int:
         return len(self.paths)

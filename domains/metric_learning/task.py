@@ -155,7 +155,8 @@ class MetricLearningTask:
         )
         size, preload = cfg.data.image_size, cfg.data.preload
         self.sets = {
-            name: ImageFiles(images.paths, images.labels, size, preload=preload)
+            name: ImageFiles(images.paths, images.labels, size, preload=preload, progress=ctx.progress,
+                             desc=f"decoding the {len(images.paths)} {name} images")
             for name, images in vars(self.splits).items()
         }
         torch.manual_seed(ctx.seed)

@@ -11,7 +11,7 @@ from contrasuite.pipelines.standalone import setup_task
 CONFIG = Path(__file__).resolve().parents[3] / "configs" / "metric_learning" / "emoji_multi_similarity.yaml"
 
 
-def test_stem_cache_and_embedding_stages_are_bars(cache_dir, emoji_root):
+def test_decoding_stem_cache_and_embedding_stages_are_bars(cache_dir, emoji_root):
     bars = []
 
     def progress(iterable, desc="", total=None):
@@ -24,6 +24,7 @@ def test_stem_cache_and_embedding_stages_are_bars(cache_dir, emoji_root):
     task = setup_task(MetricLearningTask(), loaded.config, device=torch.device("cpu"), data_root=emoji_root,
                       progress=progress)
     n_val = len(task.sets["val"])
+    assert bars[:3] == [(f"decoding the {len(task.sets[s])} {s} images", len(task.sets[s])) for s in ("train", "val", "test")]
     bars.clear()  # the stem cache may be on disk already: compute it again
     task._stem_all("val")
     assert bars == [(f"frozen stem of the {n_val} val images", -(-n_val // 4))]
