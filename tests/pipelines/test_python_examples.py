@@ -53,3 +53,20 @@ def test_the_python_example_trains_loads_and_infers(domain, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert re.search(PRINTS[domain], done.stdout), f"unexpected output: {done.stdout[-1000:]}"
     assert list((tmp_path / "runs").rglob("checkpoints/last.pt")), "no run folder under the example's cwd"
+
+
+def test_train_returns_the_run_and_load_run_gives_its_weights_back(toy_yaml, tmp_path):
+    import torch
+
+    from contrasuite.pipelines.python_api import load_run, train
+
+    run_dir = train(toy_yaml(run={"max_steps": 3}), "config.lr=0.05", data_root=tmp_path)
+    assert (run_dir / "config.yaml").is_file() and run_dir.is_relative_to(tmp_path / "runs")
+    run = load_run(run_dir, "last")
+    assert run.checkpoint == run_dir / "checkpoints" / "last.pt" and run.config.lr == 0.05
+    assert run.data_root == tmp_path and run.state["position"]["global_step"] == 3
+    task = run.task()
+    for name, value in task.model.state_dict().items():
+        assert torch.equal(value, run.modules["model"][name]), name
+    with pytest.raises(FileNotFoundError, match="not a run folder"):
+        load_run(tmp_path)
