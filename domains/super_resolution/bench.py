@@ -76,7 +76,7 @@ def measure(mode: str, precision: str, args: argparse.Namespace, device: torch.d
 
 def ssim_direct(y1: torch.Tensor, y2: torch.Tensor) -> float:
     """The baseline: SSIM of two Y images ``[1, 1, H, W]`` (float64) with the full 11 x 11 window, one convolution per moment."""
-    from contrasuite.domains.super_resolution.metrics import gaussian_window
+    from contrasuite.domains.ssim import gaussian_window
 
     win, c1, c2 = gaussian_window()[None, None], (0.01 * 255) ** 2, (0.03 * 255) ** 2
     mu1, mu2 = torch.nn.functional.conv2d(y1, win), torch.nn.functional.conv2d(y2, win)

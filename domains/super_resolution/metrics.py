@@ -15,8 +15,9 @@ whose ``bridge`` is greyscale).
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
+
+from contrasuite.domains.ssim import ssim_map
 
 _Y_WEIGHTS = (65.481, 128.553, 24.966)
 
@@ -55,40 +56,11 @@ def psnr_y(sr: Tensor, hr: Tensor, border: int) -> Tensor:
     return 10.0 * torch.log10(255.0**2 / mse.clamp_min(1e-12))
 
 
-def gaussian_window(size: int = 11, sigma: float = 1.5) -> Tensor:
-    """Normalised 2-D Gaussian ``[size, size]`` in float64 (MATLAB ``fspecial('gaussian')``)."""
-    g = gaussian_1d(size, sigma)
-    return g[:, None] * g[None, :]
-
-
-def gaussian_1d(size: int = 11, sigma: float = 1.5) -> Tensor:
-    """The normalised 1-D Gaussian whose outer product is :func:`gaussian_window` (it is separable)."""
-    x = torch.arange(size, dtype=torch.float64) - (size - 1) / 2
-    g = torch.exp(-(x**2) / (2 * sigma**2))
-    return g / g.sum()
-
-
-def gaussian_filter(x: Tensor, g: Tensor) -> Tensor:
-    """Valid 2-D filtering of ``[B, C, H, W]`` by ``g``'s outer product as two 1-D passes (22 instead of 121
-    products per pixel for 11 taps); SSIM's local moments here and in ``translation.metrics``."""
-    c = x.shape[1]
-    x = F.conv2d(x, g.view(1, 1, -1, 1).expand(c, 1, -1, 1), groups=c)
-    return F.conv2d(x, g.view(1, 1, 1, -1).expand(c, 1, 1, -1), groups=c)
-
-
 def ssim_y(sr: Tensor, hr: Tensor, border: int) -> Tensor:
-    """SSIM on Y (module docstring) between ``sr`` and ``hr`` ``[..., C, H, W]``; one value per image.
-
-    The five local moments (means, second moments, cross moment) are one grouped, separable Gaussian
-    filtering in float64: the variances ``E[y^2] - mu^2`` of values up to 235 cancel too much in float32.
-    """
+    """SSIM on Y (module docstring; :mod:`contrasuite.domains.ssim`, peak 255) between ``sr`` and ``hr``
+    ``[..., C, H, W]``; one value per image."""
     _check_pair(sr, hr)
     lead = sr.shape[:-3]
     y1, y2 = crop_border(rgb_to_y(sr), border), crop_border(rgb_to_y(hr), border)
     y1, y2 = y1.reshape(-1, 1, *y1.shape[-2:]), y2.reshape(-1, 1, *y2.shape[-2:])
-    moments = gaussian_filter(torch.cat([y1, y2, y1 * y1, y2 * y2, y1 * y2], dim=1), gaussian_1d().to(y1.device))
-    mu1, mu2, e11, e22, e12 = moments.unbind(dim=1)
-    c1, c2 = (0.01 * 255) ** 2, (0.03 * 255) ** 2
-    s11, s22, s12 = e11 - mu1**2, e22 - mu2**2, e12 - mu1 * mu2
-    ssim_map = ((2 * mu1 * mu2 + c1) * (2 * s12 + c2)) / ((mu1**2 + mu2**2 + c1) * (s11 + s22 + c2))
-    return ssim_map.mean(dim=(-2, -1)).reshape(lead)
+    return ssim_map(y1, y2, 255.0).mean(dim=(-3, -2, -1)).reshape(lead)

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from contrasuite.domains.efficientnet_lite0 import NETWORK, efficientnet_lite0, normalize
-from contrasuite.domains.super_resolution.metrics import gaussian_1d, gaussian_filter
+from contrasuite.domains.ssim import ssim_map
 from contrasuite.domains.task import Progress, no_progress
 
 FEATURE_NETWORK = NETWORK
@@ -36,16 +36,9 @@ def psnr(x: Tensor, y: Tensor) -> Tensor:
 
 
 def ssim(x: Tensor, y: Tensor) -> Tensor:
-    """Per-image SSIM of ``[N, C, H, W]`` images in ``[0, 1]`` ('valid' windows, channel mean); the five local
-    moments are one separable Gaussian filtering in float64 (``super_resolution.metrics.gaussian_filter``)."""
-    c = x.shape[1]
-    x, y = x.double(), y.double()
-    moments = gaussian_filter(torch.cat([x, y, x * x, y * y, x * y], dim=1), gaussian_1d().to(x.device))
-    mu_x, mu_y, exx, eyy, exy = moments.split(c, dim=1)
-    sxx, syy, sxy = exx - mu_x**2, eyy - mu_y**2, exy - mu_x * mu_y
-    c1, c2 = 0.01**2, 0.03**2
-    s = ((2 * mu_x * mu_y + c1) * (2 * sxy + c2)) / ((mu_x**2 + mu_y**2 + c1) * (sxx + syy + c2))
-    return s.flatten(1).mean(1)
+    """Per-image SSIM of ``[N, C, H, W]`` images in ``[0, 1]``: the mean of the 'valid' local SSIM over
+    channels and pixels (:mod:`contrasuite.domains.ssim`)."""
+    return ssim_map(x, y, 1.0).flatten(1).mean(1)
 
 
 def _sqrtm_psd(a: np.ndarray) -> np.ndarray:
