@@ -108,10 +108,12 @@ def _jpeg_folder_members(folder: Path) -> Iterator[tuple[str, int, bytes]]:
             yield str(path), label, path.read_bytes()
 
 
-def _jpeg_tar_members(archive: Path, split: str) -> list[tuple[str, int, bytes]]:
+def _jpeg_tar_members(archive: Path, split: str) -> Iterator[tuple[str, int, bytes]]:
     """``(member name, label, bytes)`` for ``cifar10-jpg/<split>/<class>/*.jpg`` members, sorted by name.
 
-    Members are read in archive order (a gzip stream cannot seek back cheaply), then sorted.
+    Members are read in archive order (a gzip stream cannot seek back cheaply), then sorted; nothing is
+    read before the first member is asked for, so a load from the decoded cache never reads the archive
+    (it read all 60,000 members, 5 s, on every load before).
     """
     out = []
     try:
@@ -128,7 +130,7 @@ def _jpeg_tar_members(archive: Path, split: str) -> list[tuple[str, int, bytes]]
                 out.append((f"{archive}:{member.name}", _class_index(parts[-2], archive), handle.read()))
     except (tarfile.TarError, EOFError, OSError, zlib.error) as err:
         raise DataError(f"{archive}: corrupt or unreadable archive ({err})") from err
-    return sorted(out, key=lambda item: item[0])
+    yield from sorted(out, key=lambda item: item[0])
 
 
 def decode_jpeg(data: bytes, name: str) -> np.ndarray:
