@@ -192,6 +192,9 @@ class SmokeSettings:
     overrides: tuple[str, ...] = ()
     live_batch: Callable[[Any], int] | None = None
     """Full config -> samples alive in one backward (None: the value at ``batch_key``)."""
+    holds_a_batch: tuple[str, ...] = ()
+    """Keys of ``overrides`` that size a training subset: raised to twice the batch when a run keeps the config's
+    own larger batch (``smoke --as-shipped``), so the subset holds a batch (a class-balanced one rounds down)."""
 
 
 

@@ -66,6 +66,8 @@ class SmokeResult:
     state: str
     """``ok``, ``one-process`` (the task refuses several processes), ``skip`` (data not on this machine) or ``FAIL``."""
     params: int = 0
+    seconds: float = 0.0
+    """The whole config: setup, steps, validation and the final checkpoint."""
     steps: int = 0
     steps_seconds: float = 0.0
     steps_per_second: float | None = None
@@ -100,6 +102,16 @@ def _tensor_bytes(tensors: Any) -> int:
     return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
 
 
+def _subsets(settings: SmokeSettings, batch: int | None) -> list[str]:
+    """The task's smoke overrides, each subset of :attr:`SmokeSettings.holds_a_batch` smaller than ``batch`` raised
+    to twice ``batch``."""
+    out = []
+    for override in settings.overrides:
+        key, _, value = override.partition("=")
+        out.append(f"{key}={2 * batch}" if key in settings.holds_a_batch and batch and batch > int(value) else override)
+    return out
+
+
 def measure(path: Path, workdir: Path, *, data_root: str | None = None, device: str = "cpu",
             precision: str | None = None, steps: int = 2, smoke_batch: bool = True, subset: bool = True,
             evaluate: bool = True) -> SmokeResult:
@@ -110,6 +122,7 @@ def measure(path: Path, workdir: Path, *, data_root: str | None = None, device: 
     name = str(path.relative_to(config_root()).with_suffix("")) if path.is_relative_to(config_root()) else str(path)
     world = distributed.env_info().world_size
     note = ""
+    began = time.perf_counter()
     try:
         full = load_config(path, data_root=data_root)
         settings: SmokeSettings = getattr(full.task_class, "smoke", None) or SmokeSettings(None)
@@ -119,8 +132,10 @@ def measure(path: Path, workdir: Path, *, data_root: str | None = None, device: 
         batch = -(-settings.batch // world) * world  # a global batch: a whole number of samples per rank
         sync_off = world > 1 and torch.device(device).type == "cpu" and full.run.sync_batchnorm
         note = SYNC_BN_OFF if sync_off else ""
+        used = batch if key and smoke_batch else full_batch
         overrides = [*RUN_OVERRIDES, f"run.max_steps={steps}", f"run.device={device}", f"run.output_root={workdir}",
-                     *([f"run.precision={precision}"] if precision else []), *(settings.overrides if subset else ()),
+                     *([f"run.precision={precision}"] if precision else []),
+                     *(_subsets(settings, used) if subset else ()),
                      *([f"{key}={batch}"] if key and smoke_batch else []), *(["run.sync_batchnorm=false"] if sync_off else [])]
         loaded = load_config(path, overrides, data_root=data_root)
         trainer = Trainer(loaded)
@@ -164,10 +179,10 @@ def measure(path: Path, workdir: Path, *, data_root: str | None = None, device: 
     grads = _tensor_bytes(p for p in params.values() if p.requires_grad)
     optim = _tensor_bytes(t for o in task.optimizers().values() for s in o.state.values() for t in s.values())
     peak = peaks[-1] if peaks else 0
-    used = batch if key and smoke_batch else full_batch
     scale = (live / used) if key and live and used else 1.0
     warm = times[2:]
-    return SmokeResult(name, "ok", params=sum(p.numel() for p in params.values()), steps=len(times),
+    return SmokeResult(name, "ok", params=sum(p.numel() for p in params.values()),
+                       seconds=round(time.perf_counter() - began, 1), steps=len(times),
                        steps_seconds=sum(times), steps_per_second=len(warm) / sum(warm) if warm else None,
                        eval_seconds=timing["eval"], smoke_batch=used, step_peak_bytes=peak, live_batch=live,
                        estimate_bytes=int(weights + grads + optim + max(peak - grads, 0) * scale),
