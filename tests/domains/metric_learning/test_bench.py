@@ -1,0 +1,27 @@
+"""``contrasuite bench metric_learning --against peer`` on a tiny setting: one step per side, a record with both."""
+
+import json
+
+import pytest
+
+pytest.importorskip("pytorch_metric_learning")
+
+from contrasuite.domains.metric_learning import bench
+
+
+def test_against_peer_writes_a_record_with_both_timings_and_equal_first_losses(emoji_root, cache_dir, tmp_path):
+    out, page = tmp_path / "ml.json", tmp_path / "page.md"
+    args = ["--against", "peer", "--batches", "1", "--steps", "1", "--repeats", "1", "--threads", "1",
+            "--data-root", str(emoji_root), "--override", "config.data.max_classes=8",
+            "--override", "config.sampler.batch_size=8", "--override", f"config.data.cache_dir={cache_dir}",
+            "--output", str(out)]
+    assert bench.main(args) == 0
+    record = json.loads(out.read_text())
+    assert record["batch"] == 8 and record["precision"] == "fp32"
+    (row,) = record["rounds"]
+    assert row["ours_cpu_s"] > 0 and row["peer_cpu_s"] > 0 and row["ratio"] == record["ratio_median"]
+    assert record["loss_check"]["equal"], record["loss_check"]  # the same loss: the two do the same work
+    assert bench.main(["--report", "--output", str(out), "--page", str(page)]) == 0
+    assert bench.main(["--report", "--output", str(out), "--page", str(page)]) == 0  # replaces its section
+    text = page.read_text()
+    assert text.count("<!-- section:metric_learning -->") == 1 and f"{record['ratio_median']:.2f}" in text
