@@ -19,6 +19,20 @@ model folder with the same batch size and ``max_seq_length``; the second row als
 absolute difference between the two embeddings. ``--corpus cosqa`` embeds CoSQA's functions (from
 the data root), ``stdlib`` (default) ``--texts`` functions of ``email``.
 
+``--against peer`` compares our training step with sentence-transformers' in one process instead (no
+subprocesses; :func:`against_peer`): the task of ``--config`` (default ``code_search/reduced_infonce`` on the
+``smoke`` mined set: MiniLM bi-encoder, batch 32, queries at 32 tokens and code at 64, InfoNCE at temperature
+0.05, AdamW with its warm-up, fp32) run by :class:`StepRunner`, against ``SentenceTransformer`` of the same
+model folder trained by ``MultipleNegativesRankingLoss(scale=1/temperature)`` in a plain loop (tokenize with
+the same lengths, loss, backward, AdamW and the same warm-up schedule); and our GradCache step
+(``config.grad_cache_chunk=--chunk``, default 8) against ``CachedMultipleNegativesRankingLoss`` with
+``mini_batch_size=--chunk``. Both sides tokenize their batch inside the step. The equal-work check: both losses
+on the first batch with dropout off, before training. Then ``--repeats`` rounds of ``--steps`` steps per side,
+the order alternating; the ratio of a round is peer time / our time (process CPU time by default, ``--clock``);
+the record goes to ``--output`` and ``--report`` renders it into ``docs/results/bench_pipelines.md``.
+
+    contrasuite bench code_search --against peer --threads 1
+    contrasuite bench code_search --against peer --report
     contrasuite bench code_search --batch 1024 --chunk 32          # a GPU
     contrasuite bench code_search --batch 64 --chunk 16 --steps 1  # a small CPU check
     contrasuite bench code_search --modes embed sentence-transformers --corpus cosqa --texts 0 --steps 1 --threads 1
@@ -33,10 +47,14 @@ import os
 import platform
 from queue import Empty
 import resource
+import shlex
+import statistics
+import sys
 import sysconfig
+import tempfile
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -48,6 +66,7 @@ from contrasuite.domains.code_search.encoder import BiEncoder, EncoderConfig, re
 from contrasuite.domains.code_search.mine import iter_functions, summary
 from contrasuite.domains.hugging_face import local_models_only
 from contrasuite.domains.task import autocast_for
+from contrasuite.pipelines.api import ROOT, StepRunner, load_config, setup_task, write_output
 
 EMBED_MODES = ("embed", "sentence-transformers")
 
@@ -72,6 +91,14 @@ def _corpus(args: dict) -> list[str]:
     return _texts(args["texts"] or 512)[1]
 
 
+def _sentence_transformer(model: str, device: torch.device) -> Any:
+    """``SentenceTransformer`` of the same local model folder as :class:`BiEncoder`, offline."""
+    from sentence_transformers import SentenceTransformer
+
+    local_models_only()
+    return SentenceTransformer(str(resolve_model_path(model)), device=str(device), local_files_only=True)
+
+
 def _embed_rows(mode: str, args: dict, cfg: EncoderConfig, device: torch.device) -> tuple[dict, np.ndarray]:
     """One embedding row (fastest of ``--steps`` passes over the corpus) and its embeddings."""
     texts, batch, length = _corpus(args), args["embed_batch"], cfg.max_code_length
@@ -79,10 +106,7 @@ def _embed_rows(mode: str, args: dict, cfg: EncoderConfig, device: torch.device)
         enc = BiEncoder(cfg).to(device)
         run = lambda items: enc.embed(items, "code", batch, device, length)
     else:
-        from sentence_transformers import SentenceTransformer
-
-        local_models_only()
-        st = SentenceTransformer(str(resolve_model_path(cfg.model)), device=str(device), local_files_only=True)
+        st = _sentence_transformer(cfg.model, device)
         st.max_seq_length = length
         run = lambda items: st.encode(items, batch_size=batch, convert_to_tensor=True, normalize_embeddings=cfg.normalize,
                                       show_progress_bar=False)
@@ -173,6 +197,213 @@ STEP_HEADER = "| mode | batch | chunk | pairs/s | peak MB |"
 EMBED_HEADER = "| embedding | texts | batch | texts/s | seconds | max abs diff |"
 
 
+# -- --against peer: our training step against sentence-transformers' (module docstring) ------------------
+
+SECTION = "code_search"
+RECORD = ROOT / "docs" / "results" / "records" / "bench_pipelines" / "code_search_peer.json"
+PAGE = ROOT / "docs" / "results" / "bench_pipelines.md"
+LOSS_TOLERANCE = 1e-4
+"""Largest relative difference of the two first-batch losses for a comparison to count as equal work."""
+CLOCKS: dict[str, Callable[[], float]] = {"cpu": time.process_time, "wall": time.perf_counter}
+
+
+def _peer_overrides(args: argparse.Namespace, chunk: int) -> list[str]:
+    return ["config.data.folder=", f"config.data.mined={args.mined}", "config.eval.cosqa=false",
+            f"config.grad_cache_chunk={chunk}", *args.override]
+
+
+def _peer_side(task: Any, chunk: int) -> tuple[Callable[[torch.Tensor], float], Callable[[torch.Tensor], float], str]:
+    """sentence-transformers' step on the task's model folder, data and settings: ``(train step, first-batch loss
+    with dropout off, description)``."""
+    import sentence_transformers
+    from sentence_transformers.sentence_transformer.losses import (
+        CachedMultipleNegativesRankingLoss, MultipleNegativesRankingLoss,
+    )
+
+    cfg = task.cfg
+    terms = [dict(t) for t in cfg.objective.terms]
+    if len(terms) != 1 or terms[0]["name"] != "infonce" or cfg.prior.get("name", "none") != "none":
+        raise SystemExit(f"--against peer compares InfoNCE (MultipleNegativesRankingLoss); this config's terms are {terms}")
+    scale = 1.0 / terms[0].get("temperature", 0.05)
+    st = _sentence_transformer(cfg.encoder.model, task.ctx.device)
+    if chunk:
+        loss_fn = CachedMultipleNegativesRankingLoss(st, scale=scale, mini_batch_size=chunk)
+        what = f"CachedMultipleNegativesRankingLoss(scale={scale:g}, mini_batch_size={chunk})"
+    else:
+        loss_fn, what = MultipleNegativesRankingLoss(st, scale=scale), f"MultipleNegativesRankingLoss(scale={scale:g})"
+    opt = torch.optim.AdamW(st.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
+    warm = cfg.optim.warmup_steps
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
+    lengths = (cfg.encoder.max_query_length, cfg.encoder.max_code_length)
+
+    def features(batch: torch.Tensor) -> list[dict[str, torch.Tensor]]:
+        out = []
+        for texts, length in zip((task.train.queries, task.train.code), lengths):
+            st.max_seq_length = length
+            out.append({k: v.to(task.ctx.device) if isinstance(v, torch.Tensor) else v
+                        for k, v in st.preprocess([texts[i] for i in batch.tolist()]).items()})
+        return out
+
+    def step(batch: torch.Tensor) -> float:
+        st.train()
+        loss = loss_fn(features(batch), None)
+        loss.backward()
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        return float(loss.detach())
+
+    @torch.no_grad()
+    def first_loss(batch: torch.Tensor) -> float:
+        st.eval()
+        return float(loss_fn(features(batch), None))
+
+    return step, first_loss, f"sentence-transformers {sentence_transformers.__version__}: {what}, plain loop, AdamW"
+
+
+def _our_first_loss(task: Any, batch: torch.Tensor) -> float:
+    """Our loss on ``batch`` with dropout off (the task's tokenisation, encoder and objective), no step."""
+    task.net.eval()
+    with torch.no_grad():
+        q_tok, c_tok = task._tokens(task._local(batch))
+        loss = float(task.loss(task.net(**q_tok), task.net(**c_tok), batch))
+    task.net.train()
+    return loss
+
+
+def _alternate(sides: dict[str, Callable[[Any], Any]], batches: list, repeats: int, steps: int) -> list[dict[str, Any]]:
+    """``repeats`` rounds of ``steps`` steps per side, the order alternating; seconds per step on both clocks."""
+    names, rounds = list(sides), []
+    for r in range(repeats):
+        row: dict[str, Any] = {}
+        for name in names if r % 2 == 0 else names[::-1]:
+            wall, cpu = time.perf_counter(), time.process_time()
+            for i in range(steps):
+                sides[name](batches[(r * steps + i) % len(batches)])
+            row[f"{name}_cpu_s"] = (time.process_time() - cpu) / steps
+            row[f"{name}_wall_s"] = (time.perf_counter() - wall) / steps
+        rounds.append(row)
+    return rounds
+
+
+def _comparison(args: argparse.Namespace, chunk: int, run_dir: Path) -> dict[str, Any]:
+    """One comparison (plain step when ``chunk`` is 0, else GradCache): its loss check, rounds and ratio."""
+    torch.manual_seed(0)
+    loaded = load_config(args.config, _peer_overrides(args, chunk), data_root=args.data_root)
+    device = torch.device("cpu")
+    task = setup_task(loaded.task_class(), loaded.config, device=device, precision="fp32",
+                      data_root=Path(loaded.run.data_root or "."), run_dir=run_dir, seed=loaded.run.seed)
+    batches = [b for _, b in zip(range(args.batches), task.batches(0))]
+    peer_step, peer_first, peer_desc = _peer_side(task, chunk)
+    ours_first = _our_first_loss(task, batches[0])
+    theirs_first = peer_first(batches[0])
+    runner, counter = StepRunner(task, device, "fp32"), iter(range(10**9))
+
+    def ours(batch: torch.Tensor) -> float:
+        return float(runner(batch, 0, next(counter))["loss"])
+
+    ours(batches[0])  # a warm-up step each
+    peer_step(batches[0])
+    rounds = _alternate({"ours": ours, "peer": peer_step}, batches, args.repeats, args.steps)
+    ratios = [r[f"peer_{args.clock}_s"] / r[f"ours_{args.clock}_s"] for r in rounds]
+    for r, ratio in zip(rounds, ratios):
+        r["ratio"] = ratio
+    diff = abs(ours_first - theirs_first)
+    enc = task.cfg.encoder
+    return {
+        "step": f"GradCache, chunk {chunk}" if chunk else "plain", "grad_cache_chunk": chunk,
+        "ours": f"contrasuite {args.config} train_step in the engine's Step (StepRunner)"
+                + (f", config.grad_cache_chunk={chunk}" if chunk else ""),
+        "peer": peer_desc, "batch": int(task.cfg.batch_size), "max_query_length": enc.max_query_length,
+        "max_code_length": enc.max_code_length, "model": enc.model, "distinct_batches": len(batches),
+        "loss_check": {"ours": ours_first, "peer": theirs_first, "abs_diff": diff, "tolerance_rel": LOSS_TOLERANCE,
+                       "equal": diff <= LOSS_TOLERANCE * max(1.0, abs(ours_first)), "dropout": "off"},
+        "rounds": rounds, "ratio_median": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
+    }
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def against_peer(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
+    """The ``--against peer`` record: the plain step and the GradCache step, each beside sentence-transformers'."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # one thread for the tokenizer too, on both sides
+    chunks = [0] + ([args.grad_cache_chunk] if args.grad_cache_chunk else [])
+    with tempfile.TemporaryDirectory() as run_dir:
+        comparisons = [_comparison(args, chunk, Path(run_dir)) for chunk in chunks]
+    return {
+        "section": SECTION, "against": "peer", "config": args.config, "mined": args.mined, "overrides": list(args.override),
+        "comparisons": comparisons, "precision": "fp32", "device": "cpu", "threads": torch.get_num_threads(),
+        "clock": args.clock, "steps_per_round": args.steps, "repeats": args.repeats, "torch": torch.__version__,
+        "machine": _cpu_name(), "cpu_count": os.cpu_count(), "load_average_1min": round(os.getloadavg()[0], 2),
+        "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+        "command": "contrasuite bench code_search " + shlex.join(argv),
+    }
+
+
+def render_peer(record: dict[str, Any]) -> str:
+    """The page section of an ``--against peer`` record (markdown)."""
+    clock = record["clock"]
+    first = record["comparisons"][0]
+    lines = [
+        "## code_search: our step vs sentence-transformers", "",
+        f"- data: mined set `{record['mined']}` (config `{record['config']}`), model `{first['model']}`, batch "
+        f"{first['batch']} pairs, queries at {first['max_query_length']} tokens and code at {first['max_code_length']}, "
+        f"{first['distinct_batches']} distinct batches cycled by both sides; both tokenize inside the step",
+        f"- machine: {record['machine']}, {record['cpu_count']} cores (shared; 1-min load {record['load_average_1min']} "
+        f"at the end), torch {record['torch']}, {record['device']}, {record['threads']} thread(s), {record['precision']}, "
+        f"{clock} clock, {record['date_utc']} UTC",
+        f"- command: `{record['command']}`", "",
+        "| step | ours | peer | first-batch loss ours / peer (dropout off) | ours ms/step | peer ms/step | peer / ours (median) | min | max |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in record["comparisons"]:
+        check = c["loss_check"]
+        verdict = "equal" if check["equal"] else "NOT equal"
+        ours_ms = statistics.median(1000 * r[f"ours_{clock}_s"] for r in c["rounds"])
+        peer_ms = statistics.median(1000 * r[f"peer_{clock}_s"] for r in c["rounds"])
+        lines.append(f"| {c['step']} | {c['ours']} | {c['peer']} | {check['ours']:.6f} / {check['peer']:.6f} ({verdict}) "
+                     f"| {ours_ms:.0f} | {peer_ms:.0f} | **{c['ratio_median']:.2f}** | {c['ratio_min']:.2f} | {c['ratio_max']:.2f} |")
+    lines += ["", f"Per round ({record['repeats']} alternating rounds of {record['steps_per_round']} steps per side; "
+              f"ms per step, {clock} clock, then wall clock):", "",
+              "| step | round | ours | peer | ours (wall) | peer (wall) | peer / ours |", "|---|---|---|---|---|---|---|"]
+    for c in record["comparisons"]:
+        for i, r in enumerate(c["rounds"]):
+            lines.append(f"| {c['step']} | {i + 1} | {1000 * r[f'ours_{clock}_s']:.0f} | {1000 * r[f'peer_{clock}_s']:.0f} | "
+                         f"{1000 * r['ours_wall_s']:.0f} | {1000 * r['peer_wall_s']:.0f} | {r['ratio']:.2f} |")
+    return "\n".join(lines)
+
+
+PAGE_HEAD = """# Pipelines against their official code or closest peer (issue 41)
+
+Each section is rendered from a kept record under `docs/results/records/bench_pipelines/` by the bench's
+`--report` flag (`contrasuite bench <domain> --report`); no number here is typed by hand. A ratio is the
+peer's time per training step over ours, measured in one process on the same data, threads and precision,
+the two sides alternating; above 1 means ours is faster.
+"""
+
+
+def write_section(page: Path, name: str, text: str) -> None:
+    """Replace (or append) the section between ``<!-- section:name -->`` markers of ``page`` (made if missing)."""
+    start, end = f"<!-- section:{name} -->", f"<!-- /section:{name} -->"
+    body = page.read_text() if page.exists() else PAGE_HEAD
+    block = f"{start}\n{text.rstrip()}\n{end}"
+    if start in body and end in body:
+        head, rest = body.split(start, 1)
+        body = head + block + rest.split(end, 1)[1]
+    else:
+        body = body.rstrip() + "\n\n" + block + "\n"
+    page.parent.mkdir(parents=True, exist_ok=True)
+    page.write_text(body)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="contrasuite bench code_search", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="all-MiniLM-L6-v2")
@@ -191,12 +422,27 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--embed-batch", type=int, default=64, help="batch size of the embedding rows")
     parser.add_argument("--data-root", default=os.environ.get("CONTRASUITE_DATA"), help="for --corpus cosqa")
     parser.add_argument("--out", type=Path, default=Path("runs/bench/code_search.json"))
+    peer = parser.add_argument_group("--against peer (our training step against sentence-transformers')")
+    peer.add_argument("--against", choices=("peer",), default=None)
+    peer.add_argument("--config", default="code_search/reduced_infonce", help="our side's config")
+    peer.add_argument("--mined", default="smoke", help="the named mined set both sides train on")
+    peer.add_argument("--override", action="append", default=[], help="a config override (repeatable)")
+    peer.add_argument("--grad-cache-chunk", type=int, default=8, help="GradCache chunk = CachedMNRL mini-batch (0: no GradCache row)")
+    peer.add_argument("--batches", type=int, default=6, help="distinct batches both sides cycle through")
+    peer.add_argument("--repeats", type=int, default=3, help="alternating rounds (--steps steps per side each)")
+    peer.add_argument("--clock", choices=sorted(CLOCKS), default="cpu")
+    peer.add_argument("--output", type=Path, default=RECORD, help="the JSON record")
+    peer.add_argument("--report", action="store_true", help="render the record at --output into --page; run nothing")
+    peer.add_argument("--page", type=Path, default=PAGE)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    if args.against or args.report:
+        return _peer_main(args, argv)
     if args.batch % args.chunk:
         parser.error(f"--batch {args.batch} must be a multiple of --chunk {args.chunk}")
     if args.corpus == "cosqa" and not args.data_root:
@@ -229,6 +475,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if embeds:
         print(EMBED_HEADER + "\n|---|---|---|---|---|---|\n" + "\n".join(embeds))
     print(f"wrote {args.out}")
+    return 0
+
+
+def _peer_main(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    if args.report:
+        write_section(args.page, SECTION, render_peer(json.loads(args.output.read_text())))
+        print(f"wrote {args.page}")
+        return 0
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    record = against_peer(args, argv)
+    write_output(args.output, record)
+    print(render_peer(record))
+    print(f"wrote {args.output}")
     return 0
 
 

@@ -1,0 +1,28 @@
+"""``contrasuite bench code_search --against peer`` on the tiny model: one step per side, a record with both."""
+
+import json
+
+import pytest
+
+import contrasuite.domains.code_search.bench as bench
+
+
+def test_against_peer_records_both_timings_and_equal_first_losses(tiny_model, mined, tmp_path):
+    pytest.importorskip("sentence_transformers")
+    out, page = tmp_path / "cs.json", tmp_path / "page.md"
+    argv = ["--against", "peer", "--threads", "1", "--batches", "1", "--steps", "1", "--repeats", "1",
+            "--grad-cache-chunk", "2", "--override", f"config.encoder.model={tiny_model}",
+            "--override", f"config.data.folder={mined}", "--override", "config.batch_size=4",
+            "--override", "config.data.train_limit=0", "--override", "config.data.val_limit=0",
+            "--override", "config.data.test_limit=0", "--output", str(out)]
+    assert bench.main(argv) == 0
+    record = json.loads(out.read_text())
+    plain, cached = record["comparisons"]
+    assert (plain["grad_cache_chunk"], cached["grad_cache_chunk"]) == (0, 2) and plain["batch"] == 4
+    for c in (plain, cached):
+        (row,) = c["rounds"]
+        assert row["ours_cpu_s"] > 0 and row["peer_cpu_s"] > 0 and row["ratio"] == c["ratio_median"]
+        assert c["loss_check"]["equal"], c["loss_check"]  # same model, pooling, loss: the same work
+    assert bench.main(["--report", "--output", str(out), "--page", str(page)]) == 0
+    text = page.read_text()
+    assert "<!-- section:code_search -->" in text and f"**{cached['ratio_median']:.2f}**" in text
