@@ -1,0 +1,25 @@
+"""``contrasuite bench image_ssl --against peer`` on a tiny CIFAR: one step per side, a record with both."""
+
+import json
+
+import pytest
+
+pytest.importorskip("lightly.loss")
+
+from contrasuite.domains.image_ssl import bench
+
+
+def test_against_peer_writes_a_record_with_both_timings_and_equal_first_losses(tiny_cifar, tmp_path):
+    out, page = tmp_path / "ssl.json", tmp_path / "page.md"
+    argv = ["--against", "peer", "--batch", "8", "--subset", "20", "--batches", "1", "--steps", "1", "--repeats", "1",
+            "--threads", "1", "--data-root", str(tiny_cifar), "--override", "config.data.source=python",
+            "--override", "config.data.test_subset=10", "--output", str(out)]
+    assert bench.main(argv) == 0
+    record = json.loads(out.read_text())
+    assert record["batch"] == 8 and record["encoder"] == "resnet18_cifar" and record["precision"] == "fp32"
+    (row,) = record["rounds"]
+    assert row["ours_cpu_s"] > 0 and row["peer_cpu_s"] > 0 and row["ratio"] == record["ratio_median"]
+    assert record["loss_check"]["equal"], record["loss_check"]  # same weights, views and loss: the same work
+    assert bench.main(["--report", "--output", str(out), "--page", str(page)]) == 0
+    text = page.read_text()
+    assert "<!-- section:image_ssl -->" in text and f"**{record['ratio_median']:.2f}**" in text
