@@ -30,3 +30,15 @@ def test_validate_configs_prints_no_deprecation_warning():
     out = subprocess.run([sys.executable, "-m", "contrasuite.pipelines.cli", "validate-configs"], capture_output=True,
                          text=True, timeout=300)
     assert out.returncode == 0 and "Warning" not in out.stderr, out.stderr[-2000:]
+
+
+def test_the_profilers_cpp_lines_are_dropped_and_other_stderr_passes():
+    code = ("import os, torch; from contrasuite.pipelines.memory import peak_bytes\n"
+            "from contrasuite.pipelines.noise import without_cpp_noise\n"
+            "kept = [torch.ones(1 << 16)]\n"
+            "peak_bytes(lambda: kept.pop().sum(), torch.device('cpu'))  # frees a block from before the profiler\n"
+            "with without_cpp_noise():\n"
+            "    os.write(2, b'[W CPUAllocator.cpp:245] Memory block of unknown size was allocated before the profiling "
+            "started, profiler results will not include the deallocation event\\nreal warning\\n')\n")
+    err = _stderr(code)
+    assert "real warning" in err and "Memory block of unknown size" not in err and "USDT" not in err, err
