@@ -1,16 +1,14 @@
-"""``contrasuite smoke``: every full-scale config builds its real model and data and takes two CPU steps."""
+"""``contrasuite smoke``: a config builds its real model and data and takes two CPU steps; on several processes the
+ranks agree on each outcome. The sweep of every shipped config is ``test_shipped_configs_on_two_processes.py``."""
 
 import io
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from contrasuite.pipelines.config import config_root
-from contrasuite.pipelines.precision import cpu_has_native_bf16
 from contrasuite.pipelines.smoke import SmokeResult, agreed, full_scale_configs, main
 
 DATA = Path(os.environ["CONTRASUITE_DATA"])
@@ -54,31 +52,6 @@ def test_missing_data_is_a_skip_not_a_failure_but_checking_nothing_is(tmp_path, 
     out = capsys.readouterr().out
     assert "skip image_ssl/infonce: data not on this machine:" in out and "0 failed" in out
     assert out.splitlines()[-1] == "smoke: nothing was checked: no config's data is on this machine (--data-root, $CONTRASUITE_DATA)"
-
-
-SWEEP_PARTS = 4
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("part", range(SWEEP_PARTS))
-def test_every_full_scale_config_starts(tmp_path, part):
-    """The CI sweep: no shipped full-scale config fails to build, step or validate on the data here.
-
-    ``contrasuite smoke`` runs one part of the configs (every ``SWEEP_PARTS``-th) in a fresh process of
-    one thread, as a user would run it; the parts together cover every full-scale config, and the test
-    workers share them out. On a CPU that emulates bf16 the configs run in fp32 (``--precision fp32``):
-    in bf16 the four parts took 500-1300 s each in CI on an AVX2-only CPU (docs/engine.md, Precision)."""
-    configs = [str(p) for p in full_scale_configs()][part::SWEEP_PARTS]
-    out = tmp_path / "smoke.json"
-    precision = [] if cpu_has_native_bf16() else ["--precision", "fp32"]
-    proc = subprocess.run([sys.executable, "-m", "contrasuite.pipelines.cli", "smoke", *configs, "--json", str(out),
-                           "--threads", "1", *precision], env=dict(os.environ, OMP_NUM_THREADS="1"),
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1800)
-    rows = json.loads(out.read_text())
-    failed = [f"{r['config']}: {r['note']}" for r in rows if r["state"] == "FAIL"]
-    assert proc.returncode == 0 and not failed, (failed, proc.stdout[-2000:])
-    assert [r["config"] for r in rows] == [str(Path(c).relative_to(config_root()).with_suffix("")) for c in configs]
-    assert all(r["params"] > 0 and r["estimate_bytes"] > 0 for r in rows if r["state"] == "ok")
 
 
 def _emoji_root_with_bad_google_set(root: Path, how: str) -> Path:
