@@ -10,14 +10,16 @@ for two steps, the data subsets of the task's smoke settings and the output fold
 Every config must end ``ok``: its run finished, and the engine's final ``last.pt`` save compared the two
 ranks' parameters and found them equal (it fails the run otherwise: ``test_smoke.py``'s diverged run).
 Graph configs must end ``one-process``: graph trains full-batch in one process and refuses ``torchrun``
-by design; each graph method's full-scale config on one dataset is run on one process here instead. ``skip`` (data not on this machine) is allowed only
-for the configs of :data:`NOT_IN_SHARED_DATA`, and only while that data is absent.
+by design; each graph method's full-scale config on one dataset is run on one process here instead.
+``skip`` (data not on this machine) is allowed only for the configs of :data:`NOT_IN_SHARED_DATA`, and
+only while that data is absent.
 
 Found by it: the metric-learning configs that cache the frozen stem trained ``net.from_stem`` outside
 the DDP wrapper (each rank kept its own gradient: ``the ranks' parameters differ in ['model']``); the
 code_search configs mined their named set on first use on both ranks, for minutes (now a ``smoke`` set of
-a few stdlib modules, mined by rank 0 while the other waits); numpy's 0/0 warning in the similarity plot
-of a batch of one pair per rank.
+a few stdlib modules, mined by rank 0 while the other waits); image_ssl read its whole CIFAR-10 archive
+on every load despite the decoded cache; super_resolution's small-image line came from both ranks;
+numpy's 0/0 warning in the similarity plot of a batch of one pair per rank.
 """
 
 import json
