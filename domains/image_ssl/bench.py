@@ -24,6 +24,12 @@ the headline the median over rounds with the smallest and largest. ``--clock cpu
 process's CPU time; both clocks are kept in the record (``--output``), which ``--report`` renders into its
 section of ``docs/results/bench_pipelines.md``.
 
+Levers (bench-only, not what the pipeline runs; the peer stays as lightly's examples run it):
+``--channels-last`` (our network's weights in channels-last memory format), ``--fused-sgd`` (our SGD groups
+switched to ``fused=True``; the shipped task uses PyTorch's CPU default, the per-tensor loop) and
+``--compile`` (our network under ``torch.compile``, CPU inductor, compiled during our first step). A record
+with levers names them and is rendered as its own section.
+
 lightly is installed with ``pip install --no-deps lightly``: its ``hydra-core`` requirement would downgrade
 omegaconf, the project's config library, and the loss and heads import neither hydra nor lightning.
 
@@ -146,6 +152,17 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         batches = [b for _, b in zip(range(args.batches), task.batches(0))]
         peer_step, peer_desc = peer_loop(task)  # before our first step: the same weights
         runner, counter = StepRunner(task, device, "fp32"), iter(range(10**9))
+        levers = []
+        if args.channels_last:
+            task.model.to(memory_format=torch.channels_last)
+            levers.append("channels-last weights")
+        if args.fused_sgd:
+            for group in task.optimizer.param_groups:
+                group.update(fused=True, foreach=False)
+            levers.append("fused SGD")
+        if args.compile:
+            task.train_model = torch.compile(task.train_model)
+            levers.append("torch.compile (CPU inductor) of the network")
 
         def ours(batch: Any) -> float:
             return float(runner(batch, 0, next(counter))["loss"])
@@ -157,9 +174,11 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         r["ratio"] = ratio
     diff = abs(first_ours - first_peer)
     m = task.cfg.model
+    flags = (("channels_last", args.channels_last), ("fused_sgd", args.fused_sgd), ("compile", args.compile))
     return {
-        "section": SECTION, "against": "peer",
-        "ours": f"contrasuite image_ssl/{args.config} (run.precision=fp32) train_step in the engine's Step (StepRunner)",
+        "section": SECTION + "".join(f"+{k}" for k, on in flags if on), "against": "peer", "levers": levers,
+        "ours": f"contrasuite image_ssl/{args.config} (run.precision=fp32) train_step in the engine's Step (StepRunner)"
+                + (f", with {' and '.join(levers)} (bench-only levers)" if levers else ""),
         "peer": peer_desc, "config": args.config, "overrides": overrides, "encoder": m.encoder,
         "head": [m.proj_hidden, m.proj_dim], "batch": int(task.cfg.batch_size), "image_size": int(task.cfg.data.image_size),
         "data": f"{task.data_source}, {len(task.train_images)}-image training subset",
@@ -178,7 +197,8 @@ def render(record: dict[str, Any]) -> str:
     """The page section of one record (markdown)."""
     check, clock = record["loss_check"], record["clock"]
     lines = [
-        "## image_ssl: our SimCLR step vs lightly", "",
+        "## image_ssl: our SimCLR step vs lightly"
+        + (f" (levers: {', '.join(record['levers'])}; not what the pipeline runs)" if record.get("levers") else ""), "",
         f"- ours: {record['ours']}", f"- peer: {record['peer']}",
         f"- same work: {record['encoder']} with a {record['head'][0]}-{record['head'][1]} projection head (a copy of "
         f"our weights before either steps), batch {record['batch']} (two views: {2 * record['batch']} images of "
@@ -219,6 +239,10 @@ def write_section(page: Path, name: str, text: str) -> None:
     if start in body and end in body:
         head, rest = body.split(start, 1)
         body = head + block + rest.split(end, 1)[1]
+    elif f"<!-- /section:{name.split('+')[0]} -->" in body:  # a lever's section goes after its base section
+        base_end = f"<!-- /section:{name.split('+')[0]} -->"
+        head, rest = body.split(base_end, 1)
+        body = head + base_end + "\n\n" + block + rest
     else:
         body = body.rstrip() + "\n\n" + block + "\n"
     page.parent.mkdir(parents=True, exist_ok=True)
@@ -239,12 +263,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="alternating rounds")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (0: leave as is)")
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="cpu")
+    parser.add_argument("--channels-last", action="store_true", help="lever: our weights channels-last (bench-only)")
+    parser.add_argument("--fused-sgd", action="store_true", help="lever: our SGD with fused=True (bench-only)")
+    parser.add_argument("--compile", action="store_true", help="lever: our network under torch.compile (bench-only)")
     parser.add_argument("--output", type=Path, default=RECORD, help="the JSON record")
     parser.add_argument("--report", action="store_true", help="render the record at --output into --page; run nothing")
     parser.add_argument("--page", type=Path, default=PAGE)
     args = parser.parse_args(argv)
     if args.report:
-        write_section(args.page, SECTION, render(json.loads(args.output.read_text())))
+        record = json.loads(args.output.read_text())
+        write_section(args.page, record["section"], render(record))
         print(f"wrote {args.page}")
         return 0
     if args.threads:

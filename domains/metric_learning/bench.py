@@ -241,6 +241,10 @@ def write_section(page: Path, name: str, text: str) -> None:
     if start in body and end in body:
         before, rest = body.split(start, 1)
         body = before + block + rest.split(end, 1)[1]
+    elif f"<!-- /section:{name.split('+')[0]} -->" in body:  # a lever's section goes after its base section
+        base_end = f"<!-- /section:{name.split('+')[0]} -->"
+        head, rest = body.split(base_end, 1)
+        body = head + base_end + "\n\n" + block + rest
     else:
         body = body.rstrip() + "\n\n" + block + "\n"
     page.parent.mkdir(parents=True, exist_ok=True)

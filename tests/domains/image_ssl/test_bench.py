@@ -23,3 +23,14 @@ def test_against_peer_writes_a_record_with_both_timings_and_equal_first_losses(t
     assert bench.main(["--report", "--output", str(out), "--page", str(page)]) == 0
     text = page.read_text()
     assert "<!-- section:image_ssl -->" in text and f"**{record['ratio_median']:.2f}**" in text
+
+
+def test_levers_are_named_and_keep_the_same_first_loss(tiny_cifar, tmp_path):
+    out = tmp_path / "ssl.json"
+    argv = ["--batch", "8", "--subset", "20", "--batches", "1", "--steps", "1", "--repeats", "1", "--threads", "1",
+            "--data-root", str(tiny_cifar), "--override", "config.data.source=python", "--override",
+            "config.data.test_subset=10", "--channels-last", "--fused-sgd", "--output", str(out)]
+    assert bench.main(argv) == 0
+    record = json.loads(out.read_text())
+    assert record["section"] == "image_ssl+channels_last+fused_sgd" and len(record["levers"]) == 2
+    assert record["loss_check"]["equal"], record["loss_check"]  # a memory format changes no value beyond rounding
