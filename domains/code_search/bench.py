@@ -30,6 +30,8 @@ the same lengths, loss, backward, AdamW and the same warm-up schedule); and our 
 on the first batch with dropout off, before training. Then ``--repeats`` rounds of ``--steps`` steps per side,
 the order alternating; the ratio of a round is peer time / our time (process CPU time by default, ``--clock``);
 the record goes to ``--output`` and ``--report`` renders it into ``docs/results/bench_pipelines.md``.
+``--fused-adamw`` is a bench-only lever (not what the pipeline runs): our AdamW groups switched to
+``fused=True`` (the shipped task uses PyTorch's CPU default, the per-tensor loop); its record gets its own section.
 
     contrasuite bench code_search --against peer --threads 1
     contrasuite bench code_search --against peer --report
@@ -298,6 +300,9 @@ def _comparison(args: argparse.Namespace, chunk: int, run_dir: Path) -> dict[str
     ours_first = _our_first_loss(task, batches[0])
     theirs_first = peer_first(batches[0])
     runner, counter = StepRunner(task, device, "fp32"), iter(range(10**9))
+    if args.fused_adamw:
+        for group in task.opt.param_groups:
+            group.update(fused=True, foreach=False)
 
     def ours(batch: torch.Tensor) -> float:
         return float(runner(batch, 0, next(counter))["loss"])
@@ -313,7 +318,7 @@ def _comparison(args: argparse.Namespace, chunk: int, run_dir: Path) -> dict[str
     return {
         "step": f"GradCache, chunk {chunk}" if chunk else "plain", "grad_cache_chunk": chunk,
         "ours": f"contrasuite {args.config} train_step in the engine's Step (StepRunner)"
-                + (f", config.grad_cache_chunk={chunk}" if chunk else ""),
+                + (f", config.grad_cache_chunk={chunk}" if chunk else "") + (", fused AdamW (bench-only lever)" if args.fused_adamw else ""),
         "peer": peer_desc, "batch": int(task.cfg.batch_size), "max_query_length": enc.max_query_length,
         "max_code_length": enc.max_code_length, "model": enc.model, "distinct_batches": len(batches),
         "loss_check": {"ours": ours_first, "peer": theirs_first, "abs_diff": diff, "tolerance_rel": LOSS_TOLERANCE,
@@ -339,7 +344,8 @@ def against_peer(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any
     with tempfile.TemporaryDirectory() as run_dir:
         comparisons = [_comparison(args, chunk, Path(run_dir)) for chunk in chunks]
     return {
-        "section": SECTION, "against": "peer", "config": args.config, "mined": args.mined, "overrides": list(args.override),
+        "section": SECTION + ("+fused_adamw" if args.fused_adamw else ""), "against": "peer",
+        "levers": ["fused AdamW"] if args.fused_adamw else [], "config": args.config, "mined": args.mined, "overrides": list(args.override),
         "comparisons": comparisons, "precision": "fp32", "device": "cpu", "threads": torch.get_num_threads(),
         "clock": args.clock, "steps_per_round": args.steps, "repeats": args.repeats, "torch": torch.__version__,
         "machine": _cpu_name(), "cpu_count": os.cpu_count(), "load_average_1min": round(os.getloadavg()[0], 2),
@@ -353,7 +359,8 @@ def render_peer(record: dict[str, Any]) -> str:
     clock = record["clock"]
     first = record["comparisons"][0]
     lines = [
-        "## code_search: our step vs sentence-transformers", "",
+        "## code_search: our step vs sentence-transformers"
+        + (f" (levers: {', '.join(record['levers'])}; not what the pipeline runs)" if record.get("levers") else ""), "",
         f"- data: mined set `{record['mined']}` (config `{record['config']}`), model `{first['model']}`, batch "
         f"{first['batch']} pairs, queries at {first['max_query_length']} tokens and code at {first['max_code_length']}, "
         f"{first['distinct_batches']} distinct batches cycled by both sides; both tokenize inside the step",
@@ -398,6 +405,10 @@ def write_section(page: Path, name: str, text: str) -> None:
     if start in body and end in body:
         head, rest = body.split(start, 1)
         body = head + block + rest.split(end, 1)[1]
+    elif f"<!-- /section:{name.split('+')[0]} -->" in body:  # a lever's section goes after its base section
+        base_end = f"<!-- /section:{name.split('+')[0]} -->"
+        head, rest = body.split(base_end, 1)
+        body = head + base_end + "\n\n" + block + rest
     else:
         body = body.rstrip() + "\n\n" + block + "\n"
     page.parent.mkdir(parents=True, exist_ok=True)
@@ -431,6 +442,7 @@ def _parser() -> argparse.ArgumentParser:
     peer.add_argument("--batches", type=int, default=6, help="distinct batches both sides cycle through")
     peer.add_argument("--repeats", type=int, default=3, help="alternating rounds (--steps steps per side each)")
     peer.add_argument("--clock", choices=sorted(CLOCKS), default="cpu")
+    peer.add_argument("--fused-adamw", action="store_true", help="lever: our AdamW with fused=True (bench-only)")
     peer.add_argument("--output", type=Path, default=RECORD, help="the JSON record")
     peer.add_argument("--report", action="store_true", help="render the record at --output into --page; run nothing")
     peer.add_argument("--page", type=Path, default=PAGE)
@@ -480,7 +492,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _peer_main(args: argparse.Namespace, argv: Sequence[str]) -> int:
     if args.report:
-        write_section(args.page, SECTION, render_peer(json.loads(args.output.read_text())))
+        record = json.loads(args.output.read_text())
+        write_section(args.page, record["section"], render_peer(record))
         print(f"wrote {args.page}")
         return 0
     if args.threads:
