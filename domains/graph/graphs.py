@@ -28,6 +28,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 import torch
 from torch import Tensor
 from torch_geometric.data import HeteroData
@@ -35,6 +37,7 @@ from torch_geometric.data import HeteroData
 from contrasuite.domains.graph.data import metapath_edge_types, row_normalized_incidence
 
 GATHER = ("in", "out")
+TIES = ("torch", "numpy")
 WEIGHTS = ("counts", "binary")
 
 
@@ -86,16 +89,33 @@ def propagation_matrix(rows: Tensor, cols: Tensor, values: Tensor, num_nodes: in
     ).coalesce().to_sparse_csr()
 
 
-def pathsim_topk(counts: Tensor, nei_max: int) -> MetaPathGraph:
-    """Keep each node's ``nei_max`` neighbours of highest PathSim with their counts (module docstring)."""
+def pathsim_topk(counts: Tensor, nei_max: int, ties: str = "torch") -> MetaPathGraph:
+    """Keep each node's ``nei_max`` neighbours of highest PathSim with their counts (module docstring).
+
+    ``ties`` picks among equal PathSim values when more than ``nei_max`` tie (ACM's PSP: every paper of
+    a subject scores 1 against every other, and a subject of 1,841 papers keeps 690): ``torch`` takes
+    ``torch.topk``'s choice, ``numpy`` the official code's, ``np.argsort(sim, axis=1)[:, ::-1][:, :k]``
+    on the float64 PathSim matrix (numpy's default sort; which nodes it keeps follows numpy's sort
+    implementation, so it matches the official code run with the same numpy on the same kind of CPU).
+    """
     if nei_max < 1:
         raise ValueError(f"nei_max must be >= 1, got {nei_max}")
+    if ties not in TIES:
+        raise ValueError(f"ties must be one of {TIES}, got {ties!r}")
     dense = counts.to_dense() if counts.is_sparse else counts
     n = dense.shape[0]
-    diag = dense.diagonal()
-    sim = 2 * dense / (diag[:, None] + diag[None, :]).clamp_min(torch.finfo(dense.dtype).tiny)
     k = min(nei_max, n)
-    values, cols = sim.topk(k, dim=1)
+    if ties == "numpy":
+        a = dense.double().cpu().numpy()
+        d = a.diagonal()
+        with np.errstate(divide="ignore", invalid="ignore"):
+            sim64 = np.where(a != 0, 2 * a / (d[:, None] + d[None, :]), 0.0)
+        cols = torch.from_numpy(np.ascontiguousarray(np.argsort(sim64, axis=1)[:, ::-1][:, :k]))
+        values = torch.from_numpy(np.take_along_axis(sim64, cols.numpy(), axis=1))
+    else:
+        diag = dense.diagonal()
+        sim = 2 * dense / (diag[:, None] + diag[None, :]).clamp_min(torch.finfo(dense.dtype).tiny)
+        values, cols = sim.topk(k, dim=1)
     rows = torch.arange(n)[:, None].expand(n, k)
     keep = values > 0
     rows, cols = rows[keep], cols[keep]

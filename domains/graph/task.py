@@ -33,7 +33,7 @@ from contrasuite.domains.config_fields import bounded, one_of
 from contrasuite.domains.errors import ConfigValueError, OneProcessOnly
 from contrasuite.domains.graph.data import DatasetSpec, load_hetero, metapath_counts
 from contrasuite.domains.graph.evaluate import ProbeSettings, clustering_scores, heco_probe
-from contrasuite.domains.graph.graphs import GATHER, WEIGHTS, context_chains, mean_adjacency, pathsim_topk
+from contrasuite.domains.graph.graphs import GATHER, TIES, WEIGHTS, context_chains, mean_adjacency, pathsim_topk
 from contrasuite.domains.graph.model import LAYER_NORMS, MEOWModel, mask_entries
 from contrasuite.domains.task import ObjectiveConfig as BaseObjectiveConfig
 from contrasuite.domains.task import SmokeSettings, StepContext, TaskContext
@@ -59,6 +59,9 @@ class ModelConfig:
     """Draw the feature and edge masks anew every epoch; MEOW draws them once before training."""
     edge_weights: str = one_of("counts", WEIGHTS)
     """Plain-view graph weights: ``counts`` (path counts, MEOW) or ``binary`` (graphs.py)."""
+    pathsim_ties: str = one_of("torch", TIES)
+    """Which of the nodes tied on PathSim the top-k keeps: ``torch`` (``torch.topk``) or ``numpy`` (the
+    official code's ``np.argsort``); see ``graphs.pathsim_topk``."""
     gather: str = one_of("in", GATHER)
     """``in``: a node gathers from the nodes whose top-k kept it (MEOW's code); ``out``: from its own top-k."""
     layer_norm: str = one_of("matrix", LAYER_NORMS)
@@ -156,7 +159,7 @@ class GraphTask:
         self.graphs = []
         for i, m in enumerate(spec.metapaths):
             nei_max = model_cfg.nei_max[i] if model_cfg.nei_max else data[spec.target].num_nodes
-            self.graphs.append(pathsim_topk(counts[m.name], nei_max).to(self.device))
+            self.graphs.append(pathsim_topk(counts[m.name], nei_max, model_cfg.pathsim_ties).to(self.device))
         self.adjacencies = [g.adjacency(model_cfg.edge_weights, model_cfg.gather) for g in self.graphs]
         self.mean_graph = mean_adjacency(self.adjacencies)
         contexts = [

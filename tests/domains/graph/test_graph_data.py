@@ -164,3 +164,26 @@ def test_download_checks_sha256(tmp_path, tiny_graph):
     with pytest.raises(FileNotFoundError, match="SHA-256"):
         load_hetero(spec, tmp_path)
     assert not (bad / "labels.npy").exists()
+
+
+def test_pathsim_ties_numpy_keeps_the_official_choice_among_tied_nodes():
+    """ACM's PSP ties every paper of a subject at PathSim 1; with more tied nodes than ``nei_max``
+    the official code keeps ``np.argsort(sim, axis=1)[:, ::-1][:, :k]`` of the float64 PathSim matrix."""
+    group = torch.zeros(12, dtype=torch.long)
+    group[7:] = 1  # two subjects: 7 and 5 papers, each paper linked to one subject
+    counts = (group[:, None] == group[None, :]).float()
+    k = 4
+    graph = pathsim_topk(counts, k, ties="numpy")
+    a = counts.double().numpy()
+    d = a.diagonal()
+    sim = np.zeros_like(a)
+    for i, j in zip(*a.nonzero()):  # the official loop: PathSim on the non-zero entries only
+        sim[i, j] = 2 * a[i, j] / (a[i, i] + a[j, j])
+    expected = np.argsort(sim, axis=1)[:, ::-1][:, :k]
+    kept = {(int(i), int(j)) for i, j in zip(graph.rows, graph.cols)}
+    assert kept == {(i, int(j)) for i in range(12) for j in expected[i] if a[i, j] > 0}
+    assert torch.all(torch.bincount(graph.rows, minlength=12) == k)
+    default = pathsim_topk(counts, k)  # torch.topk: the same number of ties kept, its own choice
+    assert torch.equal(torch.bincount(default.rows, minlength=12), torch.bincount(graph.rows, minlength=12))
+    with pytest.raises(ValueError, match="ties"):
+        pathsim_topk(counts, k, ties="random")

@@ -147,3 +147,14 @@ def test_adameow_loss_is_the_official_formula(tmp_path, make_tiny_graph):
     expected = -torch.log(dots.diagonal() / (dots * weights).sum(dim=1)).mean()
     assert torch.allclose(loss, expected, atol=1e-5)
     assert logs["neg_weight_mean"] == pytest.approx(float(weights.mean()), abs=1e-6)
+
+
+def test_pathsim_ties_option_reaches_the_graphs(tmp_path, make_tiny_graph):
+    """``config.model.pathsim_ties`` chooses the top-k among tied nodes (graphs.pathsim_topk)."""
+    task = tiny_task(tmp_path, make_tiny_graph, "config.model.pathsim_ties=numpy")
+    from contrasuite.domains.graph.data import metapath_counts
+    from contrasuite.domains.graph.graphs import pathsim_topk
+    counts = metapath_counts(task.data, list(task.cfg.dataset.metapaths))
+    for graph, m in zip(task.graphs, task.cfg.dataset.metapaths):
+        expected = pathsim_topk(counts[m.name], 8, ties="numpy")
+        assert torch.equal(graph.rows, expected.rows) and torch.equal(graph.cols, expected.cols)
