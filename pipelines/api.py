@@ -12,10 +12,20 @@ the rest of a domain never imports the engine. What is here:
 - inputs and devices: :func:`readable_images`, :func:`require_image`, :func:`pick_device`;
 - a task outside the trainer (benchmarks, a report's evaluation): :func:`setup_task`, and
   :class:`StepRunner` for its training steps as the trainer makes them;
-- :func:`write_output`: a benchmark's rows as JSON; :func:`mean_std`: a results table's cell.
+- :func:`write_output`: a benchmark's rows as JSON; :func:`mean_std`: a results table's cell;
+- a training step of ours against a peer's, alternating rounds in one process; the record and its page section
+  (:mod:`contrasuite.pipelines.bench.against_peer`, for ``contrasuite bench <d> --against peer``): running,
+  :func:`cpu_task`, :func:`our_step`, :func:`pull_levers`, :func:`alternate`; the record, :data:`RECORDS`,
+  :func:`outcome`, :func:`ours_text`, :func:`peer_version`, :func:`peer_record`; its section, :func:`heading`,
+  :func:`check_text`, :func:`machine_lines`, :func:`rounds_table`, :func:`round_cells`, :func:`ratio_sentence`;
+  the command, :func:`peer_flags` and :func:`peer_main` (``--report``: a record into its page section).
 """
 
 from contrasuite.pipelines.bench import write_output
+from contrasuite.pipelines.bench.against_peer import (
+    RECORDS, alternate, check_text, comparison_section, cpu_task, heading, machine_lines, our_step, ours_text,
+    outcome, peer_flags, peer_main, peer_record, peer_version, plain_loop_step, pull_levers, round_cells,
+)
 from contrasuite.pipelines.checkpoint import CheckpointError, load as load_checkpoint
 from contrasuite.pipelines.cli_runs import (
     ROOT, config_digest, current_result, data_root_args, run_cli, thread_env, train_and_test,
@@ -32,4 +42,8 @@ __all__ = [
     "ROOT", "CheckpointError", "ConfigError", "StepRunner", "config_digest", "current_result", "data_root_args", "load_checkpoint",
     "load_config", "logged_per_epoch", "mean_std", "page_command", "pick_device", "readable_images", "require_image", "run_cli",
     "seed_all", "thread_env", "write_json", "write_output", "setup_task", "train_and_test",
+    # --against peer benches (contrasuite.pipelines.bench.against_peer)
+    "RECORDS", "alternate", "check_text", "comparison_section", "cpu_task", "heading", "machine_lines", "our_step",
+    "ours_text", "outcome", "peer_flags", "peer_main", "peer_record", "peer_version", "plain_loop_step", "pull_levers",
+    "round_cells",
 ]

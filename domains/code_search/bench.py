@@ -49,7 +49,6 @@ import os
 import platform
 from queue import Empty
 import resource
-import shlex
 import statistics
 import sys
 import sysconfig
@@ -68,7 +67,10 @@ from contrasuite.domains.code_search.encoder import BiEncoder, EncoderConfig, re
 from contrasuite.domains.code_search.mine import iter_functions, summary
 from contrasuite.domains.hugging_face import local_models_only
 from contrasuite.domains.task import autocast_for
-from contrasuite.pipelines.api import ROOT, StepRunner, load_config, setup_task, write_output
+from contrasuite.pipelines.api import (
+    RECORDS, alternate, cpu_task, heading, machine_lines, our_step, ours_text, outcome, peer_flags, peer_main,
+    peer_record, plain_loop_step, pull_levers, round_cells,
+)
 
 EMBED_MODES = ("embed", "sentence-transformers")
 
@@ -202,11 +204,9 @@ EMBED_HEADER = "| embedding | texts | batch | texts/s | seconds | max abs diff |
 # -- --against peer: our training step against sentence-transformers' (module docstring) ------------------
 
 SECTION = "code_search"
-RECORD = ROOT / "docs" / "results" / "records" / "bench_pipelines" / "code_search_peer.json"
-PAGE = ROOT / "docs" / "results" / "bench_pipelines.md"
-LOSS_TOLERANCE = 1e-4
-"""Largest relative difference of the two first-batch losses for a comparison to count as equal work."""
-CLOCKS: dict[str, Callable[[], float]] = {"cpu": time.process_time, "wall": time.perf_counter}
+RECORD = RECORDS / "code_search_peer.json"
+LEVERS = {"fused_adamw": "our AdamW with fused=True"}
+"""The bench-only lever (module docstring)."""
 
 
 def _peer_overrides(args: argparse.Namespace, chunk: int) -> list[str]:
@@ -246,14 +246,7 @@ def _peer_side(task: Any, chunk: int) -> tuple[Callable[[torch.Tensor], float], 
                         for k, v in st.preprocess([texts[i] for i in batch.tolist()]).items()})
         return out
 
-    def step(batch: torch.Tensor) -> float:
-        st.train()
-        loss = loss_fn(features(batch), None)
-        loss.backward()
-        opt.step()
-        sched.step()
-        opt.zero_grad(set_to_none=True)
-        return float(loss.detach())
+    step = plain_loop_step(st, opt, lambda batch: loss_fn(features(batch), None), sched)
 
     @torch.no_grad()
     def first_loss(batch: torch.Tensor) -> float:
@@ -273,68 +266,27 @@ def _our_first_loss(task: Any, batch: torch.Tensor) -> float:
     return loss
 
 
-def _alternate(sides: dict[str, Callable[[Any], Any]], batches: list, repeats: int, steps: int) -> list[dict[str, Any]]:
-    """``repeats`` rounds of ``steps`` steps per side, the order alternating; seconds per step on both clocks."""
-    names, rounds = list(sides), []
-    for r in range(repeats):
-        row: dict[str, Any] = {}
-        for name in names if r % 2 == 0 else names[::-1]:
-            wall, cpu = time.perf_counter(), time.process_time()
-            for i in range(steps):
-                sides[name](batches[(r * steps + i) % len(batches)])
-            row[f"{name}_cpu_s"] = (time.process_time() - cpu) / steps
-            row[f"{name}_wall_s"] = (time.perf_counter() - wall) / steps
-        rounds.append(row)
-    return rounds
-
-
 def _comparison(args: argparse.Namespace, chunk: int, run_dir: Path) -> dict[str, Any]:
     """One comparison (plain step when ``chunk`` is 0, else GradCache): its loss check, rounds and ratio."""
-    torch.manual_seed(0)
-    loaded = load_config(args.config, _peer_overrides(args, chunk), data_root=args.data_root)
-    device = torch.device("cpu")
-    task = setup_task(loaded.task_class(), loaded.config, device=device, precision="fp32",
-                      data_root=Path(loaded.run.data_root or "."), run_dir=run_dir, seed=loaded.run.seed)
+    task, _ = cpu_task(args.config, _peer_overrides(args, chunk), args.data_root, run_dir)
     batches = [b for _, b in zip(range(args.batches), task.batches(0))]
     peer_step, peer_first, peer_desc = _peer_side(task, chunk)
     ours_first = _our_first_loss(task, batches[0])
     theirs_first = peer_first(batches[0])
-    runner, counter = StepRunner(task, device, "fp32"), iter(range(10**9))
-    if args.fused_adamw:
-        for group in task.opt.param_groups:
-            group.update(fused=True, foreach=False)
-
-    def ours(batch: torch.Tensor) -> float:
-        return float(runner(batch, 0, next(counter))["loss"])
-
+    ours = our_step(task)
+    levers = pull_levers(task, task.opt, fused=args.fused_adamw)
     ours(batches[0])  # a warm-up step each
     peer_step(batches[0])
-    rounds = _alternate({"ours": ours, "peer": peer_step}, batches, args.repeats, args.steps)
-    ratios = [r[f"peer_{args.clock}_s"] / r[f"ours_{args.clock}_s"] for r in rounds]
-    for r, ratio in zip(rounds, ratios):
-        r["ratio"] = ratio
-    diff = abs(ours_first - theirs_first)
+    rounds = alternate({"ours": ours, "peer": peer_step}, batches, args.repeats, args.steps)
     enc = task.cfg.encoder
     return {
         "step": f"GradCache, chunk {chunk}" if chunk else "plain", "grad_cache_chunk": chunk,
-        "ours": f"contrasuite {args.config} train_step in the engine's Step (StepRunner)"
-                + (f", config.grad_cache_chunk={chunk}" if chunk else "") + (", fused AdamW (bench-only lever)" if args.fused_adamw else ""),
+        "ours": ours_text(args.config, detail=(f", config.grad_cache_chunk={chunk}" if chunk else "")
+                          + "".join(f", {lever} (bench-only lever)" for lever in levers)),
         "peer": peer_desc, "batch": int(task.cfg.batch_size), "max_query_length": enc.max_query_length,
         "max_code_length": enc.max_code_length, "model": enc.model, "distinct_batches": len(batches),
-        "loss_check": {"ours": ours_first, "peer": theirs_first, "abs_diff": diff, "tolerance_rel": LOSS_TOLERANCE,
-                       "equal": diff <= LOSS_TOLERANCE * max(1.0, abs(ours_first)), "dropout": "off"},
-        "rounds": rounds, "ratio_median": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
+        **outcome(ours_first, theirs_first, rounds, args.clock, dropout="off"),
     }
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def against_peer(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
@@ -343,15 +295,8 @@ def against_peer(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any
     chunks = [0] + ([args.grad_cache_chunk] if args.grad_cache_chunk else [])
     with tempfile.TemporaryDirectory() as run_dir:
         comparisons = [_comparison(args, chunk, Path(run_dir)) for chunk in chunks]
-    return {
-        "section": SECTION + ("+fused_adamw" if args.fused_adamw else ""), "against": "peer",
-        "levers": ["fused AdamW"] if args.fused_adamw else [], "config": args.config, "mined": args.mined, "overrides": list(args.override),
-        "comparisons": comparisons, "precision": "fp32", "device": "cpu", "threads": torch.get_num_threads(),
-        "clock": args.clock, "steps_per_round": args.steps, "repeats": args.repeats, "torch": torch.__version__,
-        "machine": _cpu_name(), "cpu_count": os.cpu_count(), "load_average_1min": round(os.getloadavg()[0], 2),
-        "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
-        "command": "contrasuite bench code_search " + shlex.join(argv),
-    }
+    own = {"config": args.config, "mined": args.mined, "overrides": list(args.override), "comparisons": comparisons}
+    return peer_record(SECTION, args, argv, LEVERS, ["fused AdamW"] * args.fused_adamw, own)
 
 
 def render_peer(record: dict[str, Any]) -> str:
@@ -359,15 +304,11 @@ def render_peer(record: dict[str, Any]) -> str:
     clock = record["clock"]
     first = record["comparisons"][0]
     lines = [
-        "## code_search: our step vs sentence-transformers"
-        + (f" (levers: {', '.join(record['levers'])}; not what the pipeline runs)" if record.get("levers") else ""), "",
+        heading("code_search: our step vs sentence-transformers", record), "",
         f"- data: mined set `{record['mined']}` (config `{record['config']}`), model `{first['model']}`, batch "
         f"{first['batch']} pairs, queries at {first['max_query_length']} tokens and code at {first['max_code_length']}, "
         f"{first['distinct_batches']} distinct batches cycled by both sides; both tokenize inside the step",
-        f"- machine: {record['machine']}, {record['cpu_count']} cores (shared; 1-min load {record['load_average_1min']} "
-        f"at the end), torch {record['torch']}, {record['device']}, {record['threads']} thread(s), {record['precision']}, "
-        f"{clock} clock, {record['date_utc']} UTC",
-        f"- command: `{record['command']}`", "",
+        *machine_lines(record), "",
         "| step | ours | peer | first-batch loss ours / peer (dropout off) | ours ms/step | peer ms/step | peer / ours (median) | min | max |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
@@ -381,38 +322,9 @@ def render_peer(record: dict[str, Any]) -> str:
     lines += ["", f"Per round ({record['repeats']} alternating rounds of {record['steps_per_round']} steps per side; "
               f"ms per step, {clock} clock, then wall clock):", "",
               "| step | round | ours | peer | ours (wall) | peer (wall) | peer / ours |", "|---|---|---|---|---|---|---|"]
-    for c in record["comparisons"]:
-        for i, r in enumerate(c["rounds"]):
-            lines.append(f"| {c['step']} | {i + 1} | {1000 * r[f'ours_{clock}_s']:.0f} | {1000 * r[f'peer_{clock}_s']:.0f} | "
-                         f"{1000 * r['ours_wall_s']:.0f} | {1000 * r['peer_wall_s']:.0f} | {r['ratio']:.2f} |")
+    lines += [f"| {c['step']} | {i + 1} | {round_cells(r, clock, 1000, 0)} |"
+              for c in record["comparisons"] for i, r in enumerate(c["rounds"])]
     return "\n".join(lines)
-
-
-PAGE_HEAD = """# Pipelines against their official code or closest peer (issue 41)
-
-Each section is rendered from a kept record under `docs/results/records/bench_pipelines/` by the bench's
-`--report` flag (`contrasuite bench <domain> --report`); no number here is typed by hand. A ratio is the
-peer's time per training step over ours, measured in one process on the same data, threads and precision,
-the two sides alternating; above 1 means ours is faster.
-"""
-
-
-def write_section(page: Path, name: str, text: str) -> None:
-    """Replace (or append) the section between ``<!-- section:name -->`` markers of ``page`` (made if missing)."""
-    start, end = f"<!-- section:{name} -->", f"<!-- /section:{name} -->"
-    body = page.read_text() if page.exists() else PAGE_HEAD
-    block = f"{start}\n{text.rstrip()}\n{end}"
-    if start in body and end in body:
-        head, rest = body.split(start, 1)
-        body = head + block + rest.split(end, 1)[1]
-    elif f"<!-- /section:{name.split('+')[0]} -->" in body:  # a lever's section goes after its base section
-        base_end = f"<!-- /section:{name.split('+')[0]} -->"
-        head, rest = body.split(base_end, 1)
-        body = head + base_end + "\n\n" + block + rest
-    else:
-        body = body.rstrip() + "\n\n" + block + "\n"
-    page.parent.mkdir(parents=True, exist_ok=True)
-    page.write_text(body)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -437,15 +349,8 @@ def _parser() -> argparse.ArgumentParser:
     peer.add_argument("--against", choices=("peer",), default=None)
     peer.add_argument("--config", default="code_search/reduced_infonce", help="our side's config")
     peer.add_argument("--mined", default="smoke", help="the named mined set both sides train on")
-    peer.add_argument("--override", action="append", default=[], help="a config override (repeatable)")
     peer.add_argument("--grad-cache-chunk", type=int, default=8, help="GradCache chunk = CachedMNRL mini-batch (0: no GradCache row)")
-    peer.add_argument("--batches", type=int, default=6, help="distinct batches both sides cycle through")
-    peer.add_argument("--repeats", type=int, default=3, help="alternating rounds (--steps steps per side each)")
-    peer.add_argument("--clock", choices=sorted(CLOCKS), default="cpu")
-    peer.add_argument("--fused-adamw", action="store_true", help="lever: our AdamW with fused=True (bench-only)")
-    peer.add_argument("--output", type=Path, default=RECORD, help="the JSON record")
-    peer.add_argument("--report", action="store_true", help="render the record at --output into --page; run nothing")
-    peer.add_argument("--page", type=Path, default=PAGE)
+    peer_flags(peer, RECORD, LEVERS, batches=6)
     return parser
 
 
@@ -454,7 +359,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     if args.against or args.report:
-        return _peer_main(args, argv)
+        return peer_main(args, argv, against_peer, render_peer)
     if args.batch % args.chunk:
         parser.error(f"--batch {args.batch} must be a multiple of --chunk {args.chunk}")
     if args.corpus == "cosqa" and not args.data_root:
@@ -487,21 +392,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if embeds:
         print(EMBED_HEADER + "\n|---|---|---|---|---|---|\n" + "\n".join(embeds))
     print(f"wrote {args.out}")
-    return 0
-
-
-def _peer_main(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    if args.report:
-        record = json.loads(args.output.read_text())
-        write_section(args.page, record["section"], render_peer(record))
-        print(f"wrote {args.page}")
-        return 0
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    record = against_peer(args, argv)
-    write_output(args.output, record)
-    print(render_peer(record))
-    print(f"wrote {args.output}")
     return 0
 
 

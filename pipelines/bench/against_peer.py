@@ -1,0 +1,321 @@
+"""A training step of ours against a peer's, alternating rounds in one process; the record and its page section.
+
+The shared part of the domains' ``contrasuite bench <domain> --against peer`` (reached through
+:mod:`contrasuite.pipelines.api`); each domain's ``bench.py`` keeps what is its own: how it sets up its task and
+the peer's step, the equal-work description of its section, and its flags. Not a bench itself (no ``main``).
+
+The protocol: both sides on the CPU in fp32 (:func:`cpu_task`, :func:`our_step`), the first step or loss of each
+on the same batch from the same weights as the equal-work check (:func:`loss_check`), then :func:`alternate`'s
+rounds, the order of the sides alternating so both share whatever load the machine has; a round's ratio is peer
+time / our time (above 1: ours is faster), summarized by :func:`summarize`. The record (JSON, ``--output``;
+:func:`peer_record`) holds the bench's own fields, :func:`settings`, the measurements (:func:`outcome`) and
+:func:`machine`; ``--report`` (:func:`peer_main`) renders it into its section of :data:`PAGE`
+(:func:`write_section`; :func:`comparison_section` for a one-comparison record), a page never typed by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+
+from contrasuite.pipelines.bench import write_output
+from contrasuite.pipelines.cli_runs import ROOT
+from contrasuite.pipelines.config import load_config
+from contrasuite.pipelines.standalone import StepRunner, setup_task
+
+RECORDS = ROOT / "docs" / "results" / "records" / "bench_pipelines"
+"""Where the kept records are, one JSON file a section."""
+PAGE = ROOT / "docs" / "results" / "bench_pipelines.md"
+LOSS_TOLERANCE = 1e-4
+"""Largest relative difference of the two first-batch losses for a comparison to count as equal work."""
+CLOCKS: dict[str, Callable[[], float]] = {"cpu": time.process_time, "wall": time.perf_counter}
+PAGE_HEAD = """# Pipelines against their official code or closest peer (issue 41)
+
+Each section is rendered from a kept record under `docs/results/records/bench_pipelines/` by the bench's
+`--report` flag (`contrasuite bench <domain> --report`); no number here is typed by hand. A ratio is the
+peer's time per training step over ours, measured in one process on the same data, threads and precision,
+the two sides alternating; above 1 means ours is faster.
+"""
+
+
+# -- running ----------------------------------------------------------------------------------------------
+
+def cpu_task(config: str | os.PathLike, overrides: Sequence[str], data_root: str | None, run_dir: Path) -> tuple[Any, Any]:
+    """The task of ``config`` (a file or a shipped config's name) set up as the trainer does on the CPU in fp32,
+    after ``torch.manual_seed(0)``, and its loaded config."""
+    torch.manual_seed(0)
+    loaded = load_config(config, list(overrides), data_root=data_root)
+    task = setup_task(loaded.task_class(), loaded.config, device=torch.device("cpu"), precision="fp32",
+                      data_root=Path(loaded.run.data_root or "."), run_dir=run_dir, seed=loaded.run.seed)
+    return task, loaded
+
+
+def our_step(task: Any) -> Callable[[Any], float]:
+    """One training step of ours per call: ``task.train_step`` in the engine's ``Step`` (:class:`StepRunner`,
+    CPU, fp32), the step counter counting on; returns the loss."""
+    runner, counter = StepRunner(task, torch.device("cpu"), "fp32"), iter(range(10**9))
+
+    def step(batch: Any) -> float:
+        return float(runner(batch, 0, next(counter))["loss"])
+
+    return step
+
+
+def pull_levers(task: Any, optimizer: torch.optim.Optimizer, fused: bool = False, compile: bool = False) -> list[str]:
+    """The bench-only levers on our side, in this order, and their names for the record: ``fused``, every group of
+    ``optimizer`` switched to the fused kernel (``fused=True``; PyTorch's CPU default is the per-tensor loop);
+    ``compile``, the task's network (``task.train_model``) under ``torch.compile``, compiled at its first step."""
+    levers = []
+    if fused:
+        for group in optimizer.param_groups:
+            group.update(fused=True, foreach=False)
+        levers.append(f"fused {type(optimizer).__name__}")
+    if compile:
+        task.train_model = torch.compile(task.train_model)
+        levers.append("torch.compile (CPU inductor) of the network")
+    return levers
+
+
+def ours_text(subject: str, levers: Sequence[str] = (), detail: str = "") -> str:
+    """The record's ``ours``: the step of ``subject`` (a config), ``detail`` (``, ...``) and the levers pulled."""
+    return (f"contrasuite {subject} train_step in the engine's Step (StepRunner){detail}"
+            + (f", with {' and '.join(levers)} (bench-only levers)" if levers else ""))
+
+
+def plain_loop_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_of: Callable[[Any], torch.Tensor],
+                    scheduler: Any = None, zero_grad_first: bool = False) -> Callable[[Any], float]:
+    """A peer's training step as its examples write the loop: ``model.train()``, ``loss = loss_of(batch)``,
+    ``loss.backward()``, the optimizer's step and the ``scheduler``'s, then ``optimizer.zero_grad()`` (before
+    ``loss_of`` instead with ``zero_grad_first``); the step returns the loss."""
+
+    def step(batch: Any) -> float:
+        model.train()
+        if zero_grad_first:
+            optimizer.zero_grad()
+        loss = loss_of(batch)
+        loss.backward()
+        optimizer.step()
+        if scheduler is not None:
+            scheduler.step()
+        if not zero_grad_first:
+            optimizer.zero_grad()
+        return float(loss.detach())
+
+    return step
+
+
+def alternate(sides: dict[str, Callable[[Any], Any]], batches: list, repeats: int, steps: int,
+              clocks: dict[str, Callable[[], float]] = CLOCKS) -> list[dict[str, Any]]:
+    """``repeats`` rounds of ``steps`` steps per side, the order of ``sides`` alternating between rounds (reversed
+    in odd rounds); every side steps through the same batches, cycling, round ``r`` starting at batch ``r * steps``.
+    A round's row: ``<side>_<clock>_s``, seconds per step on each of ``clocks``."""
+    rounds = []
+    for r in range(repeats):
+        row: dict[str, Any] = {}
+        for name in list(sides) if r % 2 == 0 else list(sides)[::-1]:
+            start = {clock: read() for clock, read in clocks.items()}
+            for i in range(steps):
+                sides[name](batches[(r * steps + i) % len(batches)])
+            for clock, read in clocks.items():
+                row[f"{name}_{clock}_s"] = (read() - start[clock]) / steps
+        rounds.append(row)
+    return rounds
+
+
+def summarize(rounds: list[dict[str, Any]], clock: str) -> dict[str, float]:
+    """Each round's ``ratio`` (peer / ours on ``clock``, set in the row) and their median, smallest and largest."""
+    ratios = [r[f"peer_{clock}_s"] / r[f"ours_{clock}_s"] for r in rounds]
+    for r, ratio in zip(rounds, ratios):
+        r["ratio"] = ratio
+    return {"ratio_median": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios)}
+
+
+def loss_check(ours: float, peer: float, tolerance: float = LOSS_TOLERANCE, **extra: Any) -> dict[str, Any]:
+    """The equal-work check: the two first-batch losses equal within ``tolerance`` relative (absolute below 1)."""
+    diff = abs(ours - peer)
+    return {"ours": ours, "peer": peer, "abs_diff": diff, "tolerance_rel": tolerance,
+            "equal": diff <= tolerance * max(1.0, abs(ours)), **extra}
+
+
+def outcome(first_ours: float, first_peer: float, rounds: list[dict[str, Any]], clock: str,
+            **check: Any) -> dict[str, Any]:
+    """A comparison's record fields: ``loss_check`` (``check``: more of its fields), ``rounds`` and the ratios."""
+    return {"loss_check": loss_check(first_ours, first_peer, **check), "rounds": rounds, **summarize(rounds, clock)}
+
+
+# -- the record -------------------------------------------------------------------------------------------
+
+def section_name(base: str, args: argparse.Namespace, levers: dict[str, str]) -> str:
+    """``base`` with ``+name`` for each of ``levers`` switched on in ``args``: a record's (and its section's) name."""
+    return base + "".join(f"+{name}" for name in levers if getattr(args, name))
+
+
+def settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The record's run settings: fp32 on the CPU, the threads, clock, steps per round and rounds."""
+    return {"precision": "fp32", "device": "cpu", "threads": torch.get_num_threads(), "clock": args.clock,
+            "steps_per_round": args.steps, "repeats": args.repeats}
+
+
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def peer_version(module: str) -> str:
+    """``module.__version__``, or ``?``."""
+    try:
+        return __import__(module).__version__
+    except (ImportError, AttributeError):
+        return "?"
+
+
+def machine(bench: str, argv: Sequence[str]) -> dict[str, Any]:
+    """The record's last fields: torch, the machine and its load now, the date and the command that ran."""
+    return {"torch": torch.__version__, "machine": cpu_name(), "cpu_count": os.cpu_count(),
+            "load_average_1min": round(os.getloadavg()[0], 2), "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+            "command": f"contrasuite bench {bench} " + shlex.join(argv)}
+
+
+def peer_record(bench: str, args: argparse.Namespace, argv: Sequence[str], lever_flags: dict[str, str],
+                levers: Sequence[str], fields: dict[str, Any], measured: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The record of ``contrasuite bench <bench> argv``: its section (``bench`` and the ``lever_flags`` on), ``against``,
+    the ``levers`` pulled, the bench's own ``fields``, :func:`settings`, ``measured`` (:func:`outcome`, when the
+    record is one comparison) and :func:`machine`."""
+    return {"section": section_name(bench, args, lever_flags), "against": "peer", "levers": list(levers), **fields,
+            **settings(args), **(measured or {}), **machine(bench, argv)}
+
+
+# -- the page ---------------------------------------------------------------------------------------------
+
+def heading(title: str, record: dict[str, Any]) -> str:
+    """The section's title line, naming the record's levers if it has any."""
+    levers = record.get("levers")
+    return f"## {title}" + (f" (levers: {', '.join(levers)}; not what the pipeline runs)" if levers else "")
+
+
+def check_text(check: dict[str, Any]) -> str:
+    """The equal-work check in words: both first losses, their difference and the verdict."""
+    return (f"ours {check['ours']:.6f}, peer {check['peer']:.6f} (|diff| {check['abs_diff']:.1e}: "
+            f"{'equal' if check['equal'] else 'NOT equal'} within {check['tolerance_rel']:g} relative)")
+
+
+def machine_lines(record: dict[str, Any]) -> list[str]:
+    """The section's ``machine`` and ``command`` bullets."""
+    return [f"- machine: {record['machine']}, {record['cpu_count']} cores (shared; 1-min load "
+            f"{record['load_average_1min']} at the end), torch {record['torch']}, {record['device']}, "
+            f"{record['threads']} thread(s), {record['precision']}, {record['clock']} clock, {record['date_utc']} UTC",
+            f"- command: `{record['command']}`"]
+
+
+def round_cells(row: dict[str, Any], clock: str, scale: float, digits: int) -> str:
+    """A round's cells: ours and peer per step on ``clock``, then on the wall clock (seconds times ``scale``, with
+    ``digits`` decimals), and the ratio."""
+    times = [scale * row[f"{side}_{c}_s"] for c in (clock, "wall") for side in ("ours", "peer")]
+    return " | ".join([*(f"{t:.{digits}f}" for t in times), f"{row['ratio']:.2f}"])
+
+
+def rounds_table(rounds: list[dict[str, Any]], clock: str, unit: str = "ms", digits: int = 1) -> str:
+    """The per-round table (markdown), times per step in ``unit`` (``ms`` or ``s``)."""
+    scale = {"ms": 1000, "s": 1}[unit]
+    out = [f"| round | ours {unit}/step ({clock}) | peer {unit}/step ({clock}) | ours {unit}/step (wall) | "
+           f"peer {unit}/step (wall) | peer / ours |", "|---|---|---|---|---|---|"]
+    out += [f"| {i + 1} | {round_cells(r, clock, scale, digits)} |" for i, r in enumerate(rounds)]
+    return "\n".join(out)
+
+
+def ratio_sentence(record: dict[str, Any], steps: str = "steps") -> str:
+    """The headline under the rounds: the median ratio, its range and the rounds (``steps``: the word for them)."""
+    return (f"\nRatio (peer / ours, above 1: ours faster): **{record['ratio_median']:.2f}** median, "
+            f"{record['ratio_min']:.2f} to {record['ratio_max']:.2f} over {record['repeats']} alternating rounds of "
+            f"{record['steps_per_round']} {steps}.")
+
+
+def comparison_section(record: dict[str, Any], title: str, same_work: str, unit: str = "ms", digits: int = 1,
+                       steps: str = "steps", note: str | None = None) -> str:
+    """The page section of a one-comparison record (markdown): ``title`` (:func:`heading`), the ``ours`` and
+    ``peer`` bullets, the bench's ``same work`` bullet (``same_work``, after ``- same work: ``), the machine and
+    command, the rounds (:func:`rounds_table` in ``unit`` with ``digits``), the ratio (:func:`ratio_sentence`) and
+    ``note`` (a last line, when given)."""
+    lines = [heading(title, record), "", f"- ours: {record['ours']}", f"- peer: {record['peer']}",
+             f"- same work: {same_work}", *machine_lines(record), "",
+             rounds_table(record["rounds"], record["clock"], unit, digits), ratio_sentence(record, steps)]
+    return "\n".join(lines + ([] if note is None else [note]))
+
+
+def write_section(page: Path, name: str, text: str) -> None:
+    """Replace the section between ``<!-- section:name -->`` markers of ``page`` in place, or add it: a lever's
+    section (``base+lever``) right after its base section when the page has one, any other at the end. A missing
+    page is made, starting with :data:`PAGE_HEAD`."""
+    start, end = f"<!-- section:{name} -->", f"<!-- /section:{name} -->"
+    body = page.read_text() if page.exists() else PAGE_HEAD
+    block = f"{start}\n{text.rstrip()}\n{end}"
+    base_end = f"<!-- /section:{name.split('+')[0]} -->"
+    if start in body and end in body:
+        head, rest = body.split(start, 1)
+        body = head + block + rest.split(end, 1)[1]
+    elif base_end in body:
+        head, rest = body.split(base_end, 1)
+        body = head + base_end + "\n\n" + block + rest
+    else:
+        body = body.rstrip() + "\n\n" + block + "\n"
+    page.parent.mkdir(parents=True, exist_ok=True)
+    page.write_text(body)
+
+
+# -- the command ------------------------------------------------------------------------------------------
+
+def peer_flags(parser: Any, record: Path, levers: dict[str, str], batches: int,
+               steps: int | None = None, peer: str = "the peer's loop") -> None:
+    """The flags every ``--against peer`` bench has, on ``parser`` (or an argument group): ``--override``, ``--batches``
+    (default ``batches``), ``--repeats``, ``--clock``, a switch ``--<lever>`` for each of ``levers`` (name: what it
+    does), ``--output`` (default ``record``), ``--report`` and ``--page``. With ``steps``, for a bench that has no
+    other mode, first ``--against`` (``peer``, the default: ``peer`` in words), ``--data-root``, ``--steps`` (default
+    ``steps``) and ``--threads`` (default 1)."""
+    if steps is not None:
+        parser.add_argument("--against", choices=("peer",), default="peer", help=f"peer: {peer}")
+        parser.add_argument("--data-root", default=os.environ.get("CONTRASUITE_DATA"))
+        parser.add_argument("--steps", type=int, default=steps, help="timed steps per side per round")
+        parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (0: leave as is)")
+    parser.add_argument("--override", action="append", default=[], help="a config override (repeatable)")
+    parser.add_argument("--batches", type=int, default=batches, help="distinct batches of epoch 0 both sides cycle through")
+    parser.add_argument("--repeats", type=int, default=3, help="alternating rounds (--steps steps per side each)")
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="cpu")
+    for name, what in levers.items():
+        parser.add_argument(f"--{name.replace('_', '-')}", action="store_true", help=f"lever: {what} (bench-only)")
+    parser.add_argument("--output", type=Path, default=record, help="the JSON record")
+    parser.add_argument("--report", action="store_true", help="render the record at --output into --page; run nothing")
+    parser.add_argument("--page", type=Path, default=PAGE)
+
+
+def peer_main(args: argparse.Namespace, argv: Sequence[str],
+              run: Callable[[argparse.Namespace, Sequence[str]], dict[str, Any]],
+              render: Callable[[dict[str, Any]], str]) -> int:
+    """``--report``: the record at ``--output`` rendered into its section of ``--page``, nothing run; else
+    ``run(args, argv)`` on ``--threads`` threads (0: as they are), its record written to ``--output`` and printed."""
+    if args.report:
+        record = json.loads(args.output.read_text())
+        write_section(args.page, record["section"], render(record))
+        print(f"wrote {args.page}")
+        return 0
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    record = run(args, argv)
+    write_output(args.output, record)
+    print(render(record))
+    print(f"wrote {args.output}")
+    return 0

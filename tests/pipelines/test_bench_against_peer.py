@@ -1,0 +1,84 @@
+"""pipelines/bench/against_peer.py: alternating timed rounds, the ratios, the equal-work check and the page sections."""
+
+from contrasuite.pipelines.bench.against_peer import (
+    PAGE_HEAD, alternate, loss_check, plain_loop_step, rounds_table, summarize, write_section,
+)
+
+
+class FakeClock:
+    """A clock that every step of a side advances by that side's cost; ``order`` records who stepped on what."""
+
+    def __init__(self) -> None:
+        self.now, self.order = 0.0, []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def side(self, name: str, cost: float):
+        def step(batch):
+            self.order.append((name, batch))
+            self.now += cost
+        return step
+
+
+def test_alternate_alternates_the_order_and_times_every_side_every_round():
+    clock = FakeClock()
+    sides = {"ours": clock.side("ours", 1.0), "peer": clock.side("peer", 3.0)}
+    rounds = alternate(sides, ["a", "b", "c"], repeats=3, steps=2, clocks={"cpu": clock, "wall": clock})
+    firsts = [clock.order[4 * r][0] for r in range(3)]
+    assert firsts == ["ours", "peer", "ours"]  # the order alternates between rounds
+    assert [b for name, b in clock.order if name == "ours"] == ["a", "b", "c", "a", "b", "c"]  # same batches, cycling
+    assert [b for name, b in clock.order if name == "peer"] == ["a", "b", "c", "a", "b", "c"]
+    assert rounds == [{"ours_cpu_s": 1.0, "ours_wall_s": 1.0, "peer_cpu_s": 3.0, "peer_wall_s": 3.0}] * 3  # per step
+    summary = summarize(rounds, "cpu")
+    assert summary == {"ratio_median": 3.0, "ratio_min": 3.0, "ratio_max": 3.0} and all(r["ratio"] == 3.0 for r in rounds)
+
+
+def test_alternate_with_the_real_clocks_times_trivial_steps():
+    rounds = alternate({"ours": lambda b: None, "peer": lambda b: sum(range(1000))}, [0], repeats=2, steps=3)
+    assert len(rounds) == 2
+    for row in rounds:
+        assert set(row) == {f"{side}_{clock}_s" for side in ("ours", "peer") for clock in ("cpu", "wall")}
+        assert all(v >= 0 for v in row.values())
+
+
+def test_loss_check_and_rounds_table():
+    assert loss_check(2.0, 2.0 + 1e-5)["equal"] and not loss_check(2.0, 2.01)["equal"]
+    assert loss_check(1.0, 1.0, dropout="off")["dropout"] == "off"
+    rows = [{"ours_cpu_s": 0.01, "peer_cpu_s": 0.02, "ours_wall_s": 0.011, "peer_wall_s": 0.021, "ratio": 2.0}]
+    assert rounds_table(rows, "cpu").splitlines()[-1] == "| 1 | 10.0 | 20.0 | 11.0 | 21.0 | 2.00 |"
+    assert rounds_table(rows, "cpu", unit="s", digits=2).splitlines()[-1] == "| 1 | 0.01 | 0.02 | 0.01 | 0.02 | 2.00 |"
+
+
+def test_plain_loop_step_trains_and_returns_the_loss():
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(8, 3)
+    for first in (False, True):
+        step = plain_loop_step(model, optimizer, lambda batch: model(batch).pow(2).mean(), zero_grad_first=first)
+        losses = [step(x) for _ in range(3)]
+        assert losses[0] > losses[1] > losses[2]
+
+
+def test_write_section_makes_the_page_replaces_in_place_appends_and_puts_a_lever_after_its_base(tmp_path):
+    page = tmp_path / "docs" / "page.md"
+    write_section(page, "a", "## a\nfirst-text")
+    assert page.read_text() == PAGE_HEAD.rstrip() + "\n\n<!-- section:a -->\n## a\nfirst-text\n<!-- /section:a -->\n"
+    write_section(page, "b", "## b")
+    write_section(page, "a", "## a\nsecond-text\n")  # replaced in place: still before b
+    text = page.read_text()
+    assert text.count("<!-- section:a -->") == 1 and "first-text" not in text and "second-text" in text
+    assert text.index("section:a -->") < text.index("section:b -->")
+    write_section(page, "a+lever", "## a with a lever")  # after its base section, before b
+    write_section(page, "c+lever", "## c with a lever")  # no base section: at the end
+    text = page.read_text()
+    order = [text.index(f"<!-- section:{n} -->") for n in ("a", "a+lever", "b", "c+lever")]
+    assert order == sorted(order)
+    assert "<!-- /section:a -->\n\n<!-- section:a+lever -->\n## a with a lever\n<!-- /section:a+lever -->" in text
+    write_section(page, "a+lever", "## a with a lever, again")  # replaced in place
+    text = page.read_text()
+    assert text.count("<!-- section:a+lever -->") == 1 and "again" in text
+    assert text.index("section:a+lever -->") < text.index("section:b -->")
