@@ -1,4 +1,5 @@
-"""Benchmarks run by ``contrasuite bench NAME [args]``: each module here has ``main(argv) -> int``."""
+"""Benchmarks run by ``contrasuite bench NAME [args]``: each module here with ``main(argv) -> int`` is one
+(``against_peer`` holds what the domains' ``--against peer`` benches share)."""
 
 import json
 from pathlib import Path
