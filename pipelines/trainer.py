@@ -19,6 +19,7 @@ SIGUSR1 and SIGINT stop the run after the step in progress with ``last.pt`` save
 from __future__ import annotations
 
 import contextlib
+import copy
 import random
 import signal
 import sys
@@ -55,16 +56,14 @@ RESULT_NEUTRAL_KEYS = ("run.progress", "run.tensorboard", "run.log_every_steps",
 """Settings a resume may change silently: they affect logging, paths and bookkeeping, never the weights."""
 
 
-def concrete_precision(loaded: LoadedConfig, device: torch.device) -> None:
+def concrete_precision(loaded: LoadedConfig, device: torch.device) -> str | None:
     """Replace ``run.precision=auto`` in ``loaded`` (its settings and resolved dict) by what it means on
-    ``device``, saying so on rank 0, so the task, autocast, scaler, ``config.yaml`` and checkpoints see the
-    concrete value; an explicit precision is left as given."""
+    ``device``, so the task, autocast, scaler, ``config.yaml`` and checkpoints see the concrete value, and
+    return the line that says what it chose; an explicit precision is left as given (None)."""
     precision, line = resolve_precision(loaded.run.precision, device)
-    if line is None:
-        return
-    loaded.run.precision = loaded.resolved["run"]["precision"] = precision
-    if distributed.env_info().is_main:
-        print(line, file=sys.stderr)
+    if line is not None:
+        loaded.run.precision = loaded.resolved["run"]["precision"] = precision
+    return line
 
 
 def seed_all(seed: int) -> None:
@@ -112,10 +111,9 @@ class Trainer:
                              "(set run.sync_batchnorm=false to keep BatchNorm statistics per process)")
         distributed.init(self.dist, self.device, self.run.dist_timeout_minutes)
         set_deterministic(self.run.deterministic)
-        concrete_precision(loaded, self.device)
-        note = slow_bf16_note(self.run.precision, self.device)
-        if note and self.dist.is_main:
-            print(note, file=sys.stderr)
+        # Said when training starts, so a run refused at setup prints its one error line and nothing else.
+        chosen = concrete_precision(loaded, self.device)
+        self._notes = [n for n in (chosen, slow_bf16_note(self.run.precision, self.device)) if n]
         given = run_dir is not None
         if run_dir is None:
             made = new_run_dir(self.run.output_root, loaded.domain, loaded.name) if self.dist.is_main else None
@@ -322,6 +320,8 @@ class Trainer:
         from tqdm import tqdm
 
         self._fit_started = time.time()
+        for note in self._notes if self.dist.is_main else ():
+            print(note, file=sys.stderr)
         self._status("running")
         self._names = {id(p): f"{mod}.{name}" for mod, m in self._modules().items() for name, p in m.named_parameters()}
         self._last_step = self._total_steps()
@@ -506,9 +506,11 @@ def train(loaded: LoadedConfig) -> Path:
     another seed or length is never continued in its place."""
     mode = loaded.run.resume
     if mode == "auto":
-        concrete_precision(loaded, pick_device(loaded.run.device, distributed.env_info().local_rank))
+        wanted = copy.deepcopy(loaded.resolved)  # as the Trainer will make it: the precision auto gives here
+        device = pick_device(loaded.run.device, distributed.env_info().local_rank)
+        wanted["run"]["precision"] = resolve_precision(loaded.run.precision, device)[0]
         for found in unfinished_runs(loaded.run.output_root, loaded.domain, loaded.name):
-            changed = config_changes(load_config(found / "config.yaml", name=saved_run_name(found)).resolved, loaded.resolved)
+            changed = config_changes(load_config(found / "config.yaml", name=saved_run_name(found)).resolved, wanted)
             if not changed:
                 return resume(found)
             if distributed.env_info().is_main:
