@@ -10,6 +10,7 @@ import pytest
 
 from contrasuite.pipelines.config import config_root
 from contrasuite.pipelines.smoke import SmokeResult, agreed, full_scale_configs, main
+from tests.two_ranks import spawn_two
 
 DATA = Path(os.environ["CONTRASUITE_DATA"])
 
@@ -110,16 +111,9 @@ def _smoke_rank(rank: int, port: int, out: Path, wrap: bool) -> None:
 def test_on_two_processes_rank_zero_reports_and_ranks_that_drift_apart_fail(tmp_path, wrap):
     """The run's final checkpoint save compares the ranks' parameters: a smoke run reaches it, and a model whose
     gradients are not averaged is FAIL on both ranks; rank 0 alone prints and writes the JSON."""
-    import socket
-
-    import torch.multiprocessing as mp
-
     if not (DATA / "cifar10").is_dir():
         pytest.skip("needs CIFAR-10 under $CONTRASUITE_DATA")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(_smoke_rank, args=(port, tmp_path, wrap), nprocs=2)
+    spawn_two(_smoke_rank, tmp_path, wrap)
     (row,) = json.loads((tmp_path / "rank0.json").read_text())
     assert not (tmp_path / "rank1.json").exists() and (tmp_path / "stdout-1.txt").read_text() == ""
     assert [(tmp_path / f"exit-{r}").read_text() for r in range(2)] == (["0", "0"] if wrap else ["1", "1"])

@@ -2,17 +2,16 @@
 on first use (atomically, with progress, once), and without a source the error gives the command in one line."""
 
 import json
-import socket
 from pathlib import Path
 
 import pytest
-import torch.multiprocessing as mp
 
 import contrasuite.domains.code_search.mined_sets as mined_sets
 from contrasuite.domains.code_search.commands import main as code_search_main
 from contrasuite.domains.code_search.mine import MineConfig
 from contrasuite.pipelines.cli import main as cli_main
 from contrasuite.pipelines.config import load_config
+from tests.two_ranks import gloo_group, spawn_two
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "code_search"
 REDUCED = sorted(CONFIGS.glob("reduced_*.yaml"))
@@ -152,23 +151,15 @@ def test_smoke_set_is_a_few_stdlib_modules_with_pairs_in_every_split(cache):
 def _ensure_on_rank(rank: int, port: int, cache: Path, out: Path) -> None:
     import os
 
-    import torch.distributed as dist
-
     os.environ["CONTRASUITE_CACHE"] = str(cache)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-    try:
+    with gloo_group(rank, port):
         lines: list[str] = []
         folder = mined_sets.ensure_mined("smoke", log=lines.append, rank=rank)
         (out / f"rank{rank}.json").write_text(json.dumps({"folder": str(folder), "lines": lines}))
-    finally:
-        dist.destroy_process_group()
 
 
 def test_on_two_processes_rank_zero_mines_while_the_other_waits(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(_ensure_on_rank, args=(port, tmp_path / "cache", tmp_path), nprocs=2)
+    spawn_two(_ensure_on_rank, tmp_path / "cache", tmp_path)
     first, second = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2))
     assert first["folder"] == second["folder"] and mined_sets.is_mined(Path(first["folder"]))
     assert any("mining it now" in line for line in first["lines"]) and second["lines"] == []

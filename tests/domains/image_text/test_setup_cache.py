@@ -2,19 +2,18 @@
 when a setting they depend on changes, computed by rank 0 alone under two processes; every long phase shows
 progress; training on cached features gives the same losses as on freshly computed ones."""
 
-import socket
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from contrasuite.domains.image_text import features, negatives
 from contrasuite.domains.disk_cache import shared_load_or_compute
 from contrasuite.domains.image_text.task import ImageTextTask
 from contrasuite.pipelines.config import load_config
 from contrasuite.pipelines.standalone import StepRunner, setup_task
+from tests.two_ranks import gloo_group, spawn_two
 
 CONFIG = Path(__file__).resolve().parents[3] / "configs" / "image_text" / "reduced_text_image_negatives.yaml"
 TINY = ["config.data.limit=30", "config.data.unseen_style=null", "config.model.pretrained_trunks=false",
@@ -110,25 +109,17 @@ def test_losses_on_cached_features_equal_fresh_ones(tmp_path, emoji_root):
 
 
 def _rank(rank: int, port: int, file: Path, out: Path) -> None:
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-    try:
+    with gloo_group(rank, port):
         def compute():
             (out / f"computed-{rank}").touch()
             return torch.arange(3)
 
         value = shared_load_or_compute(file, compute, rank)
         torch.save(value, out / f"value-{rank}.pt")
-    finally:
-        dist.destroy_process_group()
 
 
 def test_rank_zero_computes_the_others_read(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(_rank, args=(port, tmp_path / "cache" / "x.pt", tmp_path), nprocs=2)
+    spawn_two(_rank, tmp_path / "cache" / "x.pt", tmp_path)
     assert sorted(p.name for p in tmp_path.glob("computed-*")) == ["computed-0"]
     for rank in range(2):
         assert torch.equal(torch.load(tmp_path / f"value-{rank}.pt"), torch.arange(3))
