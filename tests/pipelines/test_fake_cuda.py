@@ -1,4 +1,5 @@
-"""The fake CUDA device (pipelines/fake_cuda.py): it catches device bugs without a GPU, and every task's step passes it.
+"""The fake CUDA device (pipelines/testing/fake_cuda.py): it catches device bugs without a GPU, and every
+task's step passes it.
 
 The tool's tests show it raises on a CPU tensor met in the forward pass, in the backward pass and from a
 per-step factory without ``device=``, and raises nothing where CUDA raises nothing (0-dim CPU scalars,
@@ -16,7 +17,7 @@ from torch import nn
 
 from contrasuite.pipelines import smoke
 from contrasuite.pipelines.config import find_config
-from contrasuite.pipelines.fake_cuda import DeviceMismatch, FakeCudaTensor, fake_cuda
+from contrasuite.pipelines.testing.fake_cuda import DeviceMismatch, FakeCudaTensor, fake_cuda
 from contrasuite.pipelines.registry import TASKS
 
 CONFIGS = {

@@ -11,7 +11,7 @@ from contrasuite.pipelines import precision, trainer
 from contrasuite.pipelines.checkpoint import load
 from contrasuite.pipelines.cli import main
 from contrasuite.pipelines.config import load_config, read_raw, shipped_configs
-from contrasuite.pipelines.fake_cuda import fake_cuda
+from contrasuite.pipelines.testing.fake_cuda import fake_cuda
 
 CHOSE = "run.precision=auto chose"
 

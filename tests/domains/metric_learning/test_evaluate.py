@@ -70,7 +70,7 @@ def test_hyperbolic_objective_ranks_by_poincare_distance():
 @pytest.mark.parametrize("same_set", [True, False])
 def test_embeddings_on_cuda_with_labels_on_the_cpu(same_set):
     """The task's evaluation: embeddings on the device, labels on the CPU (checked on the fake CUDA device)."""
-    from contrasuite.pipelines.fake_cuda import fake_cuda
+    from contrasuite.pipelines.testing.fake_cuda import fake_cuda
 
     emb, labels = data(2)
     q = torch.arange(len(labels)) % 3 == 0

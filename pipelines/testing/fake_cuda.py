@@ -14,7 +14,7 @@ generator that reports ``cuda:0``.
 
 Use it to check your own task or training loop for device bugs on a machine without a GPU::
 
-    from contrasuite.pipelines.fake_cuda import fake_cuda
+    from contrasuite.pipelines.testing.fake_cuda import fake_cuda
 
     with fake_cuda():
         model = MyModel().to("cuda")
@@ -159,7 +159,7 @@ def _check(func: Any, args: tuple, kwargs: dict) -> None:
     plain = [t for t in pytree.arg_tree_leaves(*args, **kwargs) if isinstance(t, Tensor) and not isinstance(t, FakeCudaTensor)]
     if any(t.is_meta for t in plain):
         raise NotImplementedError(f"{func}: a meta tensor beside a fake CUDA tensor: C++ made it from Python data with "
-                                  "the wrapper's options, so its values are lost (pipelines/fake_cuda.py)")
+                                  "the wrapper's options, so its values are lost (pipelines/testing/fake_cuda.py)")
     cpu = [t for t in pytree.arg_tree_leaves(*scanned, **kwargs)
            if isinstance(t, Tensor) and not isinstance(t, FakeCudaTensor) and t.dim() > 0]
     if cpu:
