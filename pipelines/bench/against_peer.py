@@ -43,7 +43,10 @@ PAGE_HEAD = """# Pipelines against their official code or closest peer (issue 41
 Each section is rendered from a kept record under `docs/results/records/bench_pipelines/` by the bench's
 `--report` flag (`contrasuite bench <domain> --report`); no number here is typed by hand. A ratio is the
 peer's time per training step over ours, measured in one process on the same data, threads and precision,
-the two sides alternating; above 1 means ours is faster.
+the two sides alternating; above 1 means ours is faster. Each bench sets its task up after
+`torch.manual_seed(0)` with the config's `run.seed` (0 in every shipped config), and the peer starts from a
+copy of those weights; the spread shown is over the alternating rounds of that one seed, since a step's time
+does not depend on the seed.
 """
 
 
