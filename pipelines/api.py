@@ -4,8 +4,8 @@ A domain's front modules (``report.py``, ``bench.py`` and the modules that decla
 import the engine from here and nowhere else in ``contrasuite.pipelines`` (tests/test_dependency_rule.py);
 the rest of a domain never imports the engine. What is here:
 
-- configs and runs: :func:`load_config`, :class:`ConfigError`, :func:`seed_all`, :func:`load_checkpoint`
-  (:class:`CheckpointError`), :func:`write_json`, :func:`logged_per_epoch` (what a run logged);
+- configs and runs: :func:`load_config`, :class:`ConfigError`, :func:`default_data_root`, :func:`seed_all`,
+  :func:`load_checkpoint` (:class:`CheckpointError`), :func:`write_json`, :func:`logged_per_epoch` (what a run logged);
 - running the project's own commands in child processes, the one way the reports train:
   :func:`train_and_test`, and its parts :data:`ROOT`, :func:`run_cli` (any other command),
   :func:`thread_env`, :func:`data_root_args`; :func:`config_digest`, :func:`current_result`;
@@ -30,7 +30,7 @@ from contrasuite.pipelines.checkpoint import CheckpointError, load as load_check
 from contrasuite.pipelines.cli_runs import (
     ROOT, config_digest, current_result, data_root_args, run_cli, thread_env, train_and_test,
 )
-from contrasuite.pipelines.config import ConfigError, load_config
+from contrasuite.pipelines.config import ConfigError, default_data_root, load_config
 from contrasuite.pipelines.image_inputs import readable_images, require_image
 from contrasuite.pipelines.precision import pick_device
 from contrasuite.pipelines.run_dir import logged_per_epoch, write_json
@@ -40,7 +40,7 @@ from contrasuite.pipelines.trainer import seed_all
 
 __all__ = [
     "ROOT", "CheckpointError", "ConfigError", "StepRunner", "config_digest", "current_result", "data_root_args", "load_checkpoint",
-    "load_config", "logged_per_epoch", "mean_std", "page_command", "pick_device", "readable_images", "require_image", "run_cli",
+    "default_data_root", "load_config", "logged_per_epoch", "mean_std", "page_command", "pick_device", "readable_images", "require_image", "run_cli",
     "seed_all", "thread_env", "write_json", "write_output", "setup_task", "train_and_test",
     # --against peer benches (contrasuite.pipelines.bench.against_peer)
     "RECORDS", "alternate", "check_text", "comparison_section", "cpu_task", "heading", "machine_lines", "our_step",

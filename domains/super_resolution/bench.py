@@ -19,7 +19,6 @@ and the largest difference from ``ssim_y``.
 from __future__ import annotations
 
 import argparse
-import os
 import platform
 import time
 from pathlib import Path
@@ -28,7 +27,7 @@ from typing import Any, Sequence
 import torch
 
 from contrasuite.domains.super_resolution.task import SRConfig, SuperResolutionTask
-from contrasuite.pipelines.api import StepRunner, pick_device, setup_task, write_output
+from contrasuite.pipelines.api import StepRunner, default_data_root, pick_device, setup_task, write_output
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -114,8 +113,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    data_root = Path(args.data_root or default_data_root())
     if args.ssim:
-        row = ssim_timing(Path(args.data_root or os.environ.get("CONTRASUITE_DATA", "data")), args.ssim, args.scale)
+        row = ssim_timing(data_root, args.ssim, args.scale)
         print("| set | images | ssim_y CPU s | direct window CPU s | direct / ours | kornia CPU s | kornia / ours "
               "| max diff direct | max diff kornia |\n|---|---|---|---|---|---|---|---|---|")
         print(f"| {row['set']} x{args.scale} | {row['images']} | {row['ours_cpu_s']:.2f} | {row['direct_cpu_s']:.2f} | "
@@ -124,7 +124,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_output(args.output, row)
         return 0
     device = pick_device(args.device, 0)
-    data_root = Path(args.data_root or os.environ.get("CONTRASUITE_DATA", "data"))
     rows = [measure(m, p, args, device, data_root)
             for m in args.modes.split(",") for p in args.precisions.split(",")]
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU {platform.processor() or platform.machine()}"

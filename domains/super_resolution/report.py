@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import statistics
 import sys
@@ -37,7 +36,7 @@ from typing import Any, Sequence
 import torch
 
 from contrasuite.pipelines.api import (
-    ROOT, data_root_args, load_config, mean_std, run_cli, thread_env, train_and_test, write_json,
+    ROOT, data_root_args, default_data_root, load_config, mean_std, run_cli, thread_env, train_and_test, write_json,
 )
 
 METHODS = {"l1": "EDSR-baseline, L1", "pcl": "EDSR-baseline, L1 + contrastive (PCL-SR)"}
@@ -96,7 +95,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _data_root(args: argparse.Namespace) -> str:
-    return args.data_root or os.environ.get("CONTRASUITE_DATA", "data")
+    return args.data_root or default_data_root()
 
 
 def run_one(method: str, seed: int, args: argparse.Namespace, cache: Path, extra: Sequence[str] = (),
