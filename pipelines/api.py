@@ -6,6 +6,9 @@ the rest of a domain never imports the engine. What is here:
 
 - configs and runs: :func:`load_config`, :class:`ConfigError`, :func:`default_data_root`, :func:`seed_all`,
   :func:`load_checkpoint` (:class:`CheckpointError`), :func:`write_json`, :func:`logged_per_epoch` (what a run logged);
+- a comparison report (:mod:`contrasuite.pipelines.compare`): it declares a :class:`Comparison` of
+  :class:`Arm` s and a renderer, :func:`compare_main` trains what has no current record and renders the page;
+  :func:`load_records`, :func:`difference` (a difference of means over seeds with its standard error);
 - running the project's own commands in child processes, the one way the reports train:
   :func:`train_and_test`, and its parts :data:`ROOT`, :func:`run_cli` (any other command),
   :func:`thread_env`, :func:`data_root_args`; :func:`config_digest`, :func:`current_result`;
@@ -30,15 +33,17 @@ from contrasuite.pipelines.checkpoint import CheckpointError, load as load_check
 from contrasuite.pipelines.cli_runs import (
     ROOT, config_digest, current_result, data_root_args, run_cli, thread_env, train_and_test,
 )
+from contrasuite.pipelines.compare import Arm, Comparison, load_records, main as compare_main
 from contrasuite.pipelines.config import ConfigError, default_data_root, load_config
 from contrasuite.pipelines.image_inputs import readable_images, require_image
 from contrasuite.pipelines.precision import pick_device
 from contrasuite.pipelines.run_dir import logged_per_epoch, write_json
 from contrasuite.pipelines.standalone import StepRunner, setup_task
-from contrasuite.pipelines.tables import mean_std, page_command
+from contrasuite.pipelines.tables import Difference, difference, mean_std, page_command
 from contrasuite.pipelines.trainer import seed_all
 
 __all__ = [
+    "Arm", "Comparison", "Difference", "compare_main", "difference", "load_records",
     "ROOT", "CheckpointError", "ConfigError", "StepRunner", "config_digest", "current_result", "data_root_args", "load_checkpoint",
     "default_data_root", "load_config", "logged_per_epoch", "mean_std", "page_command", "pick_device", "readable_images", "require_image", "run_cli",
     "seed_all", "thread_env", "write_json", "write_output", "setup_task", "train_and_test",

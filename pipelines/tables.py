@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 import statistics
+from dataclasses import dataclass
 from typing import Sequence
 
 RENDER_ONLY_FLAGS = ("--table-only", "--report-only")
@@ -24,3 +25,25 @@ def page_command(domain: str, argv: Sequence[str]) -> str:
     """The ``contrasuite compare DOMAIN ...`` command that trains what a page shows: ``argv`` without the
     re-render-only flags."""
     return shlex.join(["contrasuite", "compare", domain, *(a for a in argv if a and a not in RENDER_ONLY_FLAGS)])
+
+
+@dataclass(frozen=True)
+class Difference:
+    """``mean(a) - mean(b)`` over seeds and its standard error ``sqrt(var(a)/n_a + var(b)/n_b)``."""
+
+    mean: float
+    se: float
+    seeds: tuple[int, int]
+
+    @property
+    def beyond(self) -> bool:
+        """Whether the difference is at least two standard errors from zero."""
+        return abs(self.mean) >= 2 * self.se
+
+
+def difference(a: Sequence[float], b: Sequence[float]) -> Difference:
+    """The difference of the means of ``a`` and ``b`` (two or more values each) and its standard error."""
+    if len(a) < 2 or len(b) < 2:
+        raise ValueError(f"a difference with a standard error needs two values a side, got {len(a)} and {len(b)}")
+    se = (statistics.variance(a) / len(a) + statistics.variance(b) / len(b)) ** 0.5
+    return Difference(statistics.mean(a) - statistics.mean(b), se, (len(a), len(b)))
