@@ -9,6 +9,7 @@ the rest of a domain never imports the engine. What is here:
 - a comparison report (:mod:`contrasuite.pipelines.compare`): it declares a :class:`Comparison` of
   :class:`Arm` s and a renderer, :func:`compare_main` trains what has no current record and renders the page;
   :func:`load_records`, :func:`difference` (a difference of means over seeds with its standard error);
+  :class:`Effect`: a paper's claim and the arms that measure it, for ``EFFECTS`` (the effects table);
 - running the project's own commands in child processes, the one way the reports train:
   :func:`train_and_test`, and its parts :data:`ROOT`, :func:`run_cli` (any other command),
   :func:`thread_env`, :func:`data_root_args`; :func:`config_digest`, :func:`current_result`;
@@ -34,6 +35,7 @@ from contrasuite.pipelines.cli_runs import (
     ROOT, config_digest, current_result, data_root_args, run_cli, thread_env, train_and_test,
 )
 from contrasuite.pipelines.compare import Arm, Comparison, load_records, main as compare_main
+from contrasuite.pipelines.effects import Effect
 from contrasuite.pipelines.config import ConfigError, default_data_root, load_config
 from contrasuite.pipelines.image_inputs import readable_images, require_image
 from contrasuite.pipelines.precision import pick_device
@@ -43,7 +45,7 @@ from contrasuite.pipelines.tables import Difference, difference, mean_std, page_
 from contrasuite.pipelines.trainer import seed_all
 
 __all__ = [
-    "Arm", "Comparison", "Difference", "compare_main", "difference", "load_records",
+    "Arm", "Comparison", "Difference", "Effect", "compare_main", "difference", "load_records",
     "ROOT", "CheckpointError", "ConfigError", "StepRunner", "config_digest", "current_result", "data_root_args", "load_checkpoint",
     "default_data_root", "load_config", "logged_per_epoch", "mean_std", "page_command", "pick_device", "readable_images", "require_image", "run_cli",
     "seed_all", "thread_env", "write_json", "write_output", "setup_task", "train_and_test",

@@ -84,8 +84,10 @@ def _front_modules() -> tuple[tuple[str, str, ast.Module], ...]:
 
 
 def reports() -> dict[str, Entry]:
-    """``contrasuite compare NAME``: each domain's ``report.py``."""
-    return {d: Entry(m, _summary(t)) for d, m, t in _front_modules() if m.endswith(".report") and _has_main(t)}
+    """``contrasuite compare NAME``: each domain's ``report.py``, and ``effects`` (the table across them)."""
+    out = {d: Entry(m, _summary(t)) for d, m, t in _front_modules() if m.endswith(".report") and _has_main(t)}
+    return out | {"effects": Entry("contrasuite.pipelines.effects", "what the papers claim and what we measured, "
+                                   "docs/results/README.md")}
 
 
 def benches() -> dict[str, Entry]:

@@ -1,0 +1,103 @@
+"""``contrasuite compare effects``: the effects table, ``docs/results/README.md``, from the run records.
+
+Each domain's ``report.py`` declares ``EFFECTS``, a tuple of :class:`Effect`: a method, what its paper
+claims, and which two arms of which results page measure it here. For each, the table gives the mean
+difference over seeds of ``metric`` between the method's arm and its baseline's, its standard error
+``sqrt(var_a/n_a + var_b/n_b)`` and a verdict:
+
+- ``shown``: the difference has the paper's sign and is at least two standard errors;
+- ``opposite``: the other sign, at least two standard errors;
+- ``not shown``: within two standard errors;
+- ``not measured``: fewer than two seeds a side (or no records: the page is archived or not run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from contrasuite.pipelines.compare import RESULTS, load_records
+from contrasuite.pipelines.tables import difference
+
+
+@dataclass(frozen=True)
+class Effect:
+    """One claimed effect and the two arms of a results page that measure it."""
+
+    method: str
+    claim: str
+    """The paper's claim: the number, the dataset and protocol, and the source."""
+    page: str
+    arm: str
+    baseline: str
+    metric: str
+    """A key of the records' ``metrics``."""
+    measure: str
+    """What ``metric`` is, in words (``test Macro-F1, 20 labels per class, ACM``)."""
+    protocol: str
+    """Our protocol, in a few words."""
+    higher_is_better: bool = True
+    official: str = ""
+    """What running the official code on this protocol showed, or why none ran (issue 39)."""
+
+
+def measured(effect: Effect, records: list[dict[str, Any]]) -> tuple[str, str, str]:
+    """``(difference ± standard error, seeds, verdict)`` of ``effect`` from its page's ``records``."""
+    a = [r["metrics"][effect.metric] for r in records if r.get("arm") == effect.arm and effect.metric in r["metrics"]]
+    b = [r["metrics"][effect.metric] for r in records if r.get("arm") == effect.baseline and effect.metric in r["metrics"]]
+    seeds = f"{len(a)} / {len(b)}"
+    if len(a) < 2 or len(b) < 2:
+        return "-", seeds, "not measured"
+    d = difference(a, b)
+    sign = 1 if effect.higher_is_better else -1
+    verdict = "not shown" if not d.beyond else "shown" if sign * d.mean > 0 else "opposite"
+    return f"{d.mean:+.2f} ± {d.se:.2f}", seeds, verdict
+
+
+def declared() -> list[Effect]:
+    """Every report's ``EFFECTS``, in the order of the reports."""
+    from contrasuite.pipelines.catalog import reports
+
+    effects: list[Effect] = []
+    for name, entry in reports().items():
+        if name != "effects":
+            effects += getattr(importlib.import_module(entry.module), "EFFECTS", ())
+    return effects
+
+
+def render(effects: Sequence[Effect], results: Path = RESULTS) -> str:
+    """The Markdown table of ``effects`` from the records under ``results/records/``."""
+    lines = [
+        "# What the papers claim and what we measured",
+        "",
+        "Rendered by `contrasuite compare effects` from the run records under `docs/results/records/` and the",
+        "effects each domain's `report.py` declares (`EFFECTS`); nothing here is typed by hand. Difference: the",
+        "method's arm minus its baseline's, mean over seeds ± the standard error of that difference; seeds: runs",
+        "of the method / of the baseline. Verdict: `shown` (the paper's sign, at least two standard errors),",
+        "`opposite` (the other sign, at least two standard errors), `not shown` (within two standard errors),",
+        "`not measured` (fewer than two seeds a side: the page is archived, see `archive/`, or not yet run).",
+        "",
+        "| method | paper's claim | our measure | our protocol | difference | seeds | verdict | official code on our protocol | page |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    cache: dict[str, list[dict[str, Any]]] = {}
+    for e in effects:
+        records = cache.setdefault(e.page, load_records(results / "records" / e.page))
+        diff, seeds, verdict = measured(e, records)
+        page = f"[{e.page}]({e.page}.md)" if (results / f"{e.page}.md").is_file() else f"{e.page} (not published)"
+        lines.append(f"| {e.method} | {e.claim} | {e.measure}: `{e.arm}` - `{e.baseline}` | {e.protocol} | {diff} | "
+                     f"{seeds} | {verdict} | {e.official or '-'} | {page} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Write the effects table."""
+    p = argparse.ArgumentParser(prog="contrasuite compare effects", description=__doc__.splitlines()[0])
+    p.add_argument("--out", type=Path, default=RESULTS / "README.md")
+    args = p.parse_args(list(argv) if argv is not None else None)
+    args.out.write_text(render(declared()))
+    print(f"wrote {args.out}")
+    return 0
