@@ -115,8 +115,8 @@ def declared_data_version(config: str, overrides: Sequence[str] = ()) -> str:
 def keys(comparison: Comparison, arm: Arm, seed: int) -> tuple[str, str]:
     """The ``(config_sha256, data_version)`` a current record of ``arm`` at ``seed`` carries."""
     # the prior's folder is a path on this machine: the digest names the arm it comes from instead
-    overrides = [o.replace("{after}", f"<run of {arm.after}>") for o in arm.overrides] + [f"run.seed={seed}"]
-    version = comparison.data_version(arm) if comparison.data_version else declared_data_version(arm.config, arm.overrides)
+    overrides = [o.replace("{after}", f"run-of-{arm.after}") for o in arm.overrides] + [f"run.seed={seed}"]
+    version = comparison.data_version(arm) if comparison.data_version else declared_data_version(arm.config, overrides)
     return config_digest(ROOT / arm.config, overrides), version
 
 

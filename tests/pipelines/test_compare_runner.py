@@ -1,0 +1,131 @@
+"""The one comparison runner (pipelines/compare.py): records per run, resumable, keyed by config and data,
+pages rendered only from current records; and the effects table (pipelines/effects.py)."""
+
+import json
+
+import pytest
+
+from contrasuite.pipelines import compare, effects
+from contrasuite.pipelines.compare import Arm, Comparison, page_args
+
+
+def _render(records, command):
+    rows = [f"{r['arm']} seed {r['seed']}: loss {r['metrics'].get('loss', float('nan')):.4f}"
+            for r in sorted(records, key=lambda r: (r["arm"], r["seed"]))]
+    return "\n".join([f"# toy ({command})", *rows, ""])
+
+
+@pytest.fixture
+def toy_comparison(toy_yaml, cli_env, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", cli_env["PYTHONPATH"])  # the children import the toy task
+    plain = toy_yaml("plain", run={"max_steps": 2})
+    wider = toy_yaml("wider", run={"max_steps": 2}, config={"hidden": 24})
+
+    def build(args):
+        arms = (Arm("plain", str(plain)), Arm("wider", str(wider)),
+                Arm("needs_plain", str(plain), ("config.data_file={after}/status.json",), after="plain"))
+        return Comparison("toy", "toy_page", arms, _render, quick=("run.max_steps=1",))
+
+    return build, plain
+
+
+def _main(build, tmp_path, *flags):
+    return compare.main("toy", build, ["--cache", str(tmp_path / "cache"), "--records", str(tmp_path / "records"),
+                                       "--out", str(tmp_path / "page.md"), *flags], "toy comparison")
+
+
+def test_runs_are_recorded_once_and_the_page_re_renders_from_the_records(toy_comparison, tmp_path, capsys):
+    build, _ = toy_comparison
+    assert _main(build, tmp_path, "--seeds", "0", "1") == 0
+    records = tmp_path / "records"
+    names = sorted(p.name for p in records.iterdir())
+    assert names == ["needs_plain_seed0.json", "needs_plain_seed1.json", "page.json", "plain_seed0.json",
+                     "plain_seed1.json", "wider_seed0.json", "wider_seed1.json"]
+    record = json.loads((records / "plain_seed1.json").read_text())
+    for key in ("command", "config_sha256", "data_version", "code", "machine", "libraries", "metrics", "timings",
+                "selected", "seed"):
+        assert key in record, key
+    assert record["seed"] == 1 and "run.seed=1" in record["command"] and record["libraries"]["torch"]
+    assert record["timings"]["steps_run"] == 2 and record["data_version"] == "undeclared"
+    # the dependent arm got the same seed's run folder of the arm it names
+    after = json.loads((records / "needs_plain_seed1.json").read_text())
+    assert f"config.data_file={record['run_dir']}/status.json" in after["command"]
+    page = (tmp_path / "page.md").read_text()
+    assert "contrasuite compare toy --seeds 0 1" in page and "wider seed 1" in page
+
+    capsys.readouterr()
+    assert _main(build, tmp_path, "--seeds", "0", "1") == 0  # nothing left to train
+    assert "training" not in capsys.readouterr().out
+    (tmp_path / "page.md").unlink()
+    assert _main(build, tmp_path, "--report-only") == 0
+    assert (tmp_path / "page.md").read_text() == page
+    assert json.loads((records / "page.json").read_text()) == {"domain": "toy", "args": [], "quick": False}
+
+
+def test_a_changed_config_makes_its_records_stale_and_retrains_them(toy_comparison, tmp_path, capsys):
+    build, plain = toy_comparison
+    assert _main(build, tmp_path, "--seeds", "0", "--arms", "plain") == 0
+    old = json.loads((tmp_path / "records" / "plain_seed0.json").read_text())
+    plain.write_text(plain.read_text().replace("config: {}", "config: {lr: 0.05}"))
+    capsys.readouterr()
+    assert _main(build, tmp_path, "--report-only") == 0
+    err = capsys.readouterr().err
+    assert "made under another config or data, left out of the page: plain seed 0" in err
+    assert "plain seed 0" not in (tmp_path / "page.md").read_text()
+    assert _main(build, tmp_path, "--seeds", "0", "--arms", "plain") == 0
+    new = json.loads((tmp_path / "records" / "plain_seed0.json").read_text())
+    assert new["config_sha256"] != old["config_sha256"] and "plain seed 0" in (tmp_path / "page.md").read_text()
+
+
+def test_a_failed_run_is_named_and_the_others_are_kept(toy_comparison, tmp_path, capsys):
+    build, _ = toy_comparison
+
+    def broken(args):
+        good = build(args)
+        return Comparison("toy", "toy_page", (good.arms[0], Arm("bad", good.arms[0].config, ("config.data_file=missing.bin",))),
+                          _render)
+
+    assert _main(broken, tmp_path, "--seeds", "0") == 1
+    err = capsys.readouterr().err
+    assert "FAILED bad seed 0: contrasuite train" in err
+    assert (tmp_path / "records" / "plain_seed0.json").is_file() and not (tmp_path / "records" / "bad_seed0.json").exists()
+
+
+def test_quick_runs_are_keyed_by_the_shortened_config(toy_comparison, tmp_path):
+    build, _ = toy_comparison
+    assert compare.main("toy", build, ["--quick", "--seeds", "0", "--arms", "plain", "--cache", str(tmp_path / "c")], "toy") == 0
+    record = json.loads((tmp_path / "c" / "records" / "plain_seed0.json").read_text())
+    assert record["timings"]["steps_run"] == 1 and (tmp_path / "c" / "toy_page.md").is_file()
+    assert json.loads((tmp_path / "c" / "records" / "page.json").read_text())["quick"] is True
+
+
+def test_unknown_arms_are_refused(toy_comparison, tmp_path):
+    build, _ = toy_comparison
+    with pytest.raises(SystemExit) as err:
+        _main(build, tmp_path, "--arms", "nope")
+    assert err.value.code == 2
+
+
+def test_page_args_keep_only_the_domain_flags():
+    assert page_args(["--protocol", "paper", "--seeds", "0", "1", "--jobs", "2", "--report-only", "--full"]) == [
+        "--protocol", "paper", "--full"]
+
+
+def test_effects_verdicts_follow_the_difference_and_its_standard_error(tmp_path):
+    def records(arm, values):
+        return [{"arm": arm, "seed": s, "metrics": {"acc": v}} for s, v in enumerate(values)]
+
+    e = effects.Effect("M", "claim", "p", "m", "b", "acc", "accuracy", "ours")
+    assert effects.measured(e, records("m", [3, 3.1, 2.9]) + records("b", [1, 1.1, 0.9]))[2] == "shown"
+    assert effects.measured(e, records("m", [1, 1.1, 0.9]) + records("b", [3, 3.1, 2.9]))[2] == "opposite"
+    assert effects.measured(e, records("m", [1, 2, 3]) + records("b", [1.5, 2.5, 2]))[2] == "not shown"
+    assert effects.measured(e, records("m", [1]) + records("b", [1, 2]))[1:] == ("1 / 2", "not measured")
+    lower = effects.Effect("M", "claim", "p", "m", "b", "acc", "error", "ours", higher_is_better=False)
+    assert effects.measured(lower, records("m", [1, 1.1, 0.9]) + records("b", [3, 3.1, 2.9]))[2] == "shown"
+    diff = effects.measured(e, records("m", [3, 4]) + records("b", [1, 2]))[0]
+    assert diff == "+2.00 ± 0.71"
+    (tmp_path / "records" / "p").mkdir(parents=True)
+    for r in records("m", [3, 3.1, 2.9]) + records("b", [1, 1.1, 0.9]):
+        (tmp_path / "records" / "p" / f"{r['arm']}_seed{r['seed']}.json").write_text(json.dumps(r))
+    table = effects.render([e], tmp_path)
+    assert "| M | claim | accuracy: `m` - `b` | ours | +2.00 ± 0.08 | 3 / 3 | shown | - | p (not published) |" in table
