@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from contrasuite.pipelines.cli_runs import ROOT, TestedRun, config_digest, thread_env, train_and_test
-from contrasuite.pipelines.run_dir import read_json, write_json
+from contrasuite.pipelines.run_dir import cpu_name, read_json, write_json
 
 RESULTS = ROOT / "docs" / "results"
 """The results pages; their records are under ``records/<page>/``."""
@@ -125,17 +125,6 @@ def is_current(record: Mapping[str, Any] | None, digest: str, version: str) -> b
     return bool(record) and record.get("config_sha256") == digest and record.get("data_version") == version
 
 
-def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def make_record(comparison: Comparison, arm: Arm, seed: int, run: TestedRun, digest: str, version: str,
                 threads: int, load: float) -> dict[str, Any]:
     """The record of one tested run (see the module docstring for its fields)."""
@@ -150,7 +139,7 @@ def make_record(comparison: Comparison, arm: Arm, seed: int, run: TestedRun, dig
         "command": run.command, "config": arm.config, "overrides": list(arm.overrides),
         "config_sha256": digest, "data_version": version,
         "code": {"commit": env.get("git_commit")},
-        "machine": {"platform": env.get("platform", platform.platform()), "cpu": cpu_model(), "cores": os.cpu_count(),
+        "machine": {"platform": env.get("platform", platform.platform()), "cpu": cpu_name(), "cores": os.cpu_count(),
                     "device": env.get("device"), "threads": threads, "load_average_1min": load,
                     "precision": env.get("precision")},
         "libraries": {"python": env.get("python"), **env.get("packages", {})},

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shlex
 import statistics
 import time
@@ -30,6 +29,7 @@ import torch
 from contrasuite.pipelines.bench import write_output
 from contrasuite.pipelines.cli_runs import ROOT
 from contrasuite.pipelines.config import load_config
+from contrasuite.pipelines.run_dir import cpu_name
 from contrasuite.pipelines.standalone import StepRunner, setup_task
 
 RECORDS = ROOT / "docs" / "results" / "records" / "bench_pipelines"
@@ -166,17 +166,6 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
     """The record's run settings: fp32 on the CPU, the threads, clock, steps per round and rounds."""
     return {"precision": "fp32", "device": "cpu", "threads": torch.get_num_threads(), "clock": args.clock,
             "steps_per_round": args.steps, "repeats": args.repeats}
-
-
-def cpu_name() -> str:
-    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def peer_version(module: str) -> str:
