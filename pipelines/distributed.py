@@ -18,7 +18,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
-from contrasuite.core.negatives.gather import all_gather_with_grad
+from contrasuite.core.distributed import all_gather_with_grad
 
 
 @dataclass(frozen=True)

@@ -7,12 +7,6 @@ from contrasuite.core.negatives.feature_transformation import (
     interpolate_negatives,
     sample_beta,
 )
-from contrasuite.core.negatives.gather import (
-    all_gather_with_grad,
-    distributed_objective,
-    gather_labels,
-    offset_diagonal_mask,
-)
 from contrasuite.core.negatives.learned_weights import LearnedNegativeWeights
 from contrasuite.core.negatives.mochi import mochi, per_anchor_columns
 from contrasuite.core.negatives.queue import NegativeQueue

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from contrasuite.core.negatives.gather import gather_labels, world
+from contrasuite.core import distributed  # the module, not its names: core.distributed imports core.objectives, which imports core.negatives
 from contrasuite.core.pairs import append_negatives
 
 
@@ -49,8 +49,8 @@ class NegativeQueue(nn.Module):
         if keys.dim() != 2 or keys.shape[1] != self.keys.shape[1]:
             raise ValueError(f"keys must be [B, {self.keys.shape[1]}], got {tuple(keys.shape)}")
         keys = keys.detach()
-        if world(self.group)[1] > 1:
-            keys = gather_labels(keys, self.group)
+        if distributed.world(self.group)[1] > 1:
+            keys = distributed.gather_labels(keys, self.group)
         keys = keys[-self.size :].to(self.keys.dtype)
         b, start = keys.shape[0], int(self.ptr)
         idx = (start + torch.arange(b, device=self.keys.device)) % self.size

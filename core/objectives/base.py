@@ -49,7 +49,7 @@ class ContrastiveObjective(nn.Module):
     """The constructor takes ``similarity`` (``"cosine"`` or ``"dot"``), e.g. InfoNCE; a domain can set it."""
     per_anchor_mean: ClassVar[bool] = True
     """The loss is this class's ``forward``: the mean of :meth:`per_anchor` over the anchors with a positive,
-    so a rank can sum its anchors' terms (core.negatives.gather). A class that overrides ``forward``
+    so a rank can sum its anchors' terms (core.distributed). A class that overrides ``forward``
     must declare it, ``False`` unless its ``forward`` only routes inputs to this one."""
     tiles: ClassVar[bool] = False
     """The constructor takes ``tile_size`` (:mod:`contrasuite.core.tiling`): the loss in row blocks, never the

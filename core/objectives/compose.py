@@ -91,7 +91,7 @@ class ObjectiveSum(nn.Module):
 
         ``prior`` (a similarity prior ``[N, M]``) goes only to the terms that declare ``takes_prior``.
         ``via(term, anchors, candidates, **kwargs)`` calls each term instead of ``term(...)`` (e.g.
-        :func:`~contrasuite.core.negatives.gather.distributed_objective` across ranks). A term's
+        :func:`~contrasuite.core.distributed.distributed_objective` across ranks). A term's
         ``ValueError`` is raised again with the term's name in front."""
         out = {}
         for name, weight, term in zip(self.names, self.weights, self.terms):

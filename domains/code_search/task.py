@@ -25,7 +25,7 @@ from typing import Any, Iterator, Mapping
 import torch
 from torch import Tensor
 
-from contrasuite.core.negatives.gather import distributed_objective
+from contrasuite.core.distributed import distributed_objective
 from contrasuite.core.objectives import ObjectiveSum
 from contrasuite.core.objectives.base import ContrastiveObjective
 from contrasuite.domains.archives import cache_root

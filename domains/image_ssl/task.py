@@ -12,7 +12,7 @@ projection head on both, then the configured objective terms on the projections 
   With ``model.key_momentum > 0`` (MoCo) the positives and the queued keys come from a momentum
   copy of the model, without gradient.
 
-Across ranks every term runs through :func:`contrasuite.core.negatives.gather.distributed_objective`,
+Across ranks every term runs through :func:`contrasuite.core.distributed.distributed_objective`,
 which applies the objective's declared behaviour (local rows against gathered columns, ring, or the
 global batch). Evaluation (:mod:`contrasuite.core.metrics.probe`) uses the encoder features ``h``
 with BatchNorm in eval mode: weighted kNN (k=200, T=0.1) and a linear probe selected on a validation
@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from contrasuite.core.metrics.probe import extract_features, knn_accuracy, linear_probe, stratified_split
-from contrasuite.core.negatives.gather import distributed_objective
+from contrasuite.core.distributed import distributed_objective
 from contrasuite.core.objectives import ObjectiveSum
 from contrasuite.domains.config_fields import bounded, one_of
 from contrasuite.domains.errors import ConfigValueError, DataError

@@ -25,7 +25,7 @@ activations at a time).
 
 On several processes ``batch_size`` is the global batch: every rank builds the same batch (pairs,
 sampled hard negatives, masks), embeds its contiguous part of the images and of the texts, and scores
-them through :func:`~contrasuite.core.negatives.gather.distributed_objective` (its images' rows of the
+them through :func:`~contrasuite.core.distributed.distributed_objective` (its images' rows of the
 masks against every rank's texts), so every negative counts and the step equals the one-process step
 (parameter gradients averaged over ranks by hooks, the towers being called through methods DDP cannot
 wrap).
@@ -41,7 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from contrasuite.core.negatives.gather import distributed_objective
+from contrasuite.core.distributed import distributed_objective
 from contrasuite.core.objectives import ObjectiveSum
 from contrasuite.domains.averaging import check_decay, start_average, update_average
 from contrasuite.domains.image_text.captions import normalise

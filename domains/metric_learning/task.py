@@ -19,7 +19,7 @@ from typing import Any, Iterator, Mapping
 import torch
 from torch import Tensor, nn
 
-from contrasuite.core.negatives.gather import distributed_objective
+from contrasuite.core.distributed import distributed_objective
 from contrasuite.domains.archives import cache_root
 from contrasuite.domains.config_fields import bounded, one_of
 from contrasuite.domains.efficientnet_lite0 import FEATURE_DIM, NETWORK

@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from contrasuite.core.negatives.gather import distributed_objective
+from contrasuite.core.distributed import distributed_objective
 from contrasuite.core.objectives import ObjectiveSum
 from contrasuite.domains.config_fields import bounded, one_of
 from contrasuite.domains.image_loading import EpochBatches, epoch_batches, image_loader

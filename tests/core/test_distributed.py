@@ -1,6 +1,6 @@
 """Every registered objective, split over 2 and 4 gloo processes, equals the single-process result.
 
-Gradient convention checked here (see ``contrasuite.core.negatives.gather``): the mean over ranks of
+Gradient convention checked here (see ``contrasuite.core.distributed``): the mean over ranks of
 the returned loss equals the single-process loss on the concatenated batch; the gradient at each
 rank's local inputs equals ``W x`` the single-process gradient of that slice (DDP then divides
 parameter gradients by ``W``); the learnable parameters' gradients averaged over ranks (what DDP
@@ -30,7 +30,7 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from contrasuite.core.negatives.gather import all_gather_with_grad, distributed_objective, world as dist_world
+from contrasuite.core.distributed import all_gather_with_grad, distributed_objective, world as dist_world
 from contrasuite.core.negatives.queue import NegativeQueue
 from contrasuite.core.objectives import OBJECTIVES, ContrastiveObjective, Distributed, weighted_infonce
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from contrasuite.core.negatives.gather import (
+from contrasuite.core.distributed import (
     all_gather_with_grad,
     distributed_objective,
     gather_labels,

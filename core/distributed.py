@@ -1,4 +1,4 @@
-"""Cross-rank negatives: gather with gradient, offset-diagonal positives, and one distributed call.
+"""The distributed layer: rank helpers, gathers with and without gradient, the ring, and one distributed call.
 
 ``distributed_objective(objective, anchors, candidates)`` runs any objective on a batch split over
 the ranks of a process group and applies the objective's declared
