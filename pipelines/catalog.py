@@ -124,20 +124,33 @@ def export_formats() -> dict[str, dict[str, str]]:
     return out
 
 
-def objective_parameters() -> dict[str, str]:
-    """``{objective: "temperature=0.1, ..."}``: each registered objective's constructor defaults."""
-    from contrasuite.core.objectives import OBJECTIVES
-
+def _parameters(registry: dict[str, type], given: tuple[str, ...] = ()) -> dict[str, str]:
+    """``{name: "temperature=0.1, ..."}``: each registered class's constructor parameters with their defaults,
+    leaving out those the caller passes (``given``)."""
     out = {}
-    for name, cls in sorted(OBJECTIVES.items()):
-        params = [p for p in inspect.signature(cls.__init__).parameters.values() if p.name != "self"]
+    for name, cls in sorted(registry.items()):
+        params = [p for p in inspect.signature(cls.__init__).parameters.values() if p.name not in ("self", *given)]
         out[name] = ", ".join(f"{p.name}={p.default!r}" if p.default is not p.empty else p.name for p in params
                               if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD))
     return out
 
 
+def objective_parameters() -> dict[str, str]:
+    """``{objective: "temperature=0.1, ..."}``: each registered objective's constructor defaults."""
+    from contrasuite.core.objectives import OBJECTIVES
+
+    return _parameters(OBJECTIVES)
+
+
+def negative_source_parameters() -> dict[str, str]:
+    """``{source: "size=4096, ..."}``: each registered negative source's parameters (``dim`` is the domain's)."""
+    from contrasuite.core.negatives.sources import NEGATIVE_SOURCES
+
+    return _parameters(NEGATIVE_SOURCES, ("dim",))
+
+
 def listing() -> str:
-    """The text of ``contrasuite list``: tasks, objectives, shipped configs, reports and benches."""
+    """The text of ``contrasuite list``: tasks, objectives, negative sources, shipped configs, reports and benches."""
     from contrasuite.pipelines.config import config_root, is_fragment, shipped_configs
     from contrasuite.pipelines.registry import known_tasks
 
@@ -145,6 +158,8 @@ def listing() -> str:
     lines += [f"  {name:18s} {target}" for name, target in sorted(known_tasks().items())]
     lines += ["", "objectives (config.objective.terms: {name: ..., weight: ..., <parameter>: ...}):"]
     lines += [f"  {name:24s} {params}" for name, params in objective_parameters().items()]
+    lines += ["", "negative sources (a domain's config.negatives: {name: ..., <parameter>: ...}; docs/negatives.md):"]
+    lines += [f"  {name:24s} {params}" for name, params in negative_source_parameters().items()]
     root = config_root()
     lines += ["", f"shipped configs (contrasuite train NAME; files under {root}):"]
     by_domain: dict[str, list[str]] = {}
