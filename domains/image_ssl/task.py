@@ -40,7 +40,7 @@ from contrasuite.domains.errors import ConfigValueError, DataError
 from contrasuite.domains.image_ssl.augment import AugmentConfig, Normalize, TwoViewAugment
 from contrasuite.domains.image_ssl.data import CLASSES, folder_classes, load_cifar10, load_image_folder
 from contrasuite.domains.image_ssl.encoders import ENCODERS, SSLModel, build_encoder
-from contrasuite.domains.image_ssl.negatives import QueueNegatives, build_negative_source
+from contrasuite.domains.image_ssl.negatives import PairedNegatives, build_negative_source
 from contrasuite.domains.task import ObjectiveConfig as BaseObjectiveConfig
 from contrasuite.domains.task import (
     SmokeSettings, StepContext, TaskContext, average_gradients_over_ranks, batch_shard, derived_seed, seeded_generator,
@@ -141,7 +141,8 @@ class ImageSSLConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     negatives: dict[str, Any] = field(default_factory=dict)
-    """Extra negative source ``{name: queue|mochi|feature_transformation, ...}``; empty: in-batch only."""
+    """Extra negative source ``{name: queue|mochi|feature_transformation|topk|<registered>, in_batch: ..., ...}``
+    (``contrasuite.core.negatives.sources``); empty: in-batch only."""
     optim: OptimConfig = field(default_factory=OptimConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
 
@@ -238,7 +239,7 @@ class ImageSSLTask:
         self.objective = ObjectiveSum(cfg.objective.terms).to(ctx.device)
         if ctx.world_size > 1:
             average_gradients_over_ranks(self.objective)
-        self.negatives: QueueNegatives | None = build_negative_source(cfg.negatives, cfg.model.proj_dim)
+        self.negatives: PairedNegatives | None = build_negative_source(cfg.negatives, cfg.model.proj_dim)
         if self.negatives is not None:
             self.negatives.to(ctx.device)
             if cfg.objective.views != "paired":
@@ -303,7 +304,7 @@ class ImageSSLTask:
         if self.key_model is not None:
             out["key_model"] = self.key_model
         if self.negatives is not None:
-            out["negatives"] = self.negatives
+            out["negatives"] = self.negatives.module
         return out
 
     def optimizers(self) -> Mapping[str, torch.optim.Optimizer]:

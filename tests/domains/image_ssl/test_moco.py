@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from contrasuite.core.objectives import InfoNCE
-from contrasuite.domains.image_ssl.negatives import QueueNegatives, build_negative_source
+from contrasuite.domains.image_ssl.negatives import build_negative_source
 from contrasuite.domains.image_ssl.task import ModelConfig, ObjectiveConfig
 from contrasuite.pipelines import trainer
 from contrasuite.pipelines.config import load_config
@@ -31,22 +31,22 @@ def test_key_encoder_moves_by_ema_and_gets_no_gradient(tiny_cifar):
     for old, key, online in zip(before, task.key_model.parameters(), task.model.parameters()):
         torch.testing.assert_close(key, 0.9 * old + 0.1 * online.detach())
     assert "key_model" in task.modules()  # checkpointed, so resume is exact
-    assert task.negatives.queue.negatives().shape[0] == 16  # both views' keys were enqueued
+    assert task.negatives.source.queue.negatives().shape[0] == 16  # both views' keys were enqueued
 
 
 def test_queue_only_negatives_give_moco_logits():
     """``in_batch: false``: the loss is CE over ``[q.k+, q.queue] / T`` (MoCo), not over the other positives."""
-    source = QueueNegatives(dim=4, size=6, in_batch=False)
+    source = build_negative_source({"name": "queue", "size": 6, "in_batch": False}, dim=4)
     q, k, queued = F.normalize(torch.randn(3, 5, 4), dim=2)
     source.update(queued[:3], queued[3:])
     ext = source(q, k, epoch=0, seed=0)
     loss = InfoNCE(temperature=0.2, similarity="dot")(ext.anchors, ext.candidates, neg_weight=ext.neg_weight)
-    logits = torch.cat([(q * k).sum(1, keepdim=True), q @ source.queue.negatives().T], dim=1) / 0.2
+    logits = torch.cat([(q * k).sum(1, keepdim=True), q @ source.source.queue.negatives().T], dim=1) / 0.2
     torch.testing.assert_close(loss, F.cross_entropy(logits, torch.zeros(5, dtype=torch.long)))
 
 
 def test_queue_only_weights_zero_every_ranks_positives():
-    source = QueueNegatives(dim=4, size=4, in_batch=False)
+    source = build_negative_source({"name": "queue", "size": 4, "in_batch": False}, dim=4)
     q, k = F.normalize(torch.randn(2, 3, 4), dim=2)
     source.update(k, k)
     ext = source(q, k, epoch=0, seed=0, rank=1, world=2)
