@@ -1,109 +1,130 @@
-"""``contrasuite compare image_ssl``: the reduced CPU comparison of the image_ssl objectives.
+"""``contrasuite compare image_ssl``: the reduced CPU comparison of the image_ssl objectives on CIFAR-10.
 
-Runs ``configs/image_ssl/reduced_<name>.yaml`` for every objective and seed through the public CLI
-(``contrasuite train`` then ``contrasuite eval --checkpoint last``), one thread per run and ``--jobs``
-runs at a time, caches each finished run's result as JSON (so a partial comparison resumes where it
-stopped, across sessions), adds a random-initialisation reference, and writes
-``docs/results/image_ssl.md``: kNN and linear accuracy (mean and std over seeds), wall time, the
-exact command, and the WEINCE-vs-InfoNCE sentence computed from the numbers.
+Arms: ``configs/image_ssl/reduced_<name>.yaml`` of each objective, tested at the last checkpoint (weighted kNN
+and a linear probe on the frozen encoder's features), and ``random_init``: ``reduced_infonce.yaml`` with
+``run.epochs=0``, the untrained encoder through the same evaluation. ``contrasuite.pipelines.compare`` trains
+each (arm, seed) without a current record, in child processes, and renders the page from the records. One
+page per protocol:
 
-    contrasuite compare image_ssl                        # everything: 10 configs x 3 seeds
-    contrasuite compare image_ssl --configs infonce,weince --seeds 0
-    contrasuite compare image_ssl --quick                # tiny smoke version (not written to docs/)
-    contrasuite compare image_ssl --configs infonce,weince,weince_repro --epochs 20   # a longer protocol
-    contrasuite compare image_ssl --help
+- the reduced protocol (``docs/results/image_ssl.md``): its 5 epochs, every objective;
+- ``--epochs N`` (``docs/results/image_ssl_epochsN.md``): N epochs of InfoNCE, WEINCE and WEINCE-repro only,
+  the question that page asks (does WEINCE's blend help with longer training?).
+
+Each record also keeps the CIFAR-10 copy the run read and the objectives' logged state per epoch (WEINCE's
+gate). The page's comparisons are the claims of :data:`EFFECTS` measured on it.
+
+    contrasuite compare image_ssl [--seeds 0 1 2] [--jobs 2] [--arms infonce weince ...]
+    contrasuite compare image_ssl --epochs 20 --jobs 2
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Sequence
 
-import torch
+import yaml
 
+from contrasuite.domains.image_ssl.data import load_cifar10
 from contrasuite.pipelines.api import (
-    ROOT, config_digest, current_result, load_config, logged_per_epoch, mean_std, page_command, seed_all, setup_task,
-    thread_env, train_and_test, write_json,
+    ROOT, Arm, Comparison, Effect, compare_main, difference, load_config, logged_per_epoch, mean_std,
 )
 
-CONFIG_DIR = ROOT / "configs" / "image_ssl"
+CONFIG_DIR = "configs/image_ssl"
 CONFIGS = (
     "infonce", "dcl", "dhel", "kcl", "weince", "weince_repro", "siglip", "moco", "infonce_ft", "infonce_mochi",
     "infonce_queue",
 )
-SEEDS = (0, 1, 2)
-QUICK_OVERRIDES = (
-    "run.epochs=1", "config.batch_size=128", "config.data.train_subset=1000", "config.data.test_subset=1000",
-    "config.model.width=8", "config.eval.linear_epochs=5",
+"""The objectives of the reduced protocol, ``configs/image_ssl/reduced_<name>.yaml``, in the page's order."""
+EPOCH_CONFIGS = ("infonce", "weince", "weince_repro")
+"""The objectives of an ``--epochs N`` page."""
+RANDOM_INIT = "random_init"
+QUICK = ("run.max_steps=4", "config.batch_size=128", "config.data.train_subset=1000", "config.data.test_subset=1000",
+         "config.model.width=8", "config.eval.linear_epochs=5")
+"""``--quick``: four steps (the untrained arm stays untrained: ``run.epochs=0``) on 1,000 images."""
+PER_ARM_QUICK = {"infonce_mochi": ("config.negatives.warmup_epochs=0",)}  # mix from the first of the four steps
+
+
+def page_name(epochs: int | None) -> str:
+    """``image_ssl`` for the reduced protocol, ``image_ssl_epochsN`` for ``--epochs N``."""
+    return "image_ssl" if epochs is None else f"image_ssl_epochs{epochs}"
+
+
+# -- the claims this comparison measures -------------------------------------------------------------------
+
+_REDUCED = "reduced: small_conv w32, 10k CIFAR-10 images, batch 256, SGD, 5 epochs, last checkpoint"
+_LONGER = "reduced, 20 epochs (--epochs 20): small_conv w32, 10k CIFAR-10 images, batch 256, SGD, last checkpoint"
+_LINEAR = "test linear-probe accuracy (%), CIFAR-10 (JPEG copy), frozen encoder"
+_WEINCE_CLAIM = ("+3.27 linear: InfoNCE 50.01 -> WEINCE 53.28, CIFAR-100, ResNet-18, SimCLR 100 epochs, batch 256, "
+                 "mean of 4 encoder seeds (paper Table 2, ICML 2026, arXiv:2606.00262, as the official "
+                 "notebooks/analyze_cifar100_r18_repro.ipynb hard-codes it)")
+_WEINCE_OFFICIAL = ("not run here (github.com/hsme98/weince trains on CUDA; no records/official/weince.md); "
+                    "docs/objectives/weince.md lists where ours differs")
+_DHEL_KCL_CLAIM = ("DHEL and KCL outperform InfoNCE variants such as SimCLR and DCL, even at smaller batch sizes "
+                   "(abstract and README, ICML 2024, arXiv:2405.18045; Table 1's numbers not retrieved; a third-party "
+                   "CIFAR-100 R18 fine-tune, not a probe: NT-Xent 53.64, DHEL 56.14)")
+EFFECTS = (
+    Effect("WEINCE, the paper's blend (reduced, 5 epochs)",
+           _WEINCE_CLAIM + "; that run also trained the repro script's two top-M terms (research notes 1(b))",
+           "image_ssl", "weince", "infonce", "linear_acc", _LINEAR, _REDUCED, official=_WEINCE_OFFICIAL),
+    Effect("WEINCE-repro, blend + top-M terms (reduced, 5 epochs)", _WEINCE_CLAIM, "image_ssl", "weince_repro",
+           "infonce", "linear_acc", _LINEAR, _REDUCED, official=_WEINCE_OFFICIAL),
+    Effect("WEINCE, the paper's blend (20 epochs)",
+           _WEINCE_CLAIM + "; that run also trained the repro script's two top-M terms (research notes 1(b))",
+           "image_ssl_epochs20", "weince", "infonce", "linear_acc", _LINEAR, _LONGER, official=_WEINCE_OFFICIAL),
+    Effect("WEINCE-repro, blend + top-M terms (20 epochs)", _WEINCE_CLAIM, "image_ssl_epochs20", "weince_repro",
+           "infonce", "linear_acc", _LINEAR, _LONGER, official=_WEINCE_OFFICIAL),
+    Effect("DHEL", _DHEL_KCL_CLAIM, "image_ssl", "dhel", "infonce", "linear_acc", _LINEAR, _REDUCED,
+           official="no official training code runs here (the repository holds the losses only; the paper trained "
+                    "with AndrewAtanov/simclr-pytorch); loss and gradient pinned to the official DHEL "
+                    "(records/official/dhel.md)"),
+    Effect("KCL", _DHEL_KCL_CLAIM, "image_ssl", "kcl", "infonce", "linear_acc", _LINEAR, _REDUCED,
+           official="no official training code runs here (losses only, as DHEL); loss and gradient pinned to the "
+                    "official Gaussian KCL (records/official/kcl.md)"),
+    Effect("DCL", "+6.4 IN-1K linear: SimCLR+DCL 68.2, ResNet-50, batch 256, 200 epochs (abstract, ECCV 2022, "
+                  "arXiv:2110.06848); Lightly's IN-1K benchmark, 100 epochs: 63.2 -> 65.1",
+           "image_ssl", "dcl", "infonce", "linear_acc", _LINEAR, _REDUCED,
+           official="no official code located (research notes 7.2)"),
+    Effect("Feature Transformation (against MoCo)",
+           "+2.1 IN-1K linear: MoCo-v2 67.5 -> 69.6 with FT, ResNet-50, 200 epochs (official README model table; "
+           "ICCV 2021, arXiv:2108.02982)",
+           "image_ssl", "infonce_ft", "moco", "linear_acc", _LINEAR,
+           _REDUCED + "; MoCo key encoder m 0.99, queue-only negatives 4096, t 0.2, both arms",
+           official="the official training code does not run here (CUDA multiprocessing, ImageNet loaders); its "
+                    "FT forward pinned to ours to fp32 rounding (records/official/feature_transformation.md)"),
+    Effect("MoCHi (against the same InfoNCE + queue)",
+           "small IN-1K gains over MoCo-v2 (67.5), below 1 point, 200 epochs (NeurIPS 2020, arXiv:2010.01028; "
+           "[memory, verify] in the research notes 7.3: no number verified)",
+           "image_ssl", "infonce_mochi", "infonce_queue", "linear_acc", _LINEAR,
+           _REDUCED + "; InfoNCE + 1,024-key queue both arms (no key encoder), MoCHi(128, 32, 16)",
+           official="none: no official code was published (records/official/mochi.md)"),
 )
-PER_CONFIG_QUICK = {"infonce_mochi": ("config.negatives.warmup_epochs=0",)}
-OUTPUT = ROOT / "docs" / "results" / "image_ssl.md"
+"""The claims this comparison measures (``contrasuite compare effects``); the page states each one it can."""
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="contrasuite compare image_ssl", description=__doc__.splitlines()[0])
-    p.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated objective names (default: all)")
-    p.add_argument("--seeds", default=",".join(map(str, SEEDS)), help="comma-separated training seeds (default: 0,1,2)")
-    p.add_argument("--jobs", type=int, default=2, help="runs at a time, one thread each (default 2)")
-    p.add_argument("--quick", action="store_true", help="tiny smoke protocol; results go to <results-dir>/quick")
-    p.add_argument("--epochs", type=int, default=None,
-                   help="train this many epochs instead of the reduced protocol's (cached and written separately: "
-                        "<results-dir>/reduced_epochsN, docs/results/image_ssl_epochsN.md)")
-    p.add_argument("--results-dir", type=Path, default=ROOT / "runs" / "compare" / "image_ssl",
-                   help="run folders, logs and per-run result JSON (resumable cache)")
-    p.add_argument("--output", type=Path, default=None, help=f"markdown page (default {OUTPUT.relative_to(ROOT)}; quick: in results dir)")
-    p.add_argument("--data-root", default=None, help="data root (default: $CONTRASUITE_DATA or the config)")
-    p.add_argument("--rerun", action="store_true", help="ignore cached results and run again")
-    p.add_argument("--report-only", action="store_true", help="only rebuild the page from cached results")
-    return p
+# -- arms and records ---------------------------------------------------------------------------------------
+
+def arms(epochs: int | None = None, quick: bool = False) -> tuple[Arm, ...]:
+    """The objectives of the protocol (``--epochs``: :data:`EPOCH_CONFIGS` for N epochs), tested at the last
+    checkpoint, then ``random_init`` (no training)."""
+    names = CONFIGS if epochs is None else EPOCH_CONFIGS
+    length = () if epochs is None else (f"run.epochs={epochs}",)
+    out = [Arm(n, f"{CONFIG_DIR}/reduced_{n}.yaml", (*length, *(PER_ARM_QUICK.get(n, ()) if quick else ())),
+               checkpoint="last") for n in names]
+    out.append(Arm(RANDOM_INIT, f"{CONFIG_DIR}/reduced_infonce.yaml", ("run.epochs=0",), checkpoint="last"))
+    return tuple(out)
 
 
-def _names(text: str, allowed: Sequence[str], what: str) -> list[str]:
-    items = [t.strip() for t in text.split(",") if t.strip()]
-    bad = [t for t in items if t not in allowed]
-    if bad:
-        raise SystemExit(f"unknown {what} {bad}; known: {list(allowed)}")
-    return items
-
-
-def run_one(name: str, seed: int, args: argparse.Namespace, cache: Path) -> dict[str, Any]:
-    """Train and evaluate one (config, seed) through the CLI; returns (and caches) its result."""
-    result_path = cache / f"{name}_seed{seed}.json"
-    config = CONFIG_DIR / f"reduced_{name}.yaml"
-    overrides = [f"run.seed={seed}", f"run.output_root={cache / 'runs'}"]
-    if args.quick:
-        overrides += [*QUICK_OVERRIDES, *PER_CONFIG_QUICK.get(name, ())]
-    overrides += epoch_overrides(args)
-    digest = config_digest(config, overrides)
-    if not args.rerun and (cached := current_result(result_path, digest)) is not None:
-        return cached
-    if result_path.is_file() and not args.rerun:
-        print(f"{name} seed {seed}: the config changed since the cached run; running it again", flush=True)
-    log = cache / "logs" / f"{name}_seed{seed}.log"
-    log.unlink(missing_ok=True)
-    run = train_and_test(config, overrides, log, thread_env(1), checkpoint="last", data_root=args.data_root)
-    metrics, run_dir = run.test["metrics"], run.run_dir
-    result = {
-        "config": name, "seed": seed, "quick": args.quick,
-        "knn_acc": metrics["knn_acc"], "linear_acc": metrics.get("linear_acc"),
-        "wall_s": round(run.train_seconds + run.eval_seconds, 1), "cpu_s": round(run.cpu_seconds, 1),
-        "run_dir": str(run_dir), "command": run.command,
-        "objective_state": objective_state_per_epoch(run_dir), "config_sha256": digest,
-    }
-    write_json(result, result_path)
-    print(f"{name} seed {seed}: kNN {result['knn_acc']:.2f}  linear {result['linear_acc'] or float('nan'):.2f}  "
-          f"({result['wall_s']:.0f} s wall, {result['cpu_s']:.0f} s CPU)", flush=True)
-    return result
-
-
-def epoch_overrides(args: argparse.Namespace) -> list[str]:
-    return [] if args.epochs is None else [f"run.epochs={args.epochs}"]
+def data_source(run_dir: Path) -> str:
+    """The copy of the data a run read (``CIFAR-10 (JPEG copy)``: ``config.data.source: auto`` picks it when
+    present), from the run's resolved ``config.yaml``."""
+    resolved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    data = resolved["config"]["data"]
+    if data.get("source") == "folder":
+        return f"image folder {data.get('folder')}"
+    return load_cifar10(resolved["run"]["data_root"], "test", source=data.get("source", "auto"),
+                        cache_dir=data.get("cache_dir"), download=False).source
 
 
 def objective_state_per_epoch(run_dir: Path) -> dict[str, list[float]]:
@@ -112,91 +133,62 @@ def objective_state_per_epoch(run_dir: Path) -> dict[str, list[float]]:
     return {name.rsplit(".", 1)[-1]: values for name, values in logged_per_epoch(run_dir, "state/").items()}
 
 
-def random_init_reference(seed: int, args: argparse.Namespace, cache: Path) -> dict[str, Any]:
-    """kNN / linear accuracy of the untrained reduced encoder (same evaluation), cached like a run."""
-    result_path = cache / f"random_init_seed{seed}.json"
-    if result_path.is_file() and not args.rerun:
-        return json.loads(result_path.read_text())
-    overrides = [f"run.seed={seed}", *(QUICK_OVERRIDES if args.quick else ())]
-    loaded = load_config(CONFIG_DIR / "reduced_infonce.yaml", overrides, data_root=args.data_root)
-    torch.set_num_threads(1)
-    seed_all(seed)
-    task = setup_task(loaded.task_class(), loaded.config, device=torch.device("cpu"), precision=loaded.run.precision,
-                      run_dir=cache, data_root=loaded.run.data_root, seed=seed)
-    metrics = task.evaluate("test")
-    result = {"config": "random_init", "seed": seed, "quick": args.quick, "knn_acc": metrics["knn_acc"],
-              "linear_acc": metrics.get("linear_acc"), "data_source": task.data_source}
-    write_json(result, result_path)
-    return result
+def extra(arm: Arm, run: Any) -> dict[str, Any]:
+    """A record's further fields from the tested run (``run.run_dir``): the data copy and the objectives' state
+    per epoch."""
+    return {"data_source": data_source(run.run_dir), "objective_state": objective_state_per_epoch(run.run_dir)}
 
 
-def _stats(values: list[float]) -> tuple[float, float | None]:
-    mean = statistics.fmean(values)
-    return mean, (statistics.stdev(values) if len(values) > 1 else None)
+# -- the page -----------------------------------------------------------------------------------------------
 
-
-def versus(rows: dict[str, list[dict[str, Any]]], name: str, baseline: str) -> str:
-    """``name`` against ``baseline`` in linear accuracy: the difference, its standard error and a verdict."""
-    vals = [r["linear_acc"] for r in rows.get(name, [])]
-    base = [r["linear_acc"] for r in rows.get(baseline, [])]
-    if not vals or not base:
-        return f"`{name}` or `{baseline}` has no finished runs yet."
-    (mean, std), (b_mean, b_std) = _stats(vals), _stats(base)
-    diff = mean - b_mean
-    spread = ((std or 0.0) ** 2 / len(vals) + (b_std or 0.0) ** 2 / len(base)) ** 0.5
-    verdict = ("within the seed spread (|difference| < 2 standard errors)" if abs(diff) < 2 * spread
-               else ("above" if diff > 0 else "below") + f" `{baseline}` by more than 2 standard errors")
-    return (f"`{name}`: linear {mean:.2f} ± {(std or 0):.2f} vs `{baseline}` {b_mean:.2f} ± {(b_std or 0):.2f} "
-            f"({len(vals)} and {len(base)} seeds), a difference of {diff:+.2f} points (standard error {spread:.2f}), "
-            f"{verdict}.")
-
-
-PAPER_CLAIMS = (
-    (("weince", "weince_repro"), "infonce", "WEINCE against InfoNCE",
-     "The WEINCE paper reports +3.3 points of linear accuracy over InfoNCE on CIFAR-100 with ResNet-18 and "
-     "100 epochs (50.01 -> 53.28)."),
-    (("infonce_ft",), "moco", "Feature Transformation against its MoCo baseline",
-     "The FT paper reports +2.1 points of ImageNet-1K linear accuracy over MoCo-v2 with ResNet-50 and 200 "
-     "epochs (67.5 -> 69.6; official README)."),
-)
-"""(methods, baseline, section title, the paper's claim): a section wherever either side has runs."""
-
-
-def claim_sections(rows: dict[str, list[dict[str, Any]]]) -> list[str]:
-    """One section per paper claim with runs on either side: what this protocol shows (or what is missing)."""
-    lines: list[str] = []
-    for names, baseline, title, claim in PAPER_CLAIMS:
-        if baseline in rows or any(n in rows for n in names):
-            compared = " ".join(versus(rows, n, baseline) for n in names)
-            lines += [f"## {title}", "", f"{claim} On this reduced CIFAR-10 protocol: {compared}", ""]
-    return lines
-
-
-def protocol(args: argparse.Namespace) -> str:
-    """The reduced protocol in words, read from the resolved ``reduced_infonce.yaml`` (plus quick overrides)."""
-
-    overrides = [*(QUICK_OVERRIDES if args.quick else ()), *epoch_overrides(args)]
-    loaded = load_config(CONFIG_DIR / "reduced_infonce.yaml", overrides)
+def protocol(overrides: Sequence[str] = ()) -> str:
+    """The reduced protocol in words, read from the resolved ``reduced_infonce.yaml`` with ``overrides``."""
+    loaded = load_config(ROOT / CONFIG_DIR / "reduced_infonce.yaml", list(overrides))
     c, run = loaded.config, loaded.run
-    subset = f"a class-balanced {c.data.train_subset:,}-image training subset" if c.data.train_subset else "all 50,000 training images"
-    test = f"{c.data.test_subset:,}-image class-balanced test subset" if c.data.test_subset else "full 10,000-image test set"
+    subset = (f"a class-balanced {c.data.train_subset:,}-image training subset" if c.data.train_subset
+              else "all 50,000 training images")
+    test = (f"{c.data.test_subset:,}-image class-balanced test subset" if c.data.test_subset
+            else "full 10,000-image test set")
+    steps = f" (at most {run.max_steps} steps)" if run.max_steps else ""
     return (
-        f"`{c.model.encoder}` encoder of width {c.model.width}, {subset}, batch {c.batch_size}, {run.epochs} epochs, "
-        f"{c.optim.name} lr {c.optim.lr}, crops of ({c.augment.crop_scale[0]}, {c.augment.crop_scale[1]}) area, "
-        f"{run.precision}, one CPU thread per run. Evaluation on frozen encoder features with BatchNorm in eval mode: "
-        f"weighted kNN (k = {c.eval.knn_k}, T = {c.eval.knn_temperature}) with the training subset as the bank, and a "
-        f"linear probe (logistic regression, {c.eval.linear_epochs} epochs; L2 weight and epoch selected on a stratified "
-        f"{c.data.val_fraction:.0%} validation split of the training subset), both reported on the {test}, at the last "
-        "checkpoint"
+        f"`{c.model.encoder}` encoder of width {c.model.width}, {subset}, batch {c.batch_size}, {run.epochs} "
+        f"epochs{steps}, {c.optim.name} lr {c.optim.lr}, crops of ({c.augment.crop_scale[0]}, {c.augment.crop_scale[1]}) "
+        f"area, {run.precision}. Evaluation on frozen encoder features with BatchNorm in eval mode: weighted kNN "
+        f"(k = {c.eval.knn_k}, T = {c.eval.knn_temperature}) with the training subset as the bank, and a linear probe "
+        f"(logistic regression, {c.eval.linear_epochs} epochs; L2 weight and epoch selected on a stratified "
+        f"{c.data.val_fraction:.0%} validation split of the training subset), both reported on the {test}, at the "
+        "last checkpoint"
     )
 
 
-def gate_section(rows: dict[str, list[dict[str, Any]]]) -> list[str]:
+def versus(runs: dict[str, list[dict]], name: str, baseline: str) -> str:
+    """``name`` against ``baseline`` in linear accuracy: both means, the difference, its standard error, a verdict."""
+    a = [r["metrics"]["linear_acc"] for r in runs.get(name, [])]
+    b = [r["metrics"]["linear_acc"] for r in runs.get(baseline, [])]
+    if len(a) < 2 or len(b) < 2:
+        return f"not measured: `{name}` has {len(a)} seed(s) and `{baseline}` {len(b)}; a difference needs two a side."
+    d = difference(a, b)
+    verdict = ((("above" if d.mean > 0 else "below") + f" `{baseline}` by at least 2 standard errors") if d.beyond
+               else "within 2 standard errors")
+    return (f"`{name}`: linear {mean_std(a)} vs `{baseline}` {mean_std(b)} ({len(a)} and {len(b)} seeds), a "
+            f"difference of {d.mean:+.2f} points (standard error {d.se:.2f}), {verdict}.")
+
+
+def claim_sections(page: str, runs: dict[str, list[dict]]) -> list[str]:
+    """For each effect of :data:`EFFECTS` on ``page`` with a run on either side: the paper's claim and this page's."""
+    lines: list[str] = []
+    for e in EFFECTS:
+        if e.page == page and (e.arm in runs or e.baseline in runs):
+            lines += [f"## {e.method} against `{e.baseline}`", "",
+                      f"Paper: {e.claim}. Here ({e.measure}): {versus(runs, e.arm, e.baseline)}", ""]
+    return lines
+
+
+def gate_section(runs: dict[str, list[dict]]) -> list[str]:
     """How WEINCE's gate evolves: per-epoch means over seeds of the logged ``lambda`` statistics."""
     lines: list[str] = []
     for name in ("weince", "weince_repro"):
-        states = [r.get("objective_state") or {} for r in rows.get(name, [])]
-        states = [st for st in states if st.get("lambda_mean")]
+        states = [st for st in (r.get("objective_state") or {} for r in runs.get(name, [])) if st.get("lambda_mean")]
         if not states:
             continue
         keys = [k for k in ("lambda_mean", "lambda_std", "lambda_active", "beta_ema") if all(k in st for st in states)]
@@ -216,99 +208,86 @@ def gate_section(rows: dict[str, list[dict[str, Any]]]) -> list[str]:
     return lines
 
 
-def write_report(results: list[dict[str, Any]], baseline: list[dict[str, Any]], args: argparse.Namespace,
-                 names: list[str], seeds: list[int], output: Path, command: str) -> None:
-    rows: dict[str, list[dict[str, Any]]] = {}
-    for r in results:
-        rows.setdefault(r["config"], []).append(r)
-    n_seeds = len(seeds)
-    names = [c for c in CONFIGS if c in names or c in rows]
-    source = baseline[0]["data_source"] if baseline else "CIFAR-10 (JPEG copy)"
+def machine_line(records: list[dict[str, Any]]) -> str:
+    """The machines, threads, torch versions, loads and dates the records name."""
+    def values(get) -> str:
+        return ", ".join(sorted({str(get(r)) for r in records}))
+
+    loads = [r["machine"]["load_average_1min"] for r in records if r["machine"].get("load_average_1min") is not None]
+    dates = sorted(r["recorded"][:10] for r in records if r.get("recorded"))
+    return (f"Machine: {values(lambda r: r['machine']['cpu'])} ({values(lambda r: r['machine']['cores'])} cores), "
+            f"{values(lambda r: r['machine']['threads'])} thread(s) per run, torch {values(lambda r: r['libraries'].get('torch'))}; "
+            + (f"1-minute load average {min(loads):.2f} to {max(loads):.2f} when the runs started; " if loads else "")
+            + (f"recorded {dates[0]} to {dates[-1]}." if dates else ""))
+
+
+def render_page(epochs: int | None, quick: bool, records: list[dict[str, Any]], command: str) -> str:
+    """The Markdown page of the protocol (``epochs``) from its records."""
+    page = page_name(epochs)
+    runs: dict[str, list[dict]] = {}
+    for r in sorted(records, key=lambda r: (r["arm"], r["seed"])):
+        runs.setdefault(r["arm"], []).append(r)
+    overrides = [*((f"run.epochs={epochs}",) if epochs is not None else ()), *(QUICK if quick else ())]
+    sources = sorted({r["data_source"] for r in records if r.get("data_source")})
+    names = CONFIGS if epochs is None else EPOCH_CONFIGS
+    title = "# image_ssl: reduced CPU comparison of the objectives" + ("" if epochs is None else f", {epochs} epochs")
     lines = [
-        "# image_ssl: reduced CPU comparison of the objectives" + (" (QUICK smoke version)" if args.quick else ""),
+        title + (" (QUICK smoke version)" if quick else ""),
         "",
-        f"Data: {source}. **Reduced protocol, not the paper setting** (`configs/image_ssl/base/reduced.yaml`): "
-        f"{protocol(args)}. Accuracies in %, mean ± standard deviation over training seeds.",
+        f"Rendered from the run records in `docs/results/records/{page}/` by `{command}`, which trains the runs that",
+        "have no current record (a record is current while its config digest and data version match).",
         "",
-        f"Command: `{command}`",
+        f"Data: {', '.join(sources) or 'CIFAR-10 (no record yet)'}. **Reduced protocol, not the paper setting** "
+        f"(`configs/image_ssl/base/reduced.yaml`{''.join(f', `{o}`' for o in overrides)}): {protocol(overrides)}. "
+        "Accuracies in %, mean ± standard deviation over training seeds (one seed: its value).",
         "",
-        f"Machine: {os.cpu_count()} CPU cores, torch {torch.__version__}, {args.jobs} run(s) at a time.",
-        "",
-        "| objective | config | seeds | kNN acc | linear acc | wall time per run (s) | CPU time per run (s) |",
-        "|---|---|---|---|---|---|---|",
     ]
-    for name in names:
-        got = sorted(rows.get(name, []), key=lambda r: r["seed"])
+    if records:
+        lines += [machine_line(records), ""]
+    lines += ["| objective | config | seeds | kNN acc | linear acc | wall time per run (s) | CPU time per run (s) |",
+              "|---|---|---|---|---|---|---|"]
+    for name in (*names, RANDOM_INIT):
+        got = runs.get(name, [])
         if not got:
-            lines.append(f"| {name} | `reduced_{name}.yaml` | 0/{n_seeds} | - | - | - | - |")
             continue
-        lines.append(
-            f"| {name} | `reduced_{name}.yaml` | {len(got)}/{n_seeds} | {mean_std([r['knn_acc'] for r in got])} | "
-            f"{mean_std([r['linear_acc'] for r in got if r['linear_acc'] is not None])} | "
-            f"{statistics.fmean(r['wall_s'] for r in got):.0f} | {statistics.fmean(r['cpu_s'] for r in got):.0f} |"
-        )
-    if baseline:
-        lines.append(
-            f"| random init (no training) | `reduced_infonce.yaml` | {len(baseline)}/{n_seeds} | "
-            f"{mean_std([b['knn_acc'] for b in baseline])} | {mean_std([b['linear_acc'] for b in baseline])} | - | - |"
-        )
-    missing = [f"{c} ({len(rows.get(c, []))}/{n_seeds})" for c in names if len(rows.get(c, [])) < n_seeds]
-    total_wall = sum(r["wall_s"] for r in results)
-    lines += [
-        "",
-        f"Sum of per-run wall times: {total_wall / 60:.1f} min (runs overlap when `--jobs` > 1). "
-        + (f"Each run is single-threaded, so its CPU time is about its wall time on an otherwise idle core: at the "
-           f"mean {statistics.fmean(r['cpu_s'] for r in results):.0f} s of CPU per run, the full table "
-           f"({len(names)} configs x {n_seeds} seeds) needs about "
-           f"{statistics.fmean(r['cpu_s'] for r in results) * len(names) * n_seeds / 2 / 60:.0f} min "
-           "with the default `--jobs 2` on an idle 2-core machine, plus about a minute for the random-init references."
-           if results else ""),
-        "",
-        *claim_sections(rows),
-        *gate_section(rows),
-    ]
+        label, config = (("random init (no training)", "`reduced_infonce.yaml`, `run.epochs=0`") if name == RANDOM_INIT
+                         else (name, f"`reduced_{name}.yaml`"))
+        wall = statistics.fmean(r["timings"]["train_seconds"] + r["timings"]["eval_seconds"] for r in got)
+        cpu = statistics.fmean(r["timings"]["cpu_seconds"] for r in got)
+        lines.append(f"| {label} | {config} | {', '.join(str(r['seed']) for r in got)} | "
+                     f"{mean_std([r['metrics']['knn_acc'] for r in got])} | "
+                     f"{mean_std([r['metrics']['linear_acc'] for r in got if 'linear_acc' in r['metrics']])} | "
+                     f"{wall:.0f} | {cpu:.0f} |")
+    trained = [r for r in records if r["arm"] != RANDOM_INIT]
+    if trained:
+        cpu = [r["timings"]["cpu_seconds"] for r in trained]
+        lines += ["", f"CPU time (user + system of the train and eval children): {sum(cpu) / 60:.1f} min over the "
+                      f"{len(trained)} trained runs, {statistics.fmean(cpu):.0f} s per run on average; each run uses "
+                      "one thread, so on an idle core its wall time is about its CPU time, and `--jobs 2` runs two "
+                      "at a time on a 2-core machine."]
+    lines += ["", *claim_sections(page, runs), *gate_section(runs)]
+    missing = [n for n in (*names, RANDOM_INIT) if n not in runs]
     if missing:
-        lines += ["**Incomplete**: missing seeds for " + ", ".join(missing) + ". Rerun the command to resume; "
-                  "finished runs are cached in the results folder.", ""]
-    lines += [
-        "Per-run results (JSON, with each run's exact train command) are cached under the results folder; "
-        "the full-scale configs (`configs/image_ssl/<name>.yaml`, ResNet-18, 200 epochs, batch 512) are what a "
-        "GPU user runs: `contrasuite train configs/image_ssl/infonce.yaml`.",
-        "",
-    ]
-    output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = output.with_suffix(".tmp")
-    tmp.write_text("\n".join(lines))
-    os.replace(tmp, output)
-    print(f"wrote {output}")
+        lines += [f"Not yet run: {', '.join(missing)}.", ""]
+    lines += ["The full-scale configs (`configs/image_ssl/<name>.yaml`, ResNet-18, 200 epochs, batch 512) are what a "
+              "GPU user runs: `contrasuite train configs/image_ssl/infonce.yaml`.", ""]
+    return "\n".join(lines)
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--epochs", type=int, default=None,
+                   help=f"train N epochs instead of the reduced protocol's: {', '.join(EPOCH_CONFIGS)} only, "
+                        "on docs/results/image_ssl_epochsN.md")
+
+
+def _build(args: argparse.Namespace) -> Comparison:
+    epochs, quick = args.epochs, args.quick
+    return Comparison("image_ssl", page_name(epochs), arms(epochs, quick),
+                      lambda records, command: render_page(epochs, quick, records, command), quick=QUICK, extra=extra)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = _parser().parse_args(argv)
-    names = _names(args.configs, CONFIGS, "config")
-    seeds = [int(s) for s in _names(args.seeds, [str(s) for s in range(10_000)], "seed")]
-    suffix = "" if args.epochs is None else f"_epochs{args.epochs}"
-    cache = args.results_dir / (("quick" if args.quick else "reduced") + suffix)
-    cache.mkdir(parents=True, exist_ok=True)
-    default_output = OUTPUT.with_name(f"{OUTPUT.stem}{suffix}.md")
-    output = args.output or (cache / "image_ssl.md" if args.quick else default_output)
-    command = page_command("image_ssl", argv)
-    errors: list[BaseException] = []
-    if not args.report_only:
-        jobs = [(n, s) for s in seeds for n in names]
-        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            futures = [pool.submit(run_one, n, s, args, cache) for n, s in jobs]
-            errors = [f.exception() for f in futures if f.exception() is not None]
-        for err in errors:
-            print(f"FAILED: {err}", file=sys.stderr)
-        for seed in seeds:
-            random_init_reference(seed, args, cache)
-    results = [json.loads(p.read_text()) for p in sorted(cache.glob("*_seed*.json"))]
-    runs = [r for r in results if r["config"] in names and r["seed"] in seeds]
-    baseline = [r for r in results if r["config"] == "random_init" and r["seed"] in seeds]
-    write_report(runs, baseline, args, names, seeds, output, command)
-    return 1 if errors else 0
+    return compare_main("image_ssl", _build, argv, __doc__.splitlines()[0], _arguments)
 
 
 if __name__ == "__main__":
