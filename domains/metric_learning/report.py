@@ -1,33 +1,37 @@
-"""``contrasuite compare metric_learning``: every metric-learning loss x seeds -> docs/results/metric_learning.md.
+"""``contrasuite compare metric_learning``: every metric-learning loss on the emoji retrieval benchmark.
 
-Each (loss, seed) trains ``configs/metric_learning/emoji_<loss>.yaml`` (the reduced CPU protocol
-unless ``--config-dir``/``--prefix`` name others), evaluates the best-on-validation checkpoint on
-the unseen test classes, and stores the result in ``<results-dir>/<loss>_seed<seed>.json`` as soon
-as the run ends. Two reference rows go through the same pipeline with zero training epochs (the
-``multi_similarity`` config, ``run.epochs=0``): the ImageNet backbone's pooled 1280-d features, and
-the same with the untrained random 128-d head the losses start from. Finished runs are never repeated, so an interrupted table is completed by running
-the same command again; ``--table-only`` just rewrites the page from the stored runs.
+Arms: ``configs/metric_learning/emoji_<loss>.yaml`` of each loss (the reduced CPU protocol), each tested at
+the checkpoint selected on validation Recall@1 (``best.pt``) on the unseen test classes, and two untrained
+references through the same pipeline with ``run.epochs=0`` (the ``multi_similarity`` config): ``untrained``,
+the ImageNet backbone's pooled 1280-d features (``config.model.embedding_dim=0``), and ``untrained_head``,
+the same with the random 128-d head the losses start from. ``contrasuite.pipelines.compare`` trains each
+(arm, seed) without a current record, in child processes, and renders ``docs/results/metric_learning.md``
+from the records; the page's protocol text is read from the config, its timings from the records.
+
+    contrasuite compare metric_learning [--seeds 0 1 2] [--jobs 2] [--arms circle supcon ...]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
-import sys
-import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from contrasuite.pipelines.api import mean_std, page_command, thread_env, train_and_test, write_json
+from contrasuite.pipelines.api import ROOT, Arm, Comparison, Effect, compare_main, difference, load_config, mean_std
 
+PAGE = "metric_learning"
+CONFIG_DIR = "configs/metric_learning"
 LOSSES = ("circle", "multi_similarity", "hyperbolic", "supcon", "pml_circle", "pml_multi_similarity")
-# Untrained references: (config loss, overrides); evaluated like the trained runs, nothing trained.
 BASELINES = {
-    "untrained": ("multi_similarity", ["run.epochs=0", "config.model.embedding_dim=0"]),
-    "untrained_head": ("multi_similarity", ["run.epochs=0"]),
+    "untrained": ("multi_similarity", ("run.epochs=0", "config.model.embedding_dim=0")),
+    "untrained_head": ("multi_similarity", ("run.epochs=0",)),
 }
+"""Untrained references: (config loss, overrides); evaluated like the trained runs, nothing trained."""
 METRICS = ("recall@1", "recall@2", "recall@4", "recall@8", "map@r")
+QUICK = ("run.max_steps=2", "config.data.image_size=32", "config.data.max_classes=8", "config.sampler.batch_size=8",
+         "config.eval.batch_size=32")
+"""``--quick``: two steps on the first 8 classes at 32 px (the untrained arms stay untrained)."""
 DESCRIPTION = {
     "circle": ("ours", "`circle` (CircleLoss, m=0.4, gamma=80)"),
     "multi_similarity": ("ours", "`multi_similarity` (alpha=2, beta=50, base=0.5, MS mining eps=0.1)"),
@@ -50,153 +54,195 @@ PUBLISHED = {
     "untrained_head": "-",
 }
 
-
-def run_one(config: Path, seed: int, output_root: str, data_root: str | None, extra: Sequence[str],
-            threads: int = 1) -> dict[str, Any]:
-    """Train and test the best checkpoint in child processes (log: ``<output_root>/logs``), collect
-    metrics and per-epoch seconds."""
-    overrides = [f"run.seed={seed}", f"run.output_root={Path(output_root).resolve()}", "run.resume=never", *extra]
-    log = Path(output_root) / "logs" / f"{Path(config).stem}_seed{seed}.log"
-    started = time.time()
-    run = train_and_test(Path(config).resolve(), overrides, log, thread_env(threads), checkpoint="best", data_root=data_root)
-    run_dir, test = run.run_dir, run.test
-    seconds_file = run_dir / "epoch_seconds.jsonl"  # absent when nothing was trained
-    lines = seconds_file.read_text().splitlines() if seconds_file.is_file() else []
-    epoch_seconds = [json.loads(line)["seconds"] for line in lines if line.strip()]
-    val = run.val()
-    return {
-        "config": str(config),
-        "seed": seed,
-        "overrides": list(extra),
-        "run_dir": str(run_dir),
-        "test": test["metrics"],
-        "best_val": val.get("best"),
-        "best_checkpoint_epoch": test.get("epoch"),
-        "epoch_seconds": epoch_seconds,
-        "wall_seconds": round(time.time() - started, 1),
-        "percent": True,
-    }
-
-
-def in_percent(run: dict[str, Any]) -> dict[str, Any]:
-    """A stored run with its test metrics and best validation value in percent: runs stored before
-    issue 42 hold fractions (and no ``percent`` key)."""
-    if run.get("percent"):
-        return run
-    best = run.get("best_val")
-    return {**run, "test": {m: 100 * v for m, v in run["test"].items()},
-            "best_val": None if best is None else 100 * best, "percent": True}
+_R1 = "test Recall@1 (%), unseen emoji classes, cross-style retrieval"
+_PROTOCOL = ("reduced emoji: 64 px, EfficientNet-Lite0 blocks 5-15 + 128-d head, 6 epochs, checkpoint selected on "
+             "validation Recall@1")
+_BASELINE = "supcon"
+"""The page's softmax baseline (SupCon-style InfoNCE with labels), against which the losses' claims are measured."""
+EFFECTS = (
+    Effect("Circle loss", "CUB-200 R@1 66.7 with BN-Inception 512-d, above MS loss's 65.7 (CVPR 2020, arXiv:2002.10857, "
+                          "Table 4; [memory, verify] in the research notes 3.1)",
+           PAGE, "circle", _BASELINE, "recall@1", _R1, _PROTOCOL,
+           official="no official code (docs/objectives/circle.md); ours gives PML CircleLoss's loss and gradients "
+                    "(tests), and pml_circle is an arm of the page"),
+    Effect("Circle loss (against MS loss)", "CUB-200 R@1 66.7 vs MS 65.7, BN-Inception 512-d (CVPR 2020, "
+                                            "arXiv:2002.10857, Table 4; [memory, verify] in the research notes 3.1)",
+           PAGE, "circle", "multi_similarity", "recall@1", _R1, _PROTOCOL,
+           official="no official code (docs/objectives/circle.md)"),
+    Effect("Multi-Similarity loss", "CUB-200 R@1 60.6 -> 65.7 over the previous state of the art, BN-Inception "
+                                    "512-d (abstract and official README, CVPR 2019, arXiv:1904.06627)",
+           PAGE, "multi_similarity", _BASELINE, "recall@1", _R1, _PROTOCOL,
+           official="the official MalongTech/research-ms-loss training is not run here; ours gives PML "
+                    "MultiSimilarityLoss + miner's loss and gradients (tests), and pml_multi_similarity is an arm"),
+    Effect("Hyperbolic pairwise CE", "CUB-200 R@1 85.6 with Hyp-ViT, ViT-S/16 (CVPR 2022, arXiv:2203.10833, as "
+                                     "listed on PapersWithCode; the paper's ablation rows not retrieved)",
+           PAGE, "hyperbolic", _BASELINE, "recall@1", _R1, _PROTOCOL,
+           official="the official htdt/hyp_metric training (ViT, GPU) is not run here"),
+)
+"""The claims this comparison measures (``contrasuite compare effects``): each loss against the page's baseline."""
 
 
-def table(results: dict[str, list[dict]], losses: Sequence[str]) -> list[str]:
-    rows = [
-        "| loss | impl | seeds | " + " | ".join(m.replace("recall@", "R@").replace("map@r", "MAP@R") for m in METRICS)
-        + " | val R@1 (best) | s / epoch | published CUB-200 R@1 (context) |",
-        "|---|---|---|" + "---|" * len(METRICS) + "---|---|---|",
-    ]
-    for loss in losses:
-        runs = results.get(loss, [])
-        impl, label = DESCRIPTION[loss]
-        cells = [mean_std([r["test"][m] for r in runs], 1) for m in METRICS]
-        cells.append(mean_std([r["best_val"] for r in runs if r.get("best_val") is not None], 1))
-        secs = epoch_seconds(runs)
-        per_epoch = f"{statistics.mean(secs):.1f}" if secs else "-"
-        seeds = ",".join(str(r["seed"]) for r in runs) or "not run"
-        rows.append(f"| {label} | {impl} | {seeds} | " + " | ".join(cells) + f" | {per_epoch} | {PUBLISHED[loss]} |")
-    return rows
+def arms() -> tuple[Arm, ...]:
+    """The untrained references, then every loss, each tested at ``best.pt``."""
+    return (*(Arm(name, f"{CONFIG_DIR}/emoji_{loss}.yaml", overrides, checkpoint="best")
+              for name, (loss, overrides) in BASELINES.items()),
+            *(Arm(loss, f"{CONFIG_DIR}/emoji_{loss}.yaml", checkpoint="best") for loss in LOSSES))
+
+
+def extra(arm: Arm, run: Any) -> dict[str, Any]:
+    """Each epoch's seconds (data and training steps, ``epoch_seconds.jsonl``; none when nothing was trained)."""
+    path = Path(run.run_dir) / "epoch_seconds.jsonl"
+    lines = path.read_text().splitlines() if path.is_file() else []
+    return {"epoch_seconds": [json.loads(line)["seconds"] for line in lines if line.strip()]}
+
+
+# -- the page -----------------------------------------------------------------------------------------------
+
+def protocol(records: list[dict[str, Any]], overrides: Sequence[str] = ()) -> str:
+    """The reduced protocol in words, read from the resolved ``emoji_multi_similarity.yaml`` (every loss's config
+    extends it) with ``overrides``; batches per epoch from the trained records."""
+    loaded = load_config(ROOT / CONFIG_DIR / "emoji_multi_similarity.yaml", list(overrides))
+    c, run = loaded.config, loaded.run
+    trained = [r["timings"] for r in records if r["timings"].get("epochs_run")]
+    per_epoch = sorted({t["steps_run"] // t["epochs_run"] for t in trained})
+    batches = f" of {', '.join(map(str, per_epoch))} batches" if per_epoch else ""
+    steps = f" (at most {run.max_steps} steps)" if run.max_steps else ""
+    frozen = (f"stem and first {c.model.freeze_blocks} of 16 MBConv blocks frozen" if c.model.freeze_blocks
+              else "the whole network trained")
+    cached = (" and their outputs computed once (eval mode) and cached on disk" if c.model.cache_frozen else "")
+    trained_part = f"blocks {c.model.freeze_blocks}-15" if c.model.freeze_blocks else "the network"
+    head = f"a {c.model.embedding_dim}-d linear head" if c.model.embedding_dim else "no head"
+    groups = "; a base emoji's skin-tone classes share a batch" if c.sampler.whole_groups else ""
+    schedule = " with cosine decay" if c.optim.schedule_epochs else ""
+    classes = c.sampler.batch_size // c.sampler.m_per_class
+    return (
+        f"{c.data.image_size}x{c.data.image_size} images, EfficientNet-Lite0 "
+        f"{'with its ImageNet weights' if c.model.pretrained else 'randomly initialised'}, {frozen}{cached} "
+        f"({'with' if c.data.augment else 'no'} augmentation), {trained_part} and {head} trained"
+        f"{' with frozen BatchNorm statistics' if c.model.freeze_bn else ''} for {run.epochs} epochs{batches}{steps} "
+        f"({c.sampler.batch_size} images = {classes} classes x {c.sampler.m_per_class}{groups}), AdamW {_rate(c.optim.lr)} "
+        f"(head {_rate(c.optim.head_lr)}){schedule}, {run.precision}, validation "
+        f"{'every epoch' if run.eval_every_epochs == 1 else f'every {run.eval_every_epochs} epochs'}; "
+        f"{c.data.train_fraction:.0%} of the base emoji train ({c.data.val_fraction:.0%} of those held out to select "
+        "the checkpoint by validation Recall@1), the rest test"
+    )
+
+
+def _rate(value: float) -> str:
+    """``3e-4`` for 0.0003."""
+    mantissa, exponent = f"{value:.0e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
 
 
 def epoch_seconds(runs: Sequence[dict]) -> list[float]:
     """Per-epoch seconds of all runs, each run's first (warm-up) epoch dropped when it has more."""
-    return [s for r in runs for s in (r["epoch_seconds"][1:] or r["epoch_seconds"])]
+    return [s for r in runs for s in (r.get("epoch_seconds", [])[1:] or r.get("epoch_seconds", []))]
 
 
-def timing_lines(results: dict[str, list[dict]]) -> list[str]:
-    def per_epoch(loss: str) -> float | None:
-        secs = epoch_seconds(results.get(loss, []))
-        return statistics.mean(secs) if secs else None
+def table(runs: dict[str, list[dict]]) -> list[str]:
+    rows = [
+        "| loss | impl | seeds | " + " | ".join(m.replace("recall@", "R@").replace("map@r", "MAP@R") for m in METRICS)
+        + " | val R@1 (best) | s / epoch | CPU s / run | published CUB-200 R@1 (context) |",
+        "|---|---|---|" + "---|" * len(METRICS) + "---|---|---|---|",
+    ]
+    for name in (*BASELINES, *LOSSES):
+        got = runs.get(name, [])
+        if not got:
+            continue
+        impl, label = DESCRIPTION[name]
+        cells = [mean_std([r["metrics"][m] for r in got], 1) for m in METRICS]
+        cells.append(mean_std([r["selected"]["validation"] for r in got if r["selected"].get("validation") is not None], 1))
+        secs = epoch_seconds(got)
+        cells.append(f"{statistics.mean(secs):.1f}" if secs else "-")
+        cells.append(f"{statistics.mean(r['timings']['cpu_seconds'] for r in got):.0f}")
+        seeds = ", ".join(str(r["seed"]) for r in got)
+        rows.append(f"| {label} | {impl} | {seeds} | " + " | ".join(cells) + f" | {PUBLISHED[name]} |")
+    return rows
 
+
+def timing_lines(runs: dict[str, list[dict]]) -> list[str]:
     out = []
     for ours, pml in (("circle", "pml_circle"), ("multi_similarity", "pml_multi_similarity")):
-        a, b = per_epoch(ours), per_epoch(pml)
-        if a is not None and b is not None:
-            out.append(f"- `{ours}` {a:.1f} s/epoch vs PML {b:.1f} s/epoch (ratio {a / b:.2f}).")
-    return out or ["- not measured yet: run both an ours/PML pair to fill this in."]
+        a, b = epoch_seconds(runs.get(ours, [])), epoch_seconds(runs.get(pml, []))
+        if a and b:
+            a_mean, b_mean = statistics.mean(a), statistics.mean(b)
+            out.append(f"- `{ours}` {a_mean:.1f} s/epoch vs PML {b_mean:.1f} s/epoch (ratio {a_mean / b_mean:.2f}).")
+    return out or ["- not measured yet: an ours/PML pair fills this in."]
 
 
-def write_page(results: dict[str, list[dict]], losses: Sequence[str], command: str, out: Path, note: str = "") -> None:
-    n_runs = sum(len(v) for v in results.values())
+def versus_lines(runs: dict[str, list[dict]]) -> list[str]:
+    """Each effect's loss against its baseline in test Recall@1, with the standard error of the difference."""
+    out = []
+    for e in EFFECTS:
+        a = [r["metrics"][e.metric] for r in runs.get(e.arm, [])]
+        b = [r["metrics"][e.metric] for r in runs.get(e.baseline, [])]
+        if len(a) >= 2 and len(b) >= 2:
+            d = difference(a, b)
+            out.append(f"- `{e.arm}` minus `{e.baseline}`: {d.mean:+.1f} ± {d.se:.1f} over {len(a)} and {len(b)} seeds"
+                       + (" (beyond 2 standard errors)." if d.beyond else " (within 2 standard errors)."))
+    return out or ["- not measured yet: two seeds a side are needed."]
+
+
+def render_page(quick: bool, records: list[dict[str, Any]], command: str) -> str:
+    """The Markdown page from the records."""
+    runs: dict[str, list[dict]] = {}
+    for r in sorted(records, key=lambda r: (r["arm"], r["seed"])):
+        runs.setdefault(r["arm"], []).append(r)
+    loads = [r["machine"]["load_average_1min"] for r in records if r["machine"].get("load_average_1min") is not None]
+    cpus = sorted({f"{r['machine']['cpu']} ({r['machine']['cores']} cores, {r['machine']['threads']} thread(s) per run)"
+                   for r in records})
+    cpu_total = sum(r["timings"]["cpu_seconds"] for r in records)
     lines = [
-        "# Metric learning: cross-style emoji retrieval (reduced CPU protocol)",
+        "# Metric learning: cross-style emoji retrieval (reduced CPU protocol)" + (" (QUICK smoke version)" if quick else ""),
+        "",
+        f"Rendered from the run records in `docs/results/records/{PAGE}/` by `{command}`, which trains the runs",
+        "that have no current record (a record is current while its config digest and data version match).",
         "",
         "Unseen-class retrieval on the emoji benchmark of `docs/domains/metric_learning.md`: the two drawings",
-        "(Twemoji, Noto) of an emoji are one class; skin-tone variants are their own classes; half of the base",
-        "emoji train (20% of those held out to pick the checkpoint by validation Recall@1), the other half",
-        "test, each test image querying all other test images. Numbers are test-split percentages,",
-        "mean ± sample std over seeds (seed = model init and batch order; the class split is fixed).",
+        "(Twemoji, Noto) of an emoji are one class; skin-tone variants are their own classes; each test image",
+        "queries all other test images. Numbers are test-split percentages of the checkpoint selected on",
+        "validation Recall@1, mean ± sample std over seeds (seed = model init and batch order; the class split",
+        "is fixed).",
         "",
-        "**Reduced protocol** (so the table takes about an hour on 2 CPU cores): 64x64 images (native size),",
-        "EfficientNet-Lite0 with its ImageNet weights, stem and first 5 of 16 MBConv blocks frozen and their",
-        "outputs computed once (eval mode) and cached on disk (no augmentation), blocks 5-15 and a 128-d",
-        "linear head trained with frozen BatchNorm statistics for 4 epochs of 48 batches (64 images = 32",
-        "classes x 2; a base emoji's skin-tone classes share a batch), AdamW 3e-4 (head 1e-3) with cosine",
-        "decay, fp32 on CPU, validation every epoch. The two `no training` rows are the same pipeline with",
-        "zero epochs. The full-scale configs (`emoji_full.yaml`: 224 px, whole network, crops, 60 epochs;",
-        "`cub200_multi_similarity.yaml`) run with the same command. Published numbers are CUB-200 with",
-        "other backbones and 224 px training; they are context, not a comparison.",
+        f"**Reduced protocol** (`configs/metric_learning/emoji_<loss>.yaml`{''.join(f', `{o}`' for o in (QUICK if quick else ()))}): "
+        f"{protocol(records, QUICK if quick else ())}. The two `no training` rows are the same pipeline with "
+        "`run.epochs=0`. The full-scale configs (`emoji_full.yaml`, `cub200_multi_similarity.yaml`) run with "
+        "`contrasuite train`. Published numbers are CUB-200 with other backbones and 224 px training; they are "
+        "context, not a comparison.",
         "",
-        f"Runs stored: {n_runs}. The whole table (every loss, seeds 0 and 1; finished runs are reused):",
+    ]
+    if records:
+        lines += [f"Machine: {'; '.join(cpus)}; 1-minute load average {min(loads):.2f} to {max(loads):.2f} when the "
+                  f"runs started. CPU time of all {len(records)} runs (train and eval children): {cpu_total / 60:.1f} min.",
+                  ""]
+    lines += [
+        *table(runs),
         "",
-        "```",
-        "contrasuite compare metric_learning --data-root /path/to/data",
-        "```",
+        "Test Recall@1, each loss minus its baseline in the effects table (mean difference ± its standard error):",
         "",
-        f"This page was written by `{command}`.",
-        "",
-        *table(results, losses),
+        *versus_lines(runs),
         "",
         "Time per epoch (data + training steps, from each run's `epoch_seconds.jsonl`, first epoch of each run",
-        "dropped as warm-up), ours vs PML:",
+        "dropped as warm-up), ours vs PML; the loss is a small part of an epoch, and the load above varies:",
         "",
-        *timing_lines(results),
+        *timing_lines(runs),
         "",
-        *([f"Note: {note}", ""] if note else []),
     ]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(lines))
+    missing = [n for n in (*BASELINES, *LOSSES) if n not in runs]
+    if missing:
+        lines += [f"Not yet run: {', '.join(missing)}.", ""]
+    return "\n".join(lines)
+
+
+def _build(args) -> Comparison:
+    quick = args.quick
+    return Comparison("metric_learning", PAGE, arms(), lambda records, command: render_page(quick, records, command),
+                      quick=QUICK, extra=extra)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="contrasuite compare metric_learning", description=__doc__.splitlines()[0])
-    parser.add_argument("--losses", nargs="+", default=[*BASELINES, *LOSSES], choices=[*BASELINES, *LOSSES])
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
-    parser.add_argument("--config-dir", type=Path, default=Path("configs/metric_learning"))
-    parser.add_argument("--prefix", default="emoji_", help="config file = <config-dir>/<prefix><loss>.yaml")
-    parser.add_argument("--results-dir", type=Path, default=Path("runs/metric_learning/compare"))
-    parser.add_argument("--output-root", default="runs", help="run.output_root of the training runs")
-    parser.add_argument("--data-root", default=None)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads of each training run")
-    parser.add_argument("--out", type=Path, default=Path("docs/results/metric_learning.md"))
-    parser.add_argument("--set", dest="overrides", nargs="*", default=[], help="extra key=value overrides for every run")
-    parser.add_argument("--table-only", action="store_true", help="only rewrite the page from stored runs")
-    parser.add_argument("--note", default="", help="a line added under the table (machine, load, partial runs)")
-    args = parser.parse_args(argv)
-    results: dict[str, list[dict]] = {}
-    for loss in args.losses:
-        for seed in args.seeds:
-            stored = args.results_dir / f"{loss}_seed{seed}.json"
-            if not stored.is_file() and not args.table_only:
-                config_loss, extra = BASELINES.get(loss, (loss, []))
-                config = args.config_dir / f"{args.prefix}{config_loss}.yaml"
-                print(f"== {loss} seed {seed}: {config} {' '.join(extra)}", file=sys.stderr)
-                result = run_one(config, seed, args.output_root, args.data_root, [*args.overrides, *extra], args.threads)
-                write_json(result, stored)
-            if stored.is_file():
-                results.setdefault(loss, []).append(in_percent(json.loads(stored.read_text())))
-    given = list(argv if argv is not None else sys.argv[1:])
-    if "--note" in given:  # the note is printed on its own below the table
-        i = given.index("--note")
-        del given[i : i + 2]
-    write_page(results, args.losses, page_command("metric_learning", given), args.out, args.note)
-    print(f"wrote {args.out} ({sum(len(v) for v in results.values())} runs)")
-    return 0
+    return compare_main("metric_learning", _build, argv, __doc__.splitlines()[0])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
