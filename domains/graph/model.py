@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from torch_geometric.nn import GCNConv
 
 from contrasuite.core.numerics import full_precision
-from contrasuite.domains.graph.graphs import apply_chain
+from contrasuite.domains.graph.graphs import Propagator, apply_chain, propagate
 
 LAYER_NORMS = ("matrix", "node")
 
@@ -88,13 +88,17 @@ class GCNEncoder(nn.Module):
         self.dropout = nn.Dropout(dropout)
         self.layer_norm = layer_norm
 
-    def forward(self, x: Tensor, adj_t: Tensor) -> Tensor:
-        """``x [N, D]`` over the normalised sparse ``adj_t [target, source]``, in fp32 under any autocast
-        (sparse CSR products have no bf16/fp16 kernels on every device)."""
+    def forward(self, x: Tensor, adj_t: Tensor | Propagator) -> Tensor:
+        """``x [N, D]`` over the normalised sparse ``adj_t [target, source]`` (or its :class:`Propagator`), in
+        fp32 under any autocast (sparse CSR products have no bf16/fp16 kernels on every device)."""
+        if not isinstance(adj_t, Propagator) and torch.is_grad_enabled():
+            adj_t = Propagator.of(adj_t)  # one transpose for both layers' backward (graphs.Propagator)
         with full_precision(x):
             first, second = self.convs
-            h = self.act(first.propagate(adj_t, x=self.dropout(first.lin(x.float())), edge_weight=None))
-            z = second.propagate(adj_t, x=self.dropout(second.lin(h)), edge_weight=None)
+            # GCNConv.propagate over a sparse CSR adj_t is torch.sparse.mm(adj_t, x); graphs.propagate is the
+            # same product with the transpose of a fixed graph built once for the backward
+            h = self.act(propagate(adj_t, self.dropout(first.lin(x.float()))))
+            z = propagate(adj_t, self.dropout(second.lin(h)))
             return F.layer_norm(z, tuple(z.shape) if self.layer_norm == "matrix" else z.shape[-1:])
 
 
@@ -173,7 +177,10 @@ class MEOWModel(nn.Module):
         return out
 
     def fine(
-        self, h: dict[str, Tensor], adjacencies: list[Tensor], augmented: tuple[Tensor, list[Tensor]] | None = None
+        self,
+        h: dict[str, Tensor],
+        adjacencies: list[Tensor | Propagator],
+        augmented: tuple[Tensor, list[Tensor | Propagator]] | None = None,
     ) -> Tensor:
         """The fused fine-grained embedding over the plain graphs, and with ``augmented = (projection of the
         masked target features, augmented graphs)`` also over the augmented copy of each meta-path."""
@@ -189,6 +196,6 @@ class MEOWModel(nn.Module):
             ]
         return self.attention(views)
 
-    def coarse(self, h: dict[str, Tensor], mean_graph: Tensor) -> Tensor:
+    def coarse(self, h: dict[str, Tensor], mean_graph: Tensor | Propagator) -> Tensor:
         """The coarse-view embedding of the targets' own projections over the mean meta-path graph."""
         return self.encoder(h[self.target], mean_graph)

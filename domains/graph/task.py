@@ -33,7 +33,9 @@ from contrasuite.domains.config_fields import bounded, one_of
 from contrasuite.domains.errors import ConfigValueError, OneProcessOnly
 from contrasuite.domains.graph.data import DatasetSpec, load_hetero, metapath_counts
 from contrasuite.domains.graph.evaluate import ProbeSettings, clustering_scores, heco_probe
-from contrasuite.domains.graph.graphs import GATHER, TIES, WEIGHTS, context_chains, mean_adjacency, pathsim_topk
+from contrasuite.domains.graph.graphs import (
+    GATHER, TIES, WEIGHTS, Propagator, context_chains, mean_adjacency, pathsim_topk
+)
 from contrasuite.domains.graph.model import LAYER_NORMS, MEOWModel, mask_entries
 from contrasuite.domains.task import ObjectiveConfig as BaseObjectiveConfig
 from contrasuite.domains.task import SmokeSettings, StepContext, TaskContext
@@ -171,6 +173,12 @@ class GraphTask:
         self.data = data
         self.augment = model_cfg.feat_mask > 0 or any(model_cfg.adj_mask)
         self.fixed_masks = self.masks(torch.Generator().manual_seed(ctx.seed)) if self.augment else None
+        # the graphs fixed for the whole training, with the transposes their backward needs built once
+        # (graphs.Propagator: autograd would rebuild each one twice per step)
+        self.plain_graphs = [Propagator.of(a) for a in self.adjacencies]
+        self.coarse_graph = Propagator.of(self.mean_graph)
+        if self.fixed_masks is not None:
+            self.fixed_masks = (self.fixed_masks[0], [Propagator.of(a) for a in self.fixed_masks[1]])
         torch.manual_seed(ctx.seed)
         self.model = MEOWModel(
             {t: None if x is None else x.shape[1] for t, x in self.features.items()},
@@ -220,7 +228,7 @@ class GraphTask:
         rates = list(model_cfg.adj_mask) or [0.0] * len(self.graphs)
         return masked, [g.dropped(rate, generator, model_cfg.gather) for g, rate in zip(self.graphs, rates)]
 
-    def fine(self, h: dict[str, Tensor], masks: tuple[Tensor | None, list[Tensor]] | None) -> Tensor:
+    def fine(self, h: dict[str, Tensor], masks: tuple[Tensor | None, list[Tensor | Propagator]] | None) -> Tensor:
         """The fused fine-grained embedding, with the augmented copy when ``masks`` are given."""
         augmented = None
         if masks is not None:
@@ -228,7 +236,7 @@ class GraphTask:
             target = self.cfg.dataset.target
             x = self.features[target] if masked_x is None else masked_x
             augmented = (self.model.project.one(target, x), masked_adjacencies)
-        return self.model.fine(h, self.adjacencies, augmented)
+        return self.model.fine(h, self.plain_graphs, augmented)
 
     def views(self, epoch: int) -> tuple[Tensor, Tensor]:
         """Projected ``(coarse, fine)`` embeddings of every target node; with ``resample_masks`` the
@@ -237,7 +245,7 @@ class GraphTask:
         if self.augment and self.cfg.model.resample_masks:
             masks = self.masks(torch.Generator().manual_seed(self.seed * 1_000_003 + epoch))
         h = self.model.project(self.features)
-        z_c = self.model.coarse(h, self.mean_graph)
+        z_c = self.model.coarse(h, self.coarse_graph)
         z_f = self.fine(h, masks)
         return self.model.project_head(z_c), self.model.project_head(z_f)
 

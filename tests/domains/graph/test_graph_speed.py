@@ -1,0 +1,74 @@
+"""The fast paths of MEOW's training step compute what the plain forms compute, to the bit: the GCN's
+sparse product with a transpose built once (``graphs.Propagator``) and k-means' assignment step
+(``core/negatives/cluster_weights._assign``)."""
+
+import json
+from pathlib import Path
+
+import torch
+
+from contrasuite.core.negatives import cluster_weights
+from contrasuite.domains.graph.graphs import Propagator
+from contrasuite.domains.graph.task import GraphTask
+from contrasuite.domains.task import TaskContext
+from contrasuite.pipelines.api import StepRunner
+from contrasuite.pipelines.config import load_config
+
+CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "graph"
+
+
+def test_propagator_is_the_sparse_product_and_its_autograd_gradient():
+    g = torch.Generator().manual_seed(0)
+    n, m, d = 40, 30, 5
+    dense = torch.rand(n, m, generator=g) * (torch.rand(n, m, generator=g) > 0.7)
+    adj = dense.to_sparse_csr()
+    x = torch.randn(m, d, generator=g, requires_grad=True)
+    grad = torch.randn(n, d, generator=g)
+    plain = torch.sparse.mm(adj, x)
+    (expected,) = torch.autograd.grad(plain, x, grad)
+    prop = Propagator.of(adj)
+    out = prop(x)
+    (got,) = torch.autograd.grad(out, x, grad)
+    assert torch.equal(out, plain) and torch.equal(got, expected)
+    with torch.no_grad():
+        assert torch.equal(prop(x), plain)
+
+
+def _plain_assign(x, centroids, spherical):
+    """The assignment step as it was written first (a batched product, ``argmax``)."""
+    if spherical:
+        return (x @ centroids.transpose(1, 2)).argmax(-1)
+    return cluster_weights._sq_dist(x, centroids).argmin(-1)
+
+
+def _steps(tmp_path, make_tiny_graph, steps=3):
+    dataset = make_tiny_graph(tmp_path / "tiny", 2)
+    cfg = load_config(
+        CONFIGS / "meow_acm.yaml",
+        [f"config.dataset={json.dumps(dataset)}", "config.eval_ratios=[5]", "config.model.nei_max=[8, 8]",
+         "config.negatives.num_clusters=[3, 5]"],
+    ).config
+    task = GraphTask()
+    task.setup(TaskContext(cfg, torch.device("cpu"), "fp32", tmp_path, tmp_path, 0))
+    step = StepRunner(task, torch.device("cpu"), "fp32")
+    logs = [step(e, e, e) for e in range(steps)]
+    return logs, {k: v.clone() for k, v in task.model.state_dict().items()}
+
+
+def test_meow_steps_are_the_same_bits_as_with_the_plain_forms(tmp_path, make_tiny_graph, monkeypatch):
+    fast_logs, fast_state = _steps(tmp_path / "fast", make_tiny_graph)
+    monkeypatch.setattr(Propagator, "__call__", lambda self, x: torch.sparse.mm(self.matrix, x))
+    monkeypatch.setattr(cluster_weights, "_assign", _plain_assign)
+    plain_logs, plain_state = _steps(tmp_path / "plain", make_tiny_graph)
+    assert fast_logs == plain_logs
+    assert all(torch.equal(fast_state[k], plain_state[k]) for k in plain_state)
+
+
+def test_kmeans_assignment_matches_the_batched_argmax_ties_included():
+    g = torch.Generator().manual_seed(0)
+    x = torch.nn.functional.normalize(torch.randn(500, 16, generator=g), dim=1)
+    centroids = torch.nn.functional.normalize(torch.randn(3, 40, 16, generator=g), dim=-1)
+    centroids[:, 7] = centroids[:, 3]  # exact ties: the first index wins in both forms
+    centroids[1, 20:] = centroids[1, :20]
+    for spherical in (True, False):
+        assert torch.equal(cluster_weights._assign(x, centroids, spherical), _plain_assign(x, centroids, spherical))
