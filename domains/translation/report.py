@@ -56,16 +56,16 @@ QUICK = (  # a few engine steps at tiny size, any translation config
 
 _PROTOCOL = "reduced emoji protocol (600 steps of batch 4, ngf/ndf 32), checkpoint picked on validation KID"
 _FD = "test FD on EfficientNet-Lite0 features (lower is better), Twemoji -> Noto emoji"
-_OFFICIAL = ("not run yet: the official CUT/FastCUT code has not been run on our protocol; its defaults are "
-             "matched and checked value by value (docs/domains/translation.md, Agreement with the official code)")
+_OFFICIAL = ("not run yet: the official CUT/FastCUT code has not been run on our protocol; our networks and losses "
+             "are pinned to values computed once with it (docs/domains/translation.md, Agreement with the official code)")
 EFFECTS = (
     Effect("CUT: PatchNCE over the GAN loss alone",
            "PatchNCE is what keeps the input's content; the GAN loss alone does not (CUT, Park et al. ECCV 2020, "
            "ablations; no number in our research notes)",
            PAGE, "cut", "gan", "fd", _FD, _PROTOCOL, higher_is_better=False, official=_OFFICIAL),
     Effect("CUT: translation over the untranslated input",
-           "the translation is closer to the target domain than the input: horse2zebra FID 45.5 (CUT, paper "
-           "Table 1; pytorch-fid on Inception-v3)",
+           "a translation closer to the target domain than its input is the task: horse2zebra FID 45.5 (CUT, "
+           "paper Table 1, pytorch-fid on Inception-v3; the input's FID is not in our research notes)",
            PAGE, "cut", INPUT, "fd", _FD, _PROTOCOL, higher_is_better=False, official=_OFFICIAL),
     Effect("CUT over FastCUT",
            "CUT has a lower FID than FastCUT: horse2zebra 45.5 vs 73.4, Cityscapes 56.4 vs 68.8, cat->dog 76.2 vs "
