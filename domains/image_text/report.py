@@ -1,63 +1,69 @@
 """``contrasuite compare image_text``: CLIP fine-tuning with generated hard negatives, reduced CPU protocol.
 
-For each seed: stage 1 aligns the heads on image-caption pairs (``reduced_align.yaml``), then three
-stage-2 runs start from it with the same schedule: pairs only, + text negatives, + text and image
-negatives (``reduced_{pairs,text_negatives,text_image_negatives}.yaml``). Every run goes through the
-public CLI (``contrasuite train`` then ``contrasuite eval --checkpoint last``); each finished run's
-test metrics (and the validation metrics written at the end of training) are cached as JSON in the
-results folder, so an interrupted comparison resumes. Writes ``docs/results/clip_hard_negatives.md``:
-Recall@1/5/10 both ways, compositional accuracy per operation (text side and image side), the same on
-the unseen Noto style, mean and std over seeds, the goal checked on validation and on test, and the
-commands.
+The arms (``contrasuite.pipelines.compare`` trains each (arm, seed) without a current record, in children:
+``contrasuite train`` then ``contrasuite eval --checkpoint last``): stage 1 aligns the heads on image-caption
+pairs (``align``: ``reduced_align.yaml``); three stage-2 arms start from the same seed's ``align`` run
+(``config.init_from={after}``) with the same schedule: pairs only, + text negatives, + text and image negatives
+(``reduced_{pairs,text_negatives,text_image_negatives}.yaml``). Each record keeps the test metrics and the
+validation metrics written at the end of training. The page (``docs/results/clip_hard_negatives.md``):
+Recall@1/5/10 both ways, compositional accuracy per operation (text side and image side), the same on the
+unseen Noto style, mean and std over seeds, the goal checked on validation and on test.
 
 Reduced: EfficientNet-Lite0 and MiniLM trunks frozen (features cached once), only the projection
 heads and the logit scale train; 128-pixel inputs; 15 + 10 epochs.
 
     contrasuite compare image_text                  # 3 seeds x (align + 3 variants)
-    contrasuite compare image_text --seeds 0 --quick
+    contrasuite compare image_text --split-seed 1   # another draw of the held-out groups (its own page)
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import sys
-from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from contrasuite.domains.image_text.models import IMAGE_NETWORK
-from contrasuite.pipelines.api import ROOT, data_root_args, thread_env, train_and_test, write_json
+from contrasuite.pipelines.api import Arm, Comparison, Effect, compare_main
 
-CONFIG_DIR = ROOT / "configs" / "image_text"
 VARIANTS = (("pairs", "pairs only"), ("text_negatives", "+ text negatives"),
             ("text_image_negatives", "+ text and image negatives"))
-SEEDS = (0, 1, 2)
+NAMES = (("align", "stage 1 (aligned)"), *VARIANTS)
 QUICK = ("config.data.limit=60", "run.epochs=1", "config.batch_size=32")
-OUTPUT = ROOT / "docs" / "results" / "clip_hard_negatives.md"
+PAGE = "clip_hard_negatives"
 HEADLINE = ("i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10", "comp_text/mean", "comp_image/mean")
 
+_GNM = ("GNM (Sahin et al., WACV 2024, arXiv 2311.03964; poster, ViT-B/32 CLIP fine-tuned on 82,010 generated COCO "
+        "variations): Winoground text/image/group 30.75/11.0/8.75 -> 34.25/12.5/10.0")
+_OURS = ("frozen EfficientNet-Lite0 + MiniLM trunks, heads trained 15 + 10 epochs on Twemoji, held-out emoji groups "
+         "(split seed 0), last checkpoint")
+_NONE = "none: the GNM code fine-tunes OpenAI CLIP ViT-B/32 on its generated COCO set, which is not available here"
+EFFECTS = (
+    Effect("Hard negatives, text side (edited captions)", _GNM + " (edited captions and images together)", PAGE,
+           "text_negatives", "pairs", "comp_text/mean", "test text-side compositional accuracy, mean over operations",
+           _OURS, official=_NONE),
+    Effect("Hard negatives, image side (generated images)", _GNM + " (edited captions and images together)", PAGE,
+           "text_image_negatives", "pairs", "comp_image/mean",
+           "test image-side compositional accuracy, mean over operations", _OURS, official=_NONE),
+)
+"""The claims this comparison measures (``contrasuite compare effects``); not measured until the page is rerun."""
 
-def run_one(name: str, seed: int, args: argparse.Namespace, env: dict[str, str], align_dir: Path | None) -> dict:
-    cache = args.results_dir / f"{name}-seed{seed}.json"
-    if cache.is_file() and not args.rerun:
-        cached = json.loads(cache.read_text())
-        if cached.get("image_network") == IMAGE_NETWORK:  # runs on another image network retrain (issue 23)
-            return cached
-    overrides = [f"run.seed={seed}", *(QUICK if args.quick else ())]
-    if args.split_seed:
-        overrides.append(f"config.data.split_seed={args.split_seed}")
-    if align_dir is not None:
-        overrides.append(f"config.init_from={align_dir}")
-    overrides += [f"run.output_root={args.results_dir / 'runs'}", *data_root_args(args.data_root)]
-    config = "reduced_align" if name == "align" else f"reduced_{name}"
-    run = train_and_test(CONFIG_DIR / f"{config}.yaml", overrides, args.results_dir / "log.txt", env, checkpoint="last")
-    metrics, val = run.test, run.val()
-    result = {"name": name, "seed": seed, "run_dir": str(run.run_dir), "seconds": run.train_seconds, "command": run.command,
-              "metrics": metrics.get("metrics", metrics), "val_metrics": val.get("metrics", val),
-              "image_network": IMAGE_NETWORK}
-    write_json(result, cache)
-    return result
+
+def page_name(split_seed: int) -> str:
+    """``clip_hard_negatives``, or ``clip_hard_negatives_split<S>`` for another draw of the held-out groups."""
+    return PAGE if not split_seed else f"{PAGE}_split{split_seed}"
+
+
+def arms(split_seed: int = 0) -> tuple[Arm, ...]:
+    """``align`` and the three stage-2 arms, which start from the same seed's ``align`` run; all test ``last.pt``."""
+    split = (f"config.data.split_seed={split_seed}",) if split_seed else ()
+    return (Arm("align", "configs/image_text/reduced_align.yaml", split, checkpoint="last"),
+            *(Arm(name, f"configs/image_text/reduced_{name}.yaml", (*split, "config.init_from={after}"),
+                  checkpoint="last", after="align") for name, _ in VARIANTS))
+
+
+def extra(arm: Arm, run: Any) -> dict[str, Any]:
+    """The validation metrics written at the end of training, and the image network the features came from."""
+    return {"val_metrics": run.val().get("metrics", {}), "image_network": IMAGE_NETWORK}
 
 
 def _stat(values: list[float]) -> str:
@@ -82,17 +88,28 @@ def goal(results: dict[str, list[dict]], field: str) -> tuple[float, float] | No
     return mean(both, comp) - mean(base, comp), mean(both, r1) - mean(base, r1)
 
 
-def write_page(results: dict[str, list[dict]], output: Path, seeds: Sequence[int], quick: bool, split_seed: int = 0) -> None:
+def render_page(records: list[dict[str, Any]], command: str, split_seed: int = 0) -> str:
+    """The Markdown page from the records of one split seed."""
+    results: dict[str, list[dict]] = {}
+    for record in sorted(records, key=lambda r: (r["arm"], r["seed"])):
+        results.setdefault(record["arm"], []).append(record)
+    seeds = sorted({r["seed"] for r in records})
+    quick = any(q in r.get("overrides", []) for r in records for q in QUICK)
+    precision = ", ".join(sorted({str(r.get("machine", {}).get("precision")) for r in records})) or "-"
+
     def col(name: str, key: str, field: str = "metrics") -> list[float]:
         return [r[field][key] for r in results.get(name, []) if key in r.get(field, {})]
 
     lines = ["# CLIP fine-tuning with generated hard negatives (emoji, reduced CPU protocol)", "",
+             f"Rendered from the run records in `docs/results/records/{page_name(split_seed)}/` by `{command}`, which "
+             "trains the runs that have no current record (a record is current while its config digest and data "
+             "version match).", "",
              "**Reduced protocol.** " + ("QUICK SMOKE SETTINGS, not a result. " if quick else "") +
              "Frozen ImageNet EfficientNet-Lite0 (image) and all-MiniLM-L6-v2 (text) trunks, features cached; "
              "trainable MLP projection heads (the image over 2x2 grids of the final feature map and of stages 2 "
              "and 4, the text over the means of the caption's two halves of MiniLM token states) and CLIP logit "
-             "scale; 128-px inputs; "
-             "CPU, bf16 autocast. "
+             f"scale; 128-px inputs; CPU, precision {precision} (`run.precision=auto` in the configs: what the "
+             "records' machine ran). "
              "Stage 1 aligns on Twemoji image-caption pairs (15 epochs); stage 2 continues 10 epochs from it "
              "in each variant (lr 1e-3; the negatives weigh 4 in the softmax denominators, and in the last row each "
              "negative image also brings its true caption as a pair (GNM); these, the two text halves and the extra "
@@ -106,19 +123,19 @@ def write_page(results: dict[str, list[dict]], output: Path, seeds: Sequence[int
              "Compositional accuracy: text side = P[s(I, caption) > s(I, negative caption)], image side = "
              "P[s(I, caption) > s(negative image, caption)], per operation, `mean` = mean over operations; `n`: "
              "test comparisons of an operation (one of them moves it by 100 / n points).", ""]
-    names = [("align", "stage 1 (aligned)")] + list(VARIANTS)
     for prefix, title in (("", "Twemoji (training style, held-out emoji)"), ("google/", "Noto (unseen style)")):
         lines += [f"## {title}", "", "| variant | " + " | ".join(HEADLINE) + " |", "|---" * (len(HEADLINE) + 1) + "|"]
-        for name, label in names:
+        for name, label in NAMES:
             lines.append(f"| {label} | " + " | ".join(_stat(col(name, prefix + k)) for k in HEADLINE) + " |")
         ops = sorted({k[len(prefix):] for rs in results.values() for r in rs for k in r["metrics"]
                       if k.startswith(prefix + "comp_") and not k.endswith(("/mean", "/n"))
                       and (prefix or not k.startswith("google/"))})
-        lines += ["", "| operation | n | " + " | ".join(label for _, label in names) + " |", "|---" * (len(names) + 2) + "|"]
+        lines += ["", "| operation | n | " + " | ".join(label for _, label in NAMES) + " |", "|---" * (len(NAMES) + 2) + "|"]
         for op in ops:
-            counts = {c for name, _ in names for c in col(name, f"{prefix}{op}/n")}  # the same in every run
+            counts = {c for name, _ in NAMES for c in col(name, f"{prefix}{op}/n")}  # the same in every run
             n = str(int(counts.pop())) if len(counts) == 1 else "-"
-            lines.append(f"| {op} | {n} | " + " | ".join(_stat(col(name, prefix + op)) for name, _ in names) + " |")
+            cells = " | ".join(_stat(col(name, prefix + op)) for name, _ in NAMES)
+            lines.append(f"| {op} | {n} | {cells} |")
         lines.append("")
     checks = [(split, goal(results, field)) for split, field in (("validation", "val_metrics"), ("test", "metrics"))]
     if any(g for _, g in checks):
@@ -128,58 +145,44 @@ def write_page(results: dict[str, list[dict]], output: Path, seeds: Sequence[int
         lines += [f"| {split} | {d_comp:+.1f} | {d_r1:+.1f} | {'met' if d_comp >= 10 and d_r1 >= -1 else 'NOT met'} |"
                   for split, (d_comp, d_r1) in ((s, g) for s, g in checks if g)]
         lines += ["", "The settings were chosen on the validation split of split seed 0 (the extra image stages on the "
-                  "validation sets of split seeds 0, 1 and 2). Other draws of the held-out "
-                  "groups (`--split-seed S`) are summarised in docs/domains/image_text.md (Results): the test "
-                  "gain depends on the draw.",
+                  "validation sets of split seeds 0, 1 and 2). Other draws of the held-out groups "
+                  "(`contrasuite compare image_text --split-seed S`, each its own page) are discussed in "
+                  "docs/domains/image_text.md (Results).",
                   "", "Validation (10 % of the emoji groups), headline metrics:", "",
                   "| variant | " + " | ".join(HEADLINE) + " |", "|---" * (len(HEADLINE) + 1) + "|"]
-        for name, label in names:
+        for name, label in NAMES:
             lines.append(f"| {label} | " + " | ".join(_stat(col(name, k, "val_metrics")) for k in HEADLINE) + " |")
         lines.append("")
-    seconds = sum(r["seconds"] for rs in results.values() for r in rs)
-    lines += ["## Commands", "", f"Total training wall time of the cached runs: {seconds / 60:.1f} min (the first run "
-              "also computes and caches the frozen trunks' features, a few minutes more).", "", "```",
-              "contrasuite compare image_text" + (" --quick" if quick else "")
-              + (f" --split-seed {split_seed} --results-dir RESULTS_DIR" if split_seed else ""), "# which runs, per seed S:"]
-    for rs in results.values():
-        for r in rs[:1]:
-            lines.append(r["command"].replace(str(ROOT) + "/", ""))
-    lines += ["contrasuite eval RUN_DIR --checkpoint last", "```", ""]
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text("\n".join(lines))
+    missing = [name for name, _ in NAMES if name not in results]
+    if missing:
+        lines += [f"Not yet run: {', '.join(missing)}.", ""]
+    seconds = sum(r["timings"]["train_seconds"] for rs in results.values() for r in rs)
+    runs = {r["arm"]: (r["config"], r["overrides"]) for r in records}
+    lines += ["## Runs", "", f"Training loop time of the recorded runs, summed: {seconds / 60:.1f} min (the trainer's "
+              "`train_seconds`; the first run also computes and caches the frozen trunks' features, and each run's "
+              "`contrasuite eval` is not counted). Each run, per seed S: `contrasuite train CONFIG OVERRIDES "
+              "run.seed=S`, then `contrasuite eval RUN_DIR --checkpoint last` (every record holds its exact commands; "
+              "`{after}`: the same seed's `align` run folder):", "", "```"]
+    lines += [" ".join([f"{name}:", *runs[name][:1], *runs[name][1]]) for name, _ in NAMES if name in runs]
+    lines += ["```", ""]
+    return "\n".join(lines)
+
+
+def _arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--split-seed", type=int, default=0,
+                   help="config.data.split_seed of every run (another draw of the emoji groups held out); its own "
+                        "page and records, clip_hard_negatives_split<S>")
+
+
+def _build(args: argparse.Namespace) -> Comparison:
+    split_seed = args.split_seed
+    return Comparison("image_text", page_name(split_seed), arms(split_seed),
+                      lambda records, command: render_page(records, command, split_seed), quick=QUICK, extra=extra)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="contrasuite compare image_text", description=__doc__.splitlines()[0])
-    p.add_argument("--seeds", default=",".join(map(str, SEEDS)))
-    p.add_argument("--quick", action="store_true", help="tiny smoke protocol; page goes to the results folder")
-    p.add_argument("--results-dir", type=Path, default=ROOT / "runs" / "compare" / "image_text")
-    p.add_argument("--output", type=Path, default=None)
-    p.add_argument("--data-root", default=None)
-    p.add_argument("--threads", type=int, default=2, help="torch threads per run (default 2)")
-    p.add_argument("--rerun", action="store_true")
-    p.add_argument("--split-seed", type=int, default=0,
-                   help="config.data.split_seed of every run (another draw of the emoji groups held out); "
-                        "the page goes to the results folder unless --output is given")
-    args = p.parse_args(argv)
-    if args.quick:
-        args.results_dir = args.results_dir / "quick"
-    args.results_dir.mkdir(parents=True, exist_ok=True)
-    env = thread_env(args.threads, {"HF_HUB_OFFLINE": "1"})
-    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    results: dict[str, list[dict]] = {}
-    for seed in seeds:
-        align = run_one("align", seed, args, env, None)
-        results.setdefault("align", []).append(align)
-        for name, _ in VARIANTS:
-            results.setdefault(name, []).append(run_one(name, seed, args, env, Path(align["run_dir"])))
-            print(f"{name} seed {seed}: " + ", ".join(f"{k} {results[name][-1]['metrics'].get(k, float('nan')):.1f}"
-                                                     for k in HEADLINE), flush=True)
-    output = args.output or (args.results_dir / "clip_hard_negatives.md" if args.quick or args.split_seed else OUTPUT)
-    write_page(results, output, seeds, args.quick, args.split_seed)
-    print(f"wrote {output}")
-    return 0
+    return compare_main("image_text", _build, argv, __doc__.splitlines()[0], _arguments)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())
