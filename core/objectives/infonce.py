@@ -14,12 +14,14 @@ the negative. Everything is computed in log space with masked, max-shifted ``log
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Callable, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from contrasuite.core.numerics import exp_shifted_, masked_logsumexp
 from contrasuite.core.objectives.base import ContrastiveObjective
@@ -48,6 +50,9 @@ def weighted_infonce(
         raise ValueError("other_positives_in_denominator=True needs positive_in_denominator=True")
     if neg_weight is None and pairs.negatives_per_anchor():
         return single_positive_infonce(logits, pairs, positive_in_denominator)
+    if (neg_weight is not None and pairs.targets is not None and not positive_in_denominator
+            and not neg_weight.requires_grad and neg_weight.shape == logits.shape and neg_weight.dtype == logits.dtype):
+        return weighted_single_positive_infonce(logits, pairs, neg_weight)
     pos = pairs.pos
     rows, cols = pairs.positive_indices()
     pos_logits = logits[rows, cols]
@@ -77,6 +82,50 @@ def weighted_infonce(
             per_pair = (torch.logaddexp(pos_logits, neg_lse) if positive_in_denominator else neg_lse) - pos_logits
     total = torch.zeros(logits.shape[0], dtype=logits.dtype, device=logits.device).index_add(0, rows, per_pair)
     return total / n_pos.clamp_min(1)
+
+
+class _WeightedLogSumExp(torch.autograd.Function):
+    """``log sum_j exp(l_ij + log w_ij)`` per row over the entries with ``w_ij > 0`` outside ``excluded``, the
+    dtype's ``log(tiny)`` for a row without any: what :func:`masked_logsumexp` of ``l + log(w.clamp_min(tiny))``
+    under the mask ``neg & (w > 0)`` gives, to the bit, forward and backward (the same operations on the same
+    values), with the weights ``w`` held constant.
+
+    Autograd through that form keeps ``N x M`` masks of the pairs (built twice), the log-weights, the sum, the
+    ``where`` and its backward's zeros, and ``logsumexp``'s own buffers: about three times the passes over
+    ``N x M`` memory of this one, which fills one buffer in place and saves it for the backward
+    ``g_i exp(x_ij - lse_i)`` (``logsumexp``'s own backward formula; exactly 0 at the masked entries).
+    """
+
+    @staticmethod
+    def forward(ctx, logits: Tensor, weight: Tensor, rows: Tensor, cols: Tensor) -> Tensor:  # type: ignore[override]
+        keep = weight > 0
+        keep[rows, cols] = False
+        has = keep.any(dim=1)
+        x = torch.log(weight.clamp_min(torch.finfo(logits.dtype).tiny)).add_(logits.detach())
+        x.masked_fill_(keep.logical_not_(), torch.finfo(x.dtype).min)
+        lse = torch.logsumexp(x, dim=1)
+        ctx.save_for_backward(x, lse, has)
+        return torch.where(has, lse, math.log(torch.finfo(x.dtype).tiny))
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None, None]:  # type: ignore[override]
+        x, lse, has = ctx.saved_tensors
+        grad = torch.where(has, grad, torch.zeros_like(grad))
+        return (x - lse[:, None]).exp_().mul_(grad[:, None]), None, None, None
+
+
+def weighted_single_positive_infonce(logits: Tensor, pairs: Pairs, neg_weight: Tensor) -> Tensor:
+    """:func:`weighted_infonce` for single-positive pairs (``pairs.targets``), the positive out of the
+    denominator (``a = 0``: DCL, MEOW) and constant ``neg_weight [N, M]`` of the logits' dtype: the same
+    values and gradients, to the bit, in fewer passes over ``N x M`` memory (:class:`_WeightedLogSumExp`)."""
+    targets = pairs.targets
+    rows = torch.arange(targets.shape[0], device=targets.device)
+    # excluded from the negatives: the positives, and the self-pairs when the candidates are the anchors
+    excluded = (torch.cat([rows, rows]), torch.cat([targets, rows])) if pairs.exclude_self else (rows, targets)
+    neg_lse = _WeightedLogSumExp.apply(logits, neg_weight, *excluded)
+    per_pair = neg_lse - logits[rows, targets]
+    return torch.zeros(logits.shape[0], dtype=logits.dtype, device=logits.device).index_add(0, rows, per_pair)
 
 
 def tiled_weighted_infonce(

@@ -1,6 +1,7 @@
 """The fast paths of MEOW's training step compute what the plain forms compute, to the bit: the GCN's
-sparse product with a transpose built once (``graphs.Propagator``) and k-means' assignment step
-(``core/negatives/cluster_weights._assign``)."""
+sparse product with a transpose built once (``graphs.Propagator``), k-means' assignment step
+(``core/negatives/cluster_weights._assign``), the disagreement weights counted in bytes, and the weighted
+InfoNCE's single-positive path (``core/objectives/infonce.weighted_single_positive_infonce``)."""
 
 import json
 from pathlib import Path
@@ -8,6 +9,7 @@ from pathlib import Path
 import torch
 
 from contrasuite.core.negatives import cluster_weights
+from contrasuite.core.objectives import infonce
 from contrasuite.domains.graph.graphs import Propagator
 from contrasuite.domains.graph.task import GraphTask
 from contrasuite.domains.task import TaskContext
@@ -41,6 +43,19 @@ def _plain_assign(x, centroids, spherical):
     return cluster_weights._sq_dist(x, centroids).argmin(-1)
 
 
+def _plain_weights(assignments, *, normalize=False):
+    a = torch.stack(list(assignments))
+    w = torch.zeros(a.shape[1], a.shape[1])
+    for c in a:
+        w += (c[:, None] != c[None, :]).float()
+    return w / a.shape[0] if normalize else w
+
+
+def _generic_weighted(logits, pairs, neg_weight):
+    """The generic path of ``weighted_infonce`` (taken for a weight that requires grad)."""
+    return infonce.weighted_infonce(logits, pairs, neg_weight.clone().requires_grad_(), positive_in_denominator=False)
+
+
 def _steps(tmp_path, make_tiny_graph, steps=3):
     dataset = make_tiny_graph(tmp_path / "tiny", 2)
     cfg = load_config(
@@ -59,6 +74,8 @@ def test_meow_steps_are_the_same_bits_as_with_the_plain_forms(tmp_path, make_tin
     fast_logs, fast_state = _steps(tmp_path / "fast", make_tiny_graph)
     monkeypatch.setattr(Propagator, "__call__", lambda self, x: torch.sparse.mm(self.matrix, x))
     monkeypatch.setattr(cluster_weights, "_assign", _plain_assign)
+    monkeypatch.setattr(cluster_weights, "disagreement_weights", _plain_weights)
+    monkeypatch.setattr(infonce, "weighted_single_positive_infonce", _generic_weighted)
     plain_logs, plain_state = _steps(tmp_path / "plain", make_tiny_graph)
     assert fast_logs == plain_logs
     assert all(torch.equal(fast_state[k], plain_state[k]) for k in plain_state)
