@@ -34,6 +34,7 @@ import torch
 from torch import Tensor
 from torch_geometric.data import HeteroData
 
+from contrasuite.core.numerics import full_precision
 from contrasuite.domains.graph.data import metapath_edge_types, row_normalized_incidence
 
 GATHER = ("in", "out")
@@ -184,8 +185,11 @@ def context_chains(data: HeteroData, path: list[str]) -> list[tuple[str, list[Te
 
 
 def apply_chain(chain: list[Tensor], features: Tensor) -> Tensor:
-    """``R_01 R_12 ... R_(k-1)k features``, multiplied right to left so only ``[N_*, D]`` tensors appear."""
-    out = features
-    for hop in reversed(chain):
-        out = torch.sparse.mm(hop, out)
+    """``R_01 R_12 ... R_(k-1)k features``, multiplied right to left so only ``[N_*, D]`` tensors appear; in
+    fp32 under any autocast (autocast would cast the sparse product to bf16, which has no sparse kernel:
+    found on an H200, ``addmm_sparse_cuda`` not implemented for BFloat16, and the same on the CPU's CSR)."""
+    out = features.float()
+    with full_precision(out):
+        for hop in reversed(chain):
+            out = torch.sparse.mm(hop, out)
     return out

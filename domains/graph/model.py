@@ -162,7 +162,7 @@ class MEOWModel(nn.Module):
     def context_terms(self, h: dict[str, Tensor]) -> list[list[Tensor]]:
         """``W_mk C_mk`` for each meta-path m and context position k."""
         return [
-            [linear(apply_chain(chain, h[node_type].float())) for (node_type, chain), linear in zip(positions, maps)]
+            [linear(apply_chain(chain, h[node_type])) for (node_type, chain), linear in zip(positions, maps)]
             for positions, maps in zip(self.contexts, self.context_maps)
         ]
 

@@ -187,3 +187,13 @@ def test_pathsim_ties_numpy_keeps_the_official_choice_among_tied_nodes():
     assert torch.equal(torch.bincount(default.rows, minlength=12), torch.bincount(graph.rows, minlength=12))
     with pytest.raises(ValueError, match="ties"):
         pathsim_topk(counts, k, ties="random")
+
+
+def test_a_context_chain_runs_in_fp32_under_bf16_autocast():
+    """Autocast sends a sparse product to bf16, which has no sparse kernel (``addmm_sparse_cuda`` on an H200,
+    ``addmm_out_sparse_csr_impl_mkl`` on the CPU): the chain turns autocast off and gives fp32."""
+    hop = torch.eye(4).to_sparse_csr()
+    x = torch.randn(4, 3)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = apply_chain([hop, hop], x)
+    assert out.dtype == torch.float32 and torch.equal(out, x)
