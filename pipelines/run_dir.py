@@ -96,7 +96,7 @@ def read_json(path: Path) -> dict:
         return {}
 
 
-def _git_commit() -> str | None:
+def git_commit() -> str | None:
     here = Path(__file__).resolve().parent
     try:
         out = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
@@ -130,7 +130,7 @@ def environment(device: torch.device, world_size: int) -> dict[str, Any]:
             continue
     return {
         "packages": versions,
-        "git_commit": _git_commit(),
+        "git_commit": git_commit(),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "device": str(device),

@@ -16,6 +16,7 @@ GPU. ``--device cpu`` with tiny settings is how CI checks that the command runs 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import platform
 import socket
@@ -32,6 +33,7 @@ import torch.distributed as dist
 from contrasuite.domains.task import autocast_for
 from contrasuite.pipelines.bench import objectives as objective_bench
 from contrasuite.pipelines.config import find_config
+from contrasuite.pipelines.run_dir import git_commit
 from contrasuite.pipelines.smoke import full_scale_configs, measure
 
 PRECISIONS = ("bf16", "fp32")
@@ -90,22 +92,36 @@ def markdown(result: dict[str, Any]) -> str:
     env, group = result["environment"], result["process_group"]
     lines = [f"# `contrasuite bench gpu` on {env['device_name']}", "",
              f"Measured on {env['device_name']} ({env['device']}), torch {env['torch']}, CUDA {env['cuda']}, "
-             f"{env['date']}. Command: `{result['command']}`.", "",
+             f"{env['date']}, code {env.get('git_commit') or 'not recorded'}. Command: `{result['command']}`.", "",
              f"Process group: {group['backend']}, init {group['init_seconds']:.2f} s, all-reduce "
-             f"{'ok' if group['all_reduce_ok'] else 'WRONG'}.", "",
-             "## Objectives (forward + backward)", "",
-             "| kind | precision | objective | form | N | ms | peak MB | time / baseline |", "|---|---|---|---|---|---|---|---|"]
+             f"{'ok' if group['all_reduce_ok'] else 'WRONG'}.", ""]
+    if result["objectives"]:
+        lines += ["## Objectives (forward + backward)", "",
+                  "| kind | precision | objective | form | N | ms | peak MB | time / baseline |", "|---|---|---|---|---|---|---|---|"]
     for r in result["objectives"]:
         ratio = r.get("time_vs_bare") or r.get("time_vs_dense")
         lines.append(f"| {r['kind']} | {r['precision']} | {r['objective']} | {r.get('form', '-')} | {r['n']} | "
                      f"{r['ms']:.2f} | {r.get('peak_mb') or 0:.0f} | {f'{ratio:.2f}' if ratio else '-'} |")
-    lines += ["", f"## Pipelines: {result['steps']} steps at each config's own batch", "",
-              "| config | precision | state | steps/s | peak GiB (last step) | params (M) | note |", "|---|---|---|---|---|---|---|"]
+    if result["pipelines"]:
+        lines += [""] * bool(result["objectives"]) + [f"## Pipelines: {result['steps']} steps at each config's own batch", "",
+                  "| config | precision | state | steps/s | peak GiB (last step) | params (M) | note |", "|---|---|---|---|---|---|---|"]
     for r in result["pipelines"]:
         rate = f"{r['steps_per_second']:.2f}" if r["steps_per_second"] else "-"
         lines.append(f"| {r['config']} | {r['precision'] or '-'} | {r['state']} | {rate} | "
                      f"{r['step_peak_bytes'] / 2**30:.2f} | {r['params'] / 1e6:.2f} | {r['note'][:120]} |")
     return "\n".join(lines) + "\n"
+
+
+def write_result(result: dict[str, Any], out_dir: Path) -> None:
+    """``bench_gpu.json`` and its page ``bench_gpu.md`` in ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "bench_gpu.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
+    (out_dir / "bench_gpu.md").write_text(markdown(result))
+
+
+def page(results: Sequence[dict[str, Any]]) -> str:
+    """One page of several kept results (``--report``), in the order given."""
+    return "\n---\n\n".join(markdown(r) for r in results)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -121,7 +137,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--subset", action="store_true", help="the tasks' smoke subsets and batches (a quick check)")
     parser.add_argument("--data-root", default=None)
     parser.add_argument("--out-dir", type=Path, default=Path("bench-gpu"))
+    parser.add_argument("--report", type=Path, nargs="+", default=None,
+                        help="kept bench_gpu.json files: render them into --page, run nothing")
+    parser.add_argument("--page", type=Path, default=Path("docs/results/bench_gpu.md"))
     args = parser.parse_args(argv)
+    if args.report:
+        args.page.write_text(page([json.loads(f.read_text()) for f in args.report]))
+        print(f"wrote {args.page}")
+        return 0
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         print("contrasuite bench gpu: no CUDA device here (use --device cpu to check the command)", file=sys.stderr)
@@ -130,18 +153,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--steps must be >= 3 (two warm-up steps, then the measured ones)")
     ints = lambda text: [int(x) for x in text.split(",") if x]  # noqa: E731
     configs = [find_config(c) for c in args.configs] if args.configs is not None else full_scale_configs()
-    result = {
+    result: dict[str, Any] = {
         "command": "contrasuite bench gpu " + " ".join(sys.argv[3:] if argv is None else argv),
         "environment": {"device": str(device), "torch": torch.__version__, "cuda": torch.version.cuda,
                         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
-                        "date": time.strftime("%Y-%m-%d")},
-        "process_group": process_group_check(device),
-        "objectives": objective_rows(device, ints(args.dense_n), ints(args.n), args.dim, args.repeats, args.tile_size),
-        "steps": args.steps,
-        "pipelines": pipeline_rows(configs, args.device, args.steps, args.subset, args.data_root),
+                        "date": time.strftime("%Y-%m-%d"), "git_commit": git_commit()},
+        "process_group": process_group_check(device), "objectives": [], "steps": args.steps, "pipelines": [],
     }
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    (args.out_dir / "bench_gpu.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
-    (args.out_dir / "bench_gpu.md").write_text(markdown(result))
+    save = functools.partial(write_result, result, args.out_dir)  # after each part: a timed-out run keeps what is done
+    result["objectives"] = objective_rows(device, ints(args.dense_n), ints(args.n), args.dim, args.repeats, args.tile_size)
+    save()
+    result["pipelines"] = pipeline_rows(configs, args.device, args.steps, args.subset, args.data_root)
+    save()
     print(f"wrote {args.out_dir / 'bench_gpu.json'} and {args.out_dir / 'bench_gpu.md'}")
     return 0 if result["process_group"]["all_reduce_ok"] and all(r["state"] != "FAIL" for r in result["pipelines"]) else 1

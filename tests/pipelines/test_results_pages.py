@@ -3,6 +3,7 @@
 - a comparison page ``<page>.md`` has ``records/<page>/page.json`` (its domain and flags): ``contrasuite
   compare <domain> <flags> --report-only`` re-renders it, and none of its records may be stale;
 - ``bench_pipelines.md``: each record under ``records/bench_pipelines/`` rendered by its bench's ``--report``;
+- ``bench_gpu.md``: the kept ``contrasuite bench gpu`` results under ``records/bench_gpu/`` (``--report``);
 - ``README.md``: the effects table (``contrasuite compare effects``);
 - a page under ``archive/`` says on its first line why it cannot be reproduced.
 """
@@ -18,7 +19,7 @@ from contrasuite.pipelines import effects
 from contrasuite.pipelines.catalog import benches, reports
 from contrasuite.pipelines.compare import PAGE_FILE, RESULTS
 
-BENCH_PAGES = {"bench_pipelines.md"}
+BENCH_PAGES = {"bench_pipelines.md", "bench_gpu.md"}
 PAGES = sorted(p.name for p in RESULTS.glob("*.md") if p.name != "README.md" and p.name not in BENCH_PAGES)
 
 
@@ -48,6 +49,14 @@ def test_the_bench_pipelines_page_re_renders_from_its_records(tmp_path):
         bench = importlib.import_module(benches()[section.split("+")[0]].module)
         assert bench.main(["--against", "peer", "--report", "--output", str(records[section]), "--page", str(out)]) == 0
     assert out.read_text() == page.read_text()
+
+
+def test_the_gpu_page_re_renders_from_its_kept_results(tmp_path):
+    from contrasuite.pipelines.bench import gpu
+
+    kept = sorted((RESULTS / "records" / "bench_gpu").glob("*.json"))
+    assert kept and gpu.main(["--report", *map(str, kept), "--page", str(tmp_path / "page.md")]) == 0
+    assert (tmp_path / "page.md").read_text() == (RESULTS / "bench_gpu.md").read_text()
 
 
 def test_the_effects_table_is_rendered_from_the_records():
