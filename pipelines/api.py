@@ -4,15 +4,14 @@ A domain's front modules (``report.py``, ``bench.py`` and the modules that decla
 import the engine from here and nowhere else in ``contrasuite.pipelines`` (tests/test_dependency_rule.py);
 the rest of a domain never imports the engine. What is here:
 
-- configs and runs: :func:`load_config`, :class:`ConfigError`, :func:`default_data_root`, :func:`seed_all`,
+- configs and runs: :func:`load_config`, :class:`ConfigError`, :func:`default_data_root`,
   :func:`load_checkpoint` (:class:`CheckpointError`), :func:`write_json`, :func:`logged_per_epoch` (what a run logged);
 - a comparison report (:mod:`contrasuite.pipelines.compare`): it declares a :class:`Comparison` of
   :class:`Arm` s and a renderer, :func:`compare_main` trains what has no current record and renders the page;
-  :func:`load_records`, :func:`difference` (a difference of means over seeds with its standard error);
+  :func:`difference` (a difference of means over seeds with its standard error);
   :class:`Effect`: a paper's claim and the arms that measure it, for ``EFFECTS`` (the effects table);
-- running the project's own commands in child processes, the one way the reports train:
-  :func:`train_and_test`, and its parts :data:`ROOT`, :func:`run_cli` (any other command),
-  :func:`thread_env`, :func:`data_root_args`; :func:`config_digest`, :func:`current_result`;
+- running the project's own commands in child processes (the runner trains this way): :data:`ROOT`,
+  :func:`run_cli`, :func:`thread_env`;
 - inputs and devices: :func:`readable_images`, :func:`require_image`, :func:`pick_device`;
 - a task outside the trainer (benchmarks, a report's evaluation): :func:`setup_task`, and
   :class:`StepRunner` for its training steps as the trainer makes them;
@@ -31,24 +30,21 @@ from contrasuite.pipelines.bench.against_peer import (
     outcome, peer_flags, peer_main, peer_record, peer_version, plain_loop_step, pull_levers, round_cells,
 )
 from contrasuite.pipelines.checkpoint import CheckpointError, load as load_checkpoint
-from contrasuite.pipelines.cli_runs import (
-    ROOT, config_digest, current_result, data_root_args, run_cli, thread_env, train_and_test,
-)
-from contrasuite.pipelines.compare import Arm, Comparison, load_records, main as compare_main
+from contrasuite.pipelines.cli_runs import ROOT, run_cli, thread_env
+from contrasuite.pipelines.compare import Arm, Comparison, main as compare_main
 from contrasuite.pipelines.effects import Effect
 from contrasuite.pipelines.config import ConfigError, default_data_root, load_config
 from contrasuite.pipelines.image_inputs import readable_images, require_image
 from contrasuite.pipelines.precision import pick_device
 from contrasuite.pipelines.run_dir import logged_per_epoch, write_json
 from contrasuite.pipelines.standalone import StepRunner, setup_task
-from contrasuite.pipelines.tables import Difference, difference, mean_std, page_command
-from contrasuite.pipelines.trainer import seed_all
+from contrasuite.pipelines.tables import difference, mean_std
 
 __all__ = [
-    "Arm", "Comparison", "Difference", "Effect", "compare_main", "difference", "load_records",
-    "ROOT", "CheckpointError", "ConfigError", "StepRunner", "config_digest", "current_result", "data_root_args", "load_checkpoint",
-    "default_data_root", "load_config", "logged_per_epoch", "mean_std", "page_command", "pick_device", "readable_images", "require_image", "run_cli",
-    "seed_all", "thread_env", "write_json", "write_output", "setup_task", "train_and_test",
+    "Arm", "Comparison", "Effect", "compare_main", "difference",
+    "ROOT", "CheckpointError", "ConfigError", "StepRunner", "load_checkpoint", "default_data_root", "load_config",
+    "logged_per_epoch", "mean_std", "pick_device", "readable_images", "require_image", "run_cli", "thread_env",
+    "write_json", "write_output", "setup_task",
     # --against peer benches (contrasuite.pipelines.bench.against_peer)
     "RECORDS", "alternate", "check_text", "comparison_section", "cpu_task", "heading", "machine_lines", "our_step",
     "ours_text", "outcome", "peer_flags", "peer_main", "peer_record", "peer_version", "plain_loop_step", "pull_levers",

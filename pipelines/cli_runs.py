@@ -48,14 +48,6 @@ def config_digest(config: Path, overrides: Sequence[str], code: Mapping[str, str
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def current_result(path: Path, digest: str) -> dict | None:
-    """The cached result at ``path`` if it was made under the config whose :func:`config_digest` is ``digest``."""
-    if not path.is_file():
-        return None
-    cached = json.loads(path.read_text())
-    return cached if cached.get("config_sha256") == digest else None
-
-
 def thread_env(threads: int, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """This process's environment with ``threads`` OpenMP/MKL threads (and ``extra`` variables)."""
     return {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), **(extra or {})}

@@ -77,6 +77,9 @@ class Comparison:
     """The version of the data an arm reads; default: its declared datasets' checksums."""
     extra: Callable[[Arm, TestedRun], dict[str, Any]] = field(default=lambda arm, run: {})
     """More fields for an arm's record, read from its tested run."""
+    code: Mapping[str, str] = field(default_factory=dict)
+    """Tags of code the results depend on beyond their configs (a pretrained network's name): part of the
+    config digest, so records made with another are not current."""
 
 
 # -- records ------------------------------------------------------------------------------------------------
@@ -117,7 +120,7 @@ def keys(comparison: Comparison, arm: Arm, seed: int) -> tuple[str, str]:
     # the prior's folder is a path on this machine: the digest names the arm it comes from instead
     overrides = [o.replace("{after}", f"run-of-{arm.after}") for o in arm.overrides] + [f"run.seed={seed}"]
     version = comparison.data_version(arm) if comparison.data_version else declared_data_version(arm.config, overrides)
-    return config_digest(ROOT / arm.config, overrides), version
+    return config_digest(ROOT / arm.config, overrides, comparison.code or None), version
 
 
 def is_current(record: Mapping[str, Any] | None, digest: str, version: str) -> bool:
@@ -130,7 +133,7 @@ def make_record(comparison: Comparison, arm: Arm, seed: int, run: TestedRun, dig
     """The record of one tested run (see the module docstring for its fields)."""
     env = read_json(run.run_dir / "environment.json")
     status = read_json(run.run_dir / "status.json")
-    steps = max(int(status.get("global_step") or 0), 1)
+    steps = int(status.get("global_step") or 0)  # 0 for an arm evaluated without training (run.epochs=0)
     epochs = int(status.get("epoch") or 0)
     selected_step = int(run.test.get("global_step") or steps)
     val = read_json(run.run_dir / "eval_val.json")
@@ -151,7 +154,7 @@ def make_record(comparison: Comparison, arm: Arm, seed: int, run: TestedRun, dig
                     "cpu_seconds": round(run.cpu_seconds, 1), "epochs_run": epochs, "steps_run": steps,
                     "selected_epoch": run.test.get("epoch"),
                     "seconds_per_epoch": round(run.train_seconds / max(epochs, 1), 2),
-                    "seconds_to_selected": round(run.train_seconds * min(selected_step, steps) / steps, 1)},
+                    "seconds_to_selected": round(run.train_seconds * min(selected_step, steps) / max(steps, 1), 1)},
         "run_dir": str(run.run_dir),
         "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         **comparison.extra(arm, run),

@@ -78,7 +78,8 @@ def render(effects: Sequence[Effect], results: Path = RESULTS) -> str:
         "method's arm minus its baseline's, mean over seeds ± the standard error of that difference; seeds: runs",
         "of the method / of the baseline. Verdict: `shown` (the paper's sign, at least two standard errors),",
         "`opposite` (the other sign, at least two standard errors), `not shown` (within two standard errors),",
-        "`not measured` (fewer than two seeds a side: the page is archived, see `archive/`, or not yet run).",
+        "`not measured` (fewer than two seeds a side: the page is archived, see `archive/`, or not yet run). A row",
+        "whose page is archived but whose records are kept (its data cannot be remade here) says so in `page`.",
         "",
         "| method | paper's claim | our measure | our protocol | difference | seeds | verdict | official code on our protocol | page |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -87,7 +88,9 @@ def render(effects: Sequence[Effect], results: Path = RESULTS) -> str:
     for e in effects:
         records = cache.setdefault(e.page, load_records(results / "records" / e.page))
         diff, seeds, verdict = measured(e, records)
-        page = f"[{e.page}]({e.page}.md)" if (results / f"{e.page}.md").is_file() else f"{e.page} (not published)"
+        page = (f"[{e.page}]({e.page}.md)" if (results / f"{e.page}.md").is_file() else
+                f"[{e.page}](archive/{e.page}.md) (archived; its records kept)" if (results / "archive" / f"{e.page}.md").is_file()
+                else f"{e.page} (not published)")
         lines.append(f"| {e.method} | {e.claim} | {e.measure}: `{e.arm}` - `{e.baseline}` | {e.protocol} | {diff} | "
                      f"{seeds} | {verdict} | {e.official or '-'} | {page} |")
     return "\n".join(lines) + "\n"

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import shlex
 import statistics
 from dataclasses import dataclass
 from typing import Sequence
-
-RENDER_ONLY_FLAGS = ("--table-only", "--report-only")
-"""Flags that only re-render a page from cached runs: the page's command leaves them out."""
 
 
 def mean_std(values: Sequence[float], digits: int = 2, scale: float = 1.0) -> str:
@@ -19,12 +15,6 @@ def mean_std(values: Sequence[float], digits: int = 2, scale: float = 1.0) -> st
     if len(scaled) == 1:
         return f"{scaled[0]:.{digits}f}"
     return f"{statistics.mean(scaled):.{digits}f} ± {statistics.stdev(scaled):.{digits}f}"
-
-
-def page_command(domain: str, argv: Sequence[str]) -> str:
-    """The ``contrasuite compare DOMAIN ...`` command that trains what a page shows: ``argv`` without the
-    re-render-only flags."""
-    return shlex.join(["contrasuite", "compare", domain, *(a for a in argv if a and a not in RENDER_ONLY_FLAGS)])
 
 
 @dataclass(frozen=True)

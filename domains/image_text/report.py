@@ -177,7 +177,8 @@ def _arguments(p: argparse.ArgumentParser) -> None:
 def _build(args: argparse.Namespace) -> Comparison:
     split_seed = args.split_seed
     return Comparison("image_text", page_name(split_seed), arms(split_seed),
-                      lambda records, command: render_page(records, command, split_seed), quick=QUICK, extra=extra)
+                      lambda records, command: render_page(records, command, split_seed), quick=QUICK, extra=extra,
+                      code={"image_network": IMAGE_NETWORK})
 
 
 def main(argv: Sequence[str] | None = None) -> int:

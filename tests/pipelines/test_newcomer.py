@@ -36,7 +36,7 @@ def test_bench_and_compare_help_list_their_names(capsys):
             assert f"  {name:18s} {entry.summary}" in out
     assert set(benches()) >= {"objectives", "gpu", "data_loading", "code_search", "super_resolution", "translation"}
     assert set(reports()) == {"code_search", "graph", "image_ssl", "image_text", "metric_learning", "super_resolution",
-                              "translation"}
+                              "translation", "effects"}  # effects: the table across the reports (pipelines/effects.py)
 
 
 def test_domain_commands_come_from_the_domain_folders():

@@ -1,6 +1,8 @@
-"""The shared cells and commands of the results pages."""
+"""The shared cells of the results pages."""
 
-from contrasuite.pipelines.tables import mean_std, page_command
+import pytest
+
+from contrasuite.pipelines.tables import difference, mean_std
 
 
 def test_mean_std_over_seeds():
@@ -9,6 +11,9 @@ def test_mean_std_over_seeds():
     assert mean_std([1.0, 2.0, 3.0], digits=1) == "2.0 ± 1.0"
 
 
-def test_page_command_leaves_out_render_only_flags_and_quotes():
-    argv = ["--seeds", "0", "1", "--table-only", "--note", "two words", "--report-only", ""]
-    assert page_command("graph", argv) == "contrasuite compare graph --seeds 0 1 --note 'two words'"
+def test_a_difference_of_means_has_the_welch_standard_error():
+    d = difference([3.0, 4.0], [1.0, 2.0, 3.0])
+    assert d.mean == pytest.approx(1.5) and d.se == pytest.approx((0.5 / 2 + 1.0 / 3) ** 0.5) and d.seeds == (2, 3)
+    assert not d.beyond and difference([10.0, 10.1], [1.0, 1.1]).beyond
+    with pytest.raises(ValueError, match="two values a side"):
+        difference([1.0], [1.0, 2.0])
