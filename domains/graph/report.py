@@ -104,11 +104,17 @@ def versus(runs: dict[str, list[dict]], method: str, baseline: str) -> str:
 
 
 def _timing(method: str, runs: list[dict]) -> str:
-    """Seconds per epoch, the selected epochs and the mean time to the selected checkpoint."""
+    """Seconds per epoch, epochs run, the selected epochs, the mean time to the selected checkpoint and the
+    machine's load when the runs started."""
     t = [r["timings"] for r in runs]
+    epochs = sorted({x["epochs_run"] for x in t})
+    loads = [r["machine"]["load_average_1min"] for r in runs if r.get("machine", {}).get("load_average_1min") is not None]
     return (f"{SHORT[method]}: {statistics.mean(x['seconds_per_epoch'] for x in t):.2f} s/epoch, "
-            f"{t[0]['epochs_run']} epochs run, selected epoch {', '.join(str(x['selected_epoch']) for x in t)}, "
-            f"mean {statistics.mean(x['seconds_to_selected'] for x in t):.0f} s to the selected checkpoint")
+            f"{', '.join(str(x['epochs_run']) for x in t) if len(epochs) > 1 else epochs[0]} epochs run, "
+            f"selected epoch {', '.join(str(x['selected_epoch']) for x in t)}, "
+            f"mean {statistics.mean(x['seconds_to_selected'] for x in t):.0f} s to the selected checkpoint"
+            + (f" (1-min load {min(loads):.1f}-{max(loads):.1f} on {runs[0]['machine']['cores']} cores at the starts)"
+               if loads else ""))
 
 
 def render_page(protocol: str, records: list[dict[str, Any]], command: str) -> str:
