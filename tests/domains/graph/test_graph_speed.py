@@ -83,7 +83,7 @@ def test_meow_steps_are_the_same_bits_as_with_the_plain_forms(tmp_path, make_tin
 
 def test_kmeans_assignment_matches_the_batched_argmax_ties_included():
     g = torch.Generator().manual_seed(0)
-    x = torch.nn.functional.normalize(torch.randn(500, 16, generator=g), dim=1)
+    x = torch.nn.functional.normalize(torch.randn(9000, 16, generator=g), dim=1)  # several blocks of rows
     centroids = torch.nn.functional.normalize(torch.randn(3, 40, 16, generator=g), dim=-1)
     centroids[:, 7] = centroids[:, 3]  # exact ties: the first index wins in both forms
     centroids[1, 20:] = centroids[1, :20]
