@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Official MEOW (github.com/jianxiangyu/MEOW, folder code_meow) on one dataset and seed, one thread,
+# on the CPU, with code_meow_cpu.patch; writes one run record
+#   docs/results/records/graph_paper/official_meow_<dataset>_seed<seed>.json
+#
+# usage: run_official_meow.sh DATASET SEED        (DATASET: acm | dblp | imdb)
+# env:   MEOW_GIT    the fetched repository's git directory (default /work/.mirror/jianxiangyu+MEOW/repo)
+#        MEOW_COMMIT commit to export (default 6a072d79648ab83f7ec7b7482af1696ed00938a1)
+#        OFFICIAL    scratch folder outside the repository (default /tmp/official/meow)
+#        PYTHON      interpreter with torch, numpy, scipy, scikit-learn, faiss-cpu (default python)
+# The first call exports the commit into $OFFICIAL, applies the patch, and (DBLP only) builds the four
+# DBLP files the repository does not ship (see README.md). Runs of the same scratch folder must not
+# overlap (the code writes its embeddings and result_*.txt into code_meow/).
+set -euo pipefail
+DATASET=${1:?dataset}; SEED=${2:?seed}
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../../../../.." && pwd)
+MEOW_GIT=${MEOW_GIT:-/work/.mirror/jianxiangyu+MEOW/repo}
+MEOW_COMMIT=${MEOW_COMMIT:-6a072d79648ab83f7ec7b7482af1696ed00938a1}
+OFFICIAL=${OFFICIAL:-/tmp/official/meow}
+PYTHON=${PYTHON:-python}
+export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+
+# 1. export the commit blob by blob (git archive stops at the first blob the snapshot lacks: the
+#    stored snapshot of the repository lacks its six largest files, DBLP's apcpa.npz, aptpa.npz,
+#    nei_apcp.npz, nei_aptp.npz and two AMiner feature files)
+if [ ! -f "$OFFICIAL/.patched" ]; then
+  mkdir -p "$OFFICIAL"
+  git --git-dir="$MEOW_GIT" ls-tree -r "$MEOW_COMMIT" | while read -r mode type sha path; do
+    mkdir -p "$OFFICIAL/$(dirname "$path")"
+    if git --git-dir="$MEOW_GIT" cat-file -e "$sha" 2>/dev/null; then
+      git --git-dir="$MEOW_GIT" cat-file blob "$sha" > "$OFFICIAL/$path"
+    else
+      echo "not in the snapshot: $path" >&2
+    fi
+  done
+  (cd "$OFFICIAL" && patch -p1 < "$HERE/code_meow_cpu.patch")
+  touch "$OFFICIAL/.patched"
+fi
+
+# 2. DBLP: build the missing meta-path files from pa.txt, pc.txt, pt.txt (only if absent)
+if [ "$DATASET" = dblp ] && [ ! -f "$OFFICIAL/data/dblp/apcpa.npz" ]; then
+  "$PYTHON" - "$OFFICIAL/data/dblp" <<'PY'
+import sys, numpy as np, scipy.sparse as sp
+d = sys.argv[1] + "/"
+n_a, n_p, n_c, n_t = 4057, 14328, 20, 7723            # params.py dblp type_num
+def inc(f, rows, cols, swap):
+    e = np.loadtxt(d + f, dtype=np.int64)
+    r, c = (e[:, 1], e[:, 0]) if swap else (e[:, 0], e[:, 1])
+    return sp.csr_matrix((np.ones(len(e)), (r, c)), shape=(rows, cols))
+AP = inc("pa.txt", n_a, n_p, True)                    # pa.txt: "paper author"
+PC = inc("pc.txt", n_p, n_c, False)
+PT = inc("pt.txt", n_p, n_t, False)
+binar = lambda m: (m > 0).astype(np.float64).tocsr()
+# the conventions, checked on the files the repository ships: meta-path matrices are path counts,
+# nei_* are binary "reached through the path" incidences
+assert abs(sp.load_npz(d + "apa.npz") - AP @ AP.T).max() == 0
+assert abs(sp.load_npz(d + "nei_ap.npz") - AP).max() == 0
+assert abs(sp.load_npz(d + "nei_apc.npz") - binar(AP @ PC)).max() == 0
+assert abs(sp.load_npz(d + "nei_apt.npz") - binar(AP @ PT)).max() == 0
+APC, APT = AP @ PC, AP @ PT
+import time; time.time = lambda: 315619200.0  # zip entry dates fixed (1980-01-02) so the files are byte-reproducible
+sp.save_npz(d + "apcpa.npz", (APC @ APC.T).tocsr())
+sp.save_npz(d + "aptpa.npz", (APT @ APT.T).tocsr())
+sp.save_npz(d + "nei_apcp.npz", binar(APC @ PC.T))
+sp.save_npz(d + "nei_aptp.npz", binar(APT @ PT.T))
+for f in ("apcpa", "aptpa", "nei_apcp", "nei_aptp"):
+    m = sp.load_npz(d + f + ".npz"); print("built", f, m.shape, m.nnz)
+PY
+fi
+
+# 3. run, one thread, niced; the log is kept beside the scratch tree
+LOGDIR=${LOGDIR:-$(dirname "$OFFICIAL")/meow_logs}; mkdir -p "$LOGDIR"
+LOG="$LOGDIR/${DATASET}_seed${SEED}.log"
+CMD="OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 nice -n 10 python -u main.py $DATASET --seed $SEED"
+LOAD=$(cut -d' ' -f1 /proc/loadavg)
+cd "$OFFICIAL/code_meow"
+nice -n 10 "$PYTHON" -u main.py "$DATASET" --seed "$SEED" > "$LOG" 2>&1
+
+# 4. the record, parsed from the log (nothing is written if the run did not finish)
+"$PYTHON" - "$DATASET" "$SEED" "$LOG" "$CMD" "$LOAD" "$OFFICIAL" "$REPO" "$MEOW_COMMIT" <<'PY'
+import sys, re, json, os, hashlib, platform, datetime
+ds, seed, log, cmd, load, official, repo, commit = sys.argv[1:]
+text = open(log).read()
+tests = re.findall(r"\[Test Classification\] Macro-F1_mean: ([\d.]+) var: ([\d.]+)\s+Micro-F1_mean: ([\d.]+) var: ([\d.]+) auc: ([\d.]+) var: ([\d.]+)", text)
+clu = re.findall(r"\[Clustering\] NMI: ([\d.]+)\s+ARI: ([\d.]+)", text)
+stop = re.findall(r"\[timing\] stop epochs_run=(\d+) last_epoch=(\d+) train_s=([\d.]+)", text)
+ev = re.findall(r"\[timing\] eval_s=([\d.]+)", text)
+ends = dict((int(e), float(w)) for e, w in re.findall(r"\[timing\] epoch_end epoch=(\d+) wall_s=([\d.]+)", text))
+assert len(tests) == 3 and len(clu) == 1 and len(stop) == 1 and len(ev) == 1, "run not finished: " + log
+m = {}
+for r, t in zip((20, 40, 60), tests):
+    ma, mas, mi, mis, auc, aucs = map(float, t)
+    m.update({f"macro_f1_{r}": ma, f"micro_f1_{r}": mi, f"auc_{r}": auc,
+              f"macro_f1_std_{r}": mas, f"micro_f1_std_{r}": mis, f"auc_std_{r}": aucs})
+order = [f"{k}_{r}" for k in ("macro_f1", "micro_f1", "auc") for r in (20, 40, 60)]
+metrics = {k: m[k] for k in order}
+metrics["nmi"], metrics["ari"] = float(clu[0][0]), float(clu[0][1])
+metrics.update({k.replace("_f1_", "_f1_std_").replace("auc_", "auc_std_"): m[k.replace("_f1_", "_f1_std_").replace("auc_", "auc_std_")] for k in order})
+epochs_run, last, train_s = int(stop[0][0]), int(stop[0][1]), float(stop[0][2])
+data_dir = os.path.join(official, "data", ds)
+sums = sorted(hashlib.sha256(open(os.path.join(data_dir, f), "rb").read()).hexdigest()
+              for f in sorted(os.listdir(data_dir)) if os.path.isfile(os.path.join(data_dir, f)))
+cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "")
+import torch, numpy, sklearn, scipy
+rec = {"page": "graph_paper", "arm": "official_meow", "group": ds, "seed": int(seed),
+       "command": cmd, "config": None, "overrides": [], "config_sha256": None,
+       "data_version": hashlib.sha256("".join(sums).encode()).hexdigest()[:12],
+       "code": {"repository": "github.com/jianxiangyu/MEOW", "commit": commit, "folder": "code_meow",
+                "patch": "docs/results/records/official/meow/code_meow_cpu.patch"},
+       "machine": {"platform": platform.platform(), "cpu": cpu, "cores": os.cpu_count(), "threads": 1,
+                   "load_average_1min": float(load)},
+       "libraries": {"torch": torch.__version__, "numpy": numpy.__version__,
+                     "scikit-learn": sklearn.__version__, "scipy": scipy.__version__},
+       "metrics": metrics,
+       "timings": {"train_seconds": round(train_s, 2), "epochs_run": epochs_run, "selected_epoch": epochs_run,
+                   "seconds_per_epoch": round(train_s / epochs_run, 2),
+                   "seconds_to_selected": round(ends[last], 2), "eval_seconds": round(float(ev[0]), 2)},
+       "recorded": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+out = os.path.join(repo, "docs/results/records/graph_paper", f"official_meow_{ds}_seed{seed}.json")
+with open(out, "w") as f:
+    json.dump(rec, f, indent=2); f.write("\n")
+print("wrote", out)
+PY
