@@ -89,3 +89,32 @@ def test_kmeans_assignment_matches_the_batched_argmax_ties_included():
     centroids[1, 20:] = centroids[1, :20]
     for spherical in (True, False):
         assert torch.equal(cluster_weights._assign(x, centroids, spherical), _plain_assign(x, centroids, spherical))
+
+
+def test_against_official_skips_in_one_line_without_the_official_folder(tmp_path, capsys):
+    import contrasuite.domains.graph.bench as bench
+
+    out = tmp_path / "record.json"
+    assert bench.main(["--against", "official", "--official", str(tmp_path / "absent"), "--output", str(out)]) == 0
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert len(printed) == 1 and "no official code_meow" in printed[0] and not out.exists()
+
+
+def test_against_official_report_renders_its_section(tmp_path):
+    import contrasuite.domains.graph.bench as bench
+
+    facts = {"nodes": 4019, "dim": 64, "metapath_edges": [10, 20], "parameters": 1000, "num_clusters": [100, 300],
+             "kmeans": "k-means"}
+    rounds = [{"ours_cpu_s": 1.0, "peer_cpu_s": 1.4, "ours_wall_s": 2.0, "peer_wall_s": 2.6, "ratio": 1.4}] * 3
+    record = {"section": "graph_acm_official", "against": "official", "levers": [], "ours": "ours", "peer": "official",
+              "dataset": "acm", "ours_facts": facts, "official_facts": {**facts, "faiss": "1"},
+              "first_loss": {"ours": 13.3, "peer": 16.7}, "precision": "fp32", "device": "cpu", "threads": 1,
+              "clock": "cpu", "steps_per_round": 3, "repeats": 3, "rounds": rounds, "ratio_median": 1.4,
+              "ratio_min": 1.4, "ratio_max": 1.4, "torch": "2", "machine": "cpu", "cpu_count": 2,
+              "load_average_1min": 1.0, "date_utc": "2026-01-01 00:00", "command": "contrasuite bench graph --against official"}
+    path, page = tmp_path / "graph_official.json", tmp_path / "page.md"
+    path.write_text(json.dumps(record))
+    assert bench.main(["--report", "--output", str(path), "--page", str(page)]) == 0
+    text = page.read_text()
+    assert "<!-- section:graph_acm_official -->" in text and "**1.40** median" in text
+    assert "| 1 | 1.00 | 1.40 | 2.00 | 2.60 | 1.40 |" in text
