@@ -55,7 +55,20 @@ class Arm:
     checkpoint: str | None = None
     """The checkpoint ``contrasuite eval`` tests; None: the run's ``run.eval_checkpoint``."""
     after: str | None = None
-    """An arm whose run (same seed) this one needs: ``{after}`` in ``overrides`` becomes its run folder."""
+    """An arm whose run this one needs: ``{after}`` in ``overrides`` becomes its run folder."""
+    after_seed: int | None = None
+    """The seed of the ``after`` arm's run to start from; None: this arm's own seed. (PCL-SR's protocol:
+    every seed fine-tunes the one converged seed-0 model.)"""
+    seeds: tuple[int, ...] | None = None
+    """The only seeds this arm runs at (a pretrain that every seed starts from), None: every ``--seeds``."""
+
+    def runs_at(self, seed: int) -> bool:
+        """Whether this arm runs at ``seed``."""
+        return self.seeds is None or seed in self.seeds
+
+    def prior_seed(self, seed: int) -> int:
+        """The seed of the ``after`` arm's run that this arm at ``seed`` starts from."""
+        return seed if self.after_seed is None else self.after_seed
 
 
 Render = Callable[[list[dict[str, Any]], str], str]
@@ -117,8 +130,9 @@ def declared_data_version(config: str, overrides: Sequence[str] = ()) -> str:
 
 def keys(comparison: Comparison, arm: Arm, seed: int) -> tuple[str, str]:
     """The ``(config_sha256, data_version)`` a current record of ``arm`` at ``seed`` carries."""
-    # the prior's folder is a path on this machine: the digest names the arm it comes from instead
-    overrides = [o.replace("{after}", f"run-of-{arm.after}") for o in arm.overrides] + [f"run.seed={seed}"]
+    # the prior's folder is a path on this machine: the digest names the arm (and another seed) it comes from
+    prior = f"run-of-{arm.after}" + (f"-seed{arm.prior_seed(seed)}" if arm.prior_seed(seed) != seed else "")
+    overrides = [o.replace("{after}", prior) for o in arm.overrides] + [f"run.seed={seed}"]
     version = comparison.data_version(arm) if comparison.data_version else declared_data_version(arm.config, overrides)
     return config_digest(ROOT / arm.config, overrides, comparison.code or None), version
 
@@ -198,7 +212,8 @@ def run_missing(comparison: Comparison, arms: Sequence[Arm], settings: Settings)
     for wave in waves:
         pending = []
         for arm in wave:
-            for seed in settings.seeds:
+            needed = {d.prior_seed(s) for d in arms if d.after == arm.name for s in settings.seeds if d.runs_at(s)}
+            for seed in sorted({s for s in settings.seeds if arm.runs_at(s)} | needed):
                 if not is_current(read_json(record_file(settings.records, arm.name, seed)), *keys(comparison, arm, seed)):
                     pending.append((arm, seed))
         if not pending:
@@ -209,9 +224,10 @@ def run_missing(comparison: Comparison, arms: Sequence[Arm], settings: Settings)
             arm, seed = item
             done = {}
             if arm.after:
-                prior = read_json(record_file(settings.records, arm.after, seed))
-                if not is_current(prior, *keys(comparison, by_name[arm.after], seed)):
-                    failures.append(f"{arm.name} seed {seed}: needs a current record of {arm.after}")
+                prior_seed = arm.prior_seed(seed)
+                prior = read_json(record_file(settings.records, arm.after, prior_seed))
+                if not is_current(prior, *keys(comparison, by_name[arm.after], prior_seed)):
+                    failures.append(f"{arm.name} seed {seed}: needs a current record of {arm.after} seed {prior_seed}")
                     return
                 done[arm.after] = prior
             print(f"== {arm.name}, seed {seed}", flush=True)

@@ -7,9 +7,9 @@ Two pages, each its own records (``contrasuite.pipelines.compare`` runs them):
   and ``pcl``.
 - ``--finetune`` (``docs/results/super_resolution_finetune.md``): PCL-SR's own protocol, fine-tuning a
   converged L1 model. Arm ``pretrain`` trains ``reduced_x2_l1.yaml`` for 30 epochs with the learning rate
-  decayed to 0 on a cosine; the arms ``finetune_x2_{l1,pcl_official,pcl_gradient}`` fine-tune the same
-  seed's ``pretrain`` run (``config.init_from``, its ``best.pt``; ``Arm.after``) with
-  ``reduced_finetune_x2_<arm>.yaml``.
+  decayed to 0 on a cosine; the arms ``finetune_x2_{l1,pcl_official,pcl_gradient}`` fine-tune, at every
+  seed, the one seed-0 ``pretrain`` run (``config.init_from``, its ``best.pt``; ``Arm.after`` with
+  ``after_seed=0``, and ``pretrain`` runs at seed 0 only) with ``reduced_finetune_x2_<arm>.yaml``.
 
 Every run is tested on Set5, Set14 and B100 (PSNR/SSIM on Y, border = scale) with the checkpoint selected
 on validation PSNR-Y over held-out T91 crops (``best.pt``). Beside the runs, bicubic upscaling at x2 and x4
@@ -73,7 +73,7 @@ EFFECTS = tuple(
            "super_resolution_finetune", "finetune_x2_pcl_gradient", "finetune_x2_l1", f"{s}/psnr_y",
            f"test PSNR-Y, {s}, x2",
            "reduced CPU fine-tuning: 400 steps at lr 5e-5 from a converged T91 L1 model, against L1 fine-tuning "
-           "alone, same seed",
+           "alone, same seed, both from one converged model",
            official="the released code (Aitical/PCL-SISR) sends no contrastive gradient to the SR network: its arm "
                     "`finetune_x2_pcl_official` ends equal to the L1 control bit for bit "
                     "(docs/domains/super_resolution.md)")
@@ -83,12 +83,13 @@ EFFECTS = tuple(
 
 
 def arms(finetune: bool) -> tuple[Arm, ...]:
-    """The runs of a page: ``l1``, ``pcl`` from scratch; or ``pretrain`` and the fine-tuning arms after it."""
+    """The runs of a page: ``l1``, ``pcl`` from scratch; or ``pretrain`` (seed 0 only) and the fine-tuning arms,
+    every seed of which starts from that one converged model (PCL-SR's protocol)."""
     if not finetune:
         return tuple(Arm(m, f"{CONFIGS}reduced_x2_{m}.yaml", checkpoint="best") for m in SCRATCH)
-    return (Arm(PRETRAIN, f"{CONFIGS}reduced_x2_l1.yaml", PRETRAIN_OVERRIDES, checkpoint="best"),
-            *(Arm(m, f"{CONFIGS}reduced_{m}.yaml", ("config.init_from={after}",), checkpoint="best", after=PRETRAIN)
-              for m in FINETUNE))
+    return (Arm(PRETRAIN, f"{CONFIGS}reduced_x2_l1.yaml", PRETRAIN_OVERRIDES, checkpoint="best", seeds=(0,)),
+            *(Arm(m, f"{CONFIGS}reduced_{m}.yaml", ("config.init_from={after}",), checkpoint="best", after=PRETRAIN,
+                  after_seed=0) for m in FINETUNE))
 
 
 # -- the bicubic baseline, computed from the test sets ---------------------------------------------------------
@@ -238,10 +239,10 @@ def render_finetune(records: list[dict[str, Any]], command: str, quick: bool) ->
     lines = _head("Super-resolution: what PCL-SR adds over plain fine-tuning", PAGES[True], command, quick)
     pretrain = by_arm.get(PRETRAIN, [])
     if pretrain:
-        lines += [f"- The un-fine-tuned model (arm `{PRETRAIN}`, one per seed): `{pretrain[0]['config']} "
+        lines += [f"- The un-fine-tuned model (arm `{PRETRAIN}`, seed 0 only): `{pretrain[0]['config']} "
                   f"{' '.join(pretrain[0]['overrides'])}`, the learning rate decayed to 0 on a cosine over its steps; "
                   f"{describe(pretrain[0])}."]
-    lines += ["- Each fine-tuning arm starts from the same seed's un-fine-tuned `best.pt` (`config.init_from`) with "
+    lines += ["- Every seed of each fine-tuning arm starts from that one model's `best.pt` (`config.init_from`) with "
               "`configs/super_resolution/reduced_finetune_x2_<arm>.yaml` (lr 5e-5, cosine decay, gradient values clipped "
               "at 1, as the official scripts).",
               "", "| model | seeds | " + " | ".join(f"{s} PSNR | {s} SSIM" for s in sets) + " |",
@@ -260,9 +261,6 @@ def render_finetune(records: list[dict[str, Any]], command: str, quick: bool) ->
     if missing:
         lines += ["", f"Not yet run: {', '.join(missing)}."]
     lines += ["", "Paper context: " + PAPER_GAINS]
-    if not quick:
-        lines += ["", "An earlier page fine-tuned seeds 0 and 1 from one seed-0 model (seed 0's runs are the records "
-                      "here): [archive/super_resolution_finetune.md](archive/super_resolution_finetune.md)."]
     if bic:
         lines += ["", *bicubic_section(bic["metrics"], sets)]
     if runs:
@@ -305,7 +303,7 @@ def render_scratch(records: list[dict[str, Any]], command: str, quick: bool) -> 
 
 def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--finetune", action="store_true",
-                   help="PCL-SR's protocol: fine-tune each seed's converged L1 model (super_resolution_finetune.md)")
+                   help="PCL-SR's protocol: every seed fine-tunes one converged seed-0 L1 model (super_resolution_finetune.md)")
 
 
 def _build(args: argparse.Namespace) -> Comparison:

@@ -129,3 +129,25 @@ def test_effects_verdicts_follow_the_difference_and_its_standard_error(tmp_path)
         (tmp_path / "records" / "p" / f"{r['arm']}_seed{r['seed']}.json").write_text(json.dumps(r))
     table = effects.render([e], tmp_path)
     assert "| M | claim | accuracy: `m` - `b` | ours | +2.00 ± 0.08 | 3 / 3 | shown | - | p (not published) |" in table
+
+
+def test_every_seed_can_start_from_one_run_of_an_arm_that_runs_at_one_seed(toy_comparison, tmp_path):
+    """PCL-SR's protocol: one converged model (seed 0) that every seed's fine-tuning starts from."""
+    _, plain = toy_comparison
+
+    def build(args):
+        return Comparison("toy", "toy_page", (
+            Arm("pretrain", str(plain), seeds=(0,)),
+            Arm("finetune", str(plain), ("config.data_file={after}/status.json",), after="pretrain", after_seed=0)),
+            _render)
+
+    assert _main(build, tmp_path, "--seeds", "0", "1") == 0
+    records = tmp_path / "records"
+    assert not (records / "pretrain_seed1.json").exists()
+    pretrain = json.loads((records / "pretrain_seed0.json").read_text())["run_dir"]
+    for seed in (0, 1):
+        assert f"config.data_file={pretrain}/status.json" in json.loads((records / f"finetune_seed{seed}.json").read_text())["command"]
+    assert _main(build, tmp_path, "--seeds", "1", "--report-only") == 0
+    assert "finetune seed 1" in (tmp_path / "page.md").read_text()
+    assert compare.keys(build(None), build(None).arms[1], 1) != compare.keys(
+        build(None), Arm("finetune", str(plain), ("config.data_file={after}/status.json",), after="pretrain"), 1)
