@@ -113,6 +113,8 @@ def _timing(method: str, runs: list[dict]) -> str:
             f"{', '.join(str(x['epochs_run']) for x in t) if len(epochs) > 1 else epochs[0]} epochs run, "
             f"selected epoch {', '.join(str(x['selected_epoch']) for x in t)}, "
             f"mean {statistics.mean(x['seconds_to_selected'] for x in t):.0f} s to the selected checkpoint"
+            + (f", {statistics.mean(x['cpu_seconds'] for x in t):.0f} CPU s per run (training and test)"
+               if all(x.get("cpu_seconds") for x in t) else "")
             + (f" (1-min load {min(loads):.1f}-{max(loads):.1f} on {runs[0]['machine']['cores']} cores at the starts)"
                if loads else ""))
 
@@ -132,8 +134,10 @@ def render_page(protocol: str, records: list[dict[str, Any]], command: str) -> s
         "Each run: test score of the checkpoint selected on validation Macro-F1, at the probe iteration selected",
         "on validation; nothing is selected on test. NMI/ARI: k-means, 10 fits. A cell is the mean ± std over the",
         "seeds in column `seeds` (one seed: ± the std over its probe runs). Reference rows are quoted, not re-run.",
-        "Times: wall seconds of one process with one thread on the machine the records name; time to the selected",
-        "checkpoint is the training time scaled by the selected step's share of the steps run.",
+        "Times: wall seconds of one process with one thread on the machine the records name (a busy machine",
+        "stretches them: the CPU seconds and the load are given beside them); time to the selected checkpoint is",
+        "the training time scaled by the selected step's share of the steps run. Per-epoch speed against the",
+        "official code, measured in alternating rounds in one process: docs/results/bench_pipelines.md (graph).",
         "",
     ]
     if paper:
