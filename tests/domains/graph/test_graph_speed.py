@@ -106,7 +106,7 @@ def test_against_official_report_renders_its_section(tmp_path):
     facts = {"nodes": 4019, "dim": 64, "metapath_edges": [10, 20], "parameters": 1000, "num_clusters": [100, 300],
              "kmeans": "k-means"}
     rounds = [{"ours_cpu_s": 1.0, "peer_cpu_s": 1.4, "ours_wall_s": 2.0, "peer_wall_s": 2.6, "ratio": 1.4}] * 3
-    record = {"section": "graph_acm_official", "against": "official", "levers": [], "ours": "ours", "peer": "official",
+    record = {"section": "graph", "against": "official", "levers": [], "ours": "ours", "peer": "official",
               "dataset": "acm", "ours_facts": facts, "official_facts": {**facts, "faiss": "1"},
               "first_loss": {"ours": 13.3, "peer": 16.7}, "precision": "fp32", "device": "cpu", "threads": 1,
               "clock": "cpu", "steps_per_round": 3, "repeats": 3, "rounds": rounds, "ratio_median": 1.4,
@@ -116,5 +116,5 @@ def test_against_official_report_renders_its_section(tmp_path):
     path.write_text(json.dumps(record))
     assert bench.main(["--report", "--output", str(path), "--page", str(page)]) == 0
     text = page.read_text()
-    assert "<!-- section:graph_acm_official -->" in text and "**1.40** median" in text
+    assert "<!-- section:graph -->" in text and "**1.40** median" in text
     assert "| 1 | 1.00 | 1.40 | 2.00 | 2.60 | 1.40 |" in text
