@@ -1,4 +1,4 @@
-"""``contrasuite bench graph``: AdaMEOW's learned pair weights, memory and time per epoch.
+"""``contrasuite bench graph``: AdaMEOW's pair weights, memory and time per epoch; --against official: MEOW's epoch against the official code.
 
 On ``configs/graph/adameow_<dataset>.yaml`` (full batch: every target node at once), it measures
 
