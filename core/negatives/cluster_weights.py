@@ -81,7 +81,7 @@ def _assign(x: Tensor, centroids: Tensor, spherical: bool) -> Tensor:
     if spherical:
         runs, k, dim = centroids.shape
         flat = centroids.reshape(runs * k, dim).T
-        rows = max(64, (1 << 19) // (runs * k))
+        rows = max(64, (1 << 19) // (runs * k)) if x.device.type == "cpu" else x.shape[0]  # blocks for the CPU's cache
         out = torch.empty(runs, x.shape[0], dtype=torch.long, device=x.device)
         for start in range(0, x.shape[0], rows):
             out[:, start : start + rows] = (x[start : start + rows] @ flat).view(-1, runs, k).max(-1).indices.T
