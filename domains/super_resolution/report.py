@@ -257,15 +257,7 @@ def render_finetune(records: list[dict[str, Any]], command: str, quick: bool) ->
     for arm in ("finetune_x2_pcl_official", "finetune_x2_pcl_gradient"):
         if gains := paired_gains(by_arm.get(arm, []), by_arm.get("finetune_x2_l1", []), sets):
             lines += ["", f"PSNR of {FINETUNE[arm]} minus the L1-only arm, per seed (dB):", "", *gains]
-    missing = [a for a in (PRETRAIN, *FINETUNE) if a not in by_arm]
-    if missing:
-        lines += ["", f"Not yet run: {', '.join(missing)}."]
-    lines += ["", "Paper context: " + PAPER_GAINS]
-    if bic:
-        lines += ["", *bicubic_section(bic["metrics"], sets)]
-    if runs:
-        lines += ["", *_runs_table(runs)]
-    return "\n".join(lines) + "\n"
+    return _page_end(lines, [a for a in (PRETRAIN, *FINETUNE) if a not in by_arm], bic, runs, sets)
 
 
 def render_scratch(records: list[dict[str, Any]], command: str, quick: bool) -> str:
@@ -290,7 +282,12 @@ def render_scratch(records: list[dict[str, Any]], command: str, quick: bool) -> 
             lines.append(f"| {label} | {_seeds(by_arm[arm])} | {_cells(by_arm[arm], sets)} |")
     if gains := paired_gains(by_arm.get("pcl", []), by_arm.get("l1", []), sets):
         lines += ["", "PSNR of L1 + contrastive minus L1, per seed (dB):", "", *gains]
-    missing = [a for a in SCRATCH if a not in by_arm]
+    return _page_end(lines, [a for a in SCRATCH if a not in by_arm], bic, runs, sets)
+
+
+def _page_end(lines: list[str], missing: list[str], bic: dict[str, Any] | None, runs: list[dict[str, Any]],
+              sets: Sequence[str]) -> str:
+    """A page's last sections: what is not yet run, the paper's numbers, bicubic and the table of runs."""
     if missing:
         lines += ["", f"Not yet run: {', '.join(missing)}."]
     lines += ["", "Paper context: " + PAPER_GAINS]
