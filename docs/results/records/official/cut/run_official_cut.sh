@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Official CUT / FastCUT (github.com/taesungp/contrastive-unpaired-translation) on the reduced emoji protocol of
+# configs/translation/reduced_{cut,fastcut}_emoji.yaml, one thread on the CPU, with cut_cpu.patch; scored by our
+# metrics (emoji_official.py score); writes docs/results/records/official/cut/official_<mode>_seed<S>.json
+#
+# usage: run_official_cut.sh MODE SEED        (MODE: cut | fastcut)
+# env:   CUT_GIT    the fetched repository's git directory (default /work/.mirror/taesungp+contrastive-unpaired-translation/repo)
+#        CUT_COMMIT commit to export (default b3ac297708dfb6f7589d04662277e53c0d579c27)
+#        OFFICIAL   scratch folder outside the repository (default /tmp/official)
+#        PYTHON     interpreter with torch, torchvision, dominate and contrasuite installed (default python)
+#        CONTRASUITE_DATA  data root holding emoji/ (docs/data.md)
+set -euo pipefail
+MODE=${1:?cut or fastcut}; SEED=${2:?seed}
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../../../../.." && pwd)
+CUT_GIT=${CUT_GIT:-/work/.mirror/taesungp+contrastive-unpaired-translation/repo}
+CUT_COMMIT=${CUT_COMMIT:-b3ac297708dfb6f7589d04662277e53c0d579c27}
+OFFICIAL=${OFFICIAL:-/tmp/official}
+PYTHON=${PYTHON:-python}
+export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+case "$MODE" in cut) CUT_MODE=CUT ;; fastcut) CUT_MODE=FastCUT ;; *) echo "MODE: cut or fastcut" >&2; exit 2 ;; esac
+
+# 1. export the commit blob by blob (the stored snapshot lacks the README's images) and apply the patch
+if [ ! -f "$OFFICIAL/cut/.patched" ]; then
+  mkdir -p "$OFFICIAL/cut"
+  git --git-dir="$CUT_GIT" ls-tree -r "$CUT_COMMIT" | while read -r mode type sha path; do
+    mkdir -p "$OFFICIAL/cut/$(dirname "$path")"
+    git --git-dir="$CUT_GIT" cat-file -e "$sha" 2>/dev/null && git --git-dir="$CUT_GIT" cat-file blob "$sha" > "$OFFICIAL/cut/$path" \
+      || echo "not in the snapshot: $path" >&2
+  done
+  (cd "$OFFICIAL/cut" && patch -p1 < "$HERE/cut_cpu.patch")
+  touch "$OFFICIAL/cut/.patched"
+fi
+
+# 2. our emoji split in CUT's unaligned layout (trainA 1563 Twemoji, trainB 1673 Noto, testA/testB the 400 test emoji)
+DATA="$OFFICIAL/emoji_unaligned"
+[ -d "$DATA/testB" ] || (cd "$REPO" && "$PYTHON" "$HERE/emoji_official.py" prepare "$DATA")
+
+# 3. train: 64 px (resize 64 -> 64 and crop 64 are the identity), random flip, batch 4, 100 steps an epoch
+#    (--max_dataset_size 400 with the patch), 4 + 2 epochs, ngf/ndf 32, 4 residual blocks, 128 patches,
+#    NCE layers 0,4,8,12,15 (ours for 4 blocks); lambda_NCE / nce_idt / flip_equivariance: the mode's defaults
+NAME=emoji_${MODE}_seed${SEED}
+COMMON=(--dataroot "$DATA" --name "$NAME" --checkpoints_dir "$OFFICIAL/checkpoints" --model cut --CUT_mode "$CUT_MODE"
+        --gpu_ids -1 --netG resnet_4blocks --ngf 32 --ndf 32 --netD basic --num_patches 128 --nce_layers 0,4,8,12,15
+        --load_size 64 --crop_size 64)
+TRAIN=(python train.py "${COMMON[@]}" --batch_size 4 --n_epochs 4 --n_epochs_decay 2 --max_dataset_size 400
+       --num_threads 0 --display_id 0 --no_html --save_epoch_freq 1 --print_freq 100 --seed "$SEED")
+TEST=(python test.py "${COMMON[@]}" --num_test 100000 --results_dir "$OFFICIAL/results")
+LOG="$OFFICIAL/logs"; mkdir -p "$LOG"
+START=$(date +%s.%N)
+(cd "$OFFICIAL/cut" && nice -n 10 "$PYTHON" "${TRAIN[@]:1}") > "$LOG/$NAME.train.log" 2>&1
+END=$(date +%s.%N)
+(cd "$OFFICIAL/cut" && nice -n 10 "$PYTHON" "${TEST[@]:1}") > "$LOG/$NAME.test.log" 2>&1
+
+# 4. score the saved fake_B PNGs with our metrics and write the record
+cd "$REPO"
+nice -n 10 "$PYTHON" "$HERE/emoji_official.py" score "$OFFICIAL/results/$NAME/test_latest/images/fake_B" \
+  --json "$LOG/$NAME.metrics.json" > /dev/null
+"$PYTHON" "$HERE/emoji_official.py" record "$HERE/official_${MODE}_seed${SEED}.json" --metrics "$LOG/$NAME.metrics.json" \
+  --side official --mode "$MODE" --seed "$SEED" --train-seconds "$(echo "$END - $START" | bc)" \
+  --train-log "$LOG/$NAME.train.log" --commit "$CUT_COMMIT" --checkpoint last \
+  --command "(cd cut && OMP_NUM_THREADS=1 nice -n 10 ${TRAIN[*]}) && (cd cut && ${TEST[*]})"
