@@ -11,7 +11,6 @@
 import importlib
 import json
 import re
-from pathlib import Path
 
 import pytest
 

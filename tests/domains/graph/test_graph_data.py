@@ -175,7 +175,6 @@ def test_pathsim_ties_numpy_keeps_the_official_choice_among_tied_nodes():
     k = 4
     graph = pathsim_topk(counts, k, ties="numpy")
     a = counts.double().numpy()
-    d = a.diagonal()
     sim = np.zeros_like(a)
     for i, j in zip(*a.nonzero()):  # the official loop: PathSim on the non-zero entries only
         sim[i, j] = 2 * a[i, j] / (a[i, i] + a[j, j])
