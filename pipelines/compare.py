@@ -113,7 +113,6 @@ def declared_data_version(config: str, overrides: Sequence[str] = ()) -> str:
     """12 hex digits over the declared files (path and SHA-256) of every dataset the config reads
     (``domains/<d>/datasets.py``), ``undeclared`` when it reads none that is declared."""
     from contrasuite.pipelines.config import load_config
-    from contrasuite.pipelines.data_command import declared
 
     loaded = load_config(ROOT / config, list(overrides))
     try:
@@ -123,8 +122,7 @@ def declared_data_version(config: str, overrides: Sequence[str] = ()) -> str:
     names = module.uses(loaded.resolved)
     if not names:
         return "undeclared"
-    sets = declared()
-    files = sorted((f.path, f.sha256 or "") for name in names for f in sets[name].dataset.files)
+    files = sorted((f.path, f.sha256 or "") for dataset in module.DATASETS if dataset.name in names for f in dataset.files)
     return hashlib.sha256(json.dumps(files).encode()).hexdigest()[:12]
 
 
@@ -189,11 +187,11 @@ class Settings:
     data_root: str | None
 
 
-def train_arm(comparison: Comparison, arm: Arm, seed: int, settings: Settings, done: Mapping[str, dict]) -> dict:
-    """Train and test ``arm`` at ``seed`` in children and write its record; ``done``: records by arm name
-    (this seed), for ``{after}``."""
-    digest, version = keys(comparison, arm, seed)
-    overrides = [o.replace("{after}", done[arm.after]["run_dir"]) if arm.after else o for o in arm.overrides]
+def train_arm(comparison: Comparison, arm: Arm, seed: int, settings: Settings, digest: str, version: str,
+              prior_run: str | None = None) -> dict:
+    """Train and test ``arm`` at ``seed`` in children and write its record (``digest``, ``version``: its
+    :func:`keys`); ``prior_run``: the ``after`` arm's run folder, for ``{after}``."""
+    overrides = [o.replace("{after}", prior_run) if prior_run else o for o in arm.overrides]
     overrides += [f"run.seed={seed}", f"run.output_root={settings.cache.resolve() / 'runs'}", "run.progress=false"]
     load = round(os.getloadavg()[0], 2)
     run = train_and_test(arm.config, overrides, settings.cache / "logs" / f"{arm.name}_seed{seed}.log",
@@ -214,25 +212,26 @@ def run_missing(comparison: Comparison, arms: Sequence[Arm], settings: Settings)
         for arm in wave:
             needed = {d.prior_seed(s) for d in arms if d.after == arm.name for s in settings.seeds if d.runs_at(s)}
             for seed in sorted({s for s in settings.seeds if arm.runs_at(s)} | needed):
-                if not is_current(read_json(record_file(settings.records, arm.name, seed)), *keys(comparison, arm, seed)):
-                    pending.append((arm, seed))
+                digest, version = keys(comparison, arm, seed)
+                if not is_current(read_json(record_file(settings.records, arm.name, seed)), digest, version):
+                    pending.append((arm, seed, digest, version))
         if not pending:
             continue
         print(f"{comparison.page}: training {len(pending)} run(s), {settings.jobs} at a time", flush=True)
 
-        def one(item: tuple[Arm, int]) -> None:
-            arm, seed = item
-            done = {}
+        def one(item: tuple[Arm, int, str, str]) -> None:
+            arm, seed, digest, version = item
+            prior_run = None
             if arm.after:
                 prior_seed = arm.prior_seed(seed)
                 prior = read_json(record_file(settings.records, arm.after, prior_seed))
                 if not is_current(prior, *keys(comparison, by_name[arm.after], prior_seed)):
                     failures.append(f"{arm.name} seed {seed}: needs a current record of {arm.after} seed {prior_seed}")
                     return
-                done[arm.after] = prior
+                prior_run = prior["run_dir"]
             print(f"== {arm.name}, seed {seed}", flush=True)
             try:
-                train_arm(comparison, arm, seed, settings, done)
+                train_arm(comparison, arm, seed, settings, digest, version, prior_run)
             except RuntimeError as err:
                 failures.append(f"{arm.name} seed {seed}: {err}")
 
@@ -244,15 +243,13 @@ def run_missing(comparison: Comparison, arms: Sequence[Arm], settings: Settings)
 def current_records(comparison: Comparison, records: Path) -> tuple[list[dict], list[str]]:
     """The records of ``records`` that are current for an arm of ``comparison``, and a line for each stale one.
 
-    Records of arms the comparison does not declare (an official code's run, written by its own script) are
-    kept as they are: they carry no config digest."""
+    Records of arms the comparison does not declare (an official code's run, written by its own script, or a
+    value the report computes) are kept as they are: they carry no config digest."""
     arms = {a.name: a for a in comparison.arms}
     current, stale = [], []
     for record in load_records(records):
         arm = arms.get(record.get("arm", ""))
-        if arm is None or record.get("config_sha256") is None:
-            current.append(record)
-        elif is_current(record, *keys(comparison, arm, int(record["seed"]))):
+        if arm is None or is_current(record, *keys(comparison, arm, int(record["seed"]))):
             current.append(record)
         else:
             stale.append(f"{record['arm']} seed {record['seed']}")
