@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch import Tensor
+from torch import Tensor, nn
 
 from contrasuite.core.objectives.base import ContrastiveObjective, Distributed
 from contrasuite.core.pairs import Pairs
@@ -47,6 +47,41 @@ def world(group: Any = None) -> tuple[int, int]:
     if not (dist.is_available() and dist.is_initialized()):
         return 0, 1
     return dist.get_rank(group), dist.get_world_size(group)
+
+
+def batch_shard(size: int, rank: int, world_size: int) -> slice:
+    """Rank ``rank``'s contiguous part of a global batch of ``size`` items.
+
+    ``batch_size`` is the global batch in every domain: each rank takes ``size // world_size`` items
+    (a remainder is dropped), so every rank holds as many as the others and the ranks' parts, in rank
+    order, are the one-process batch. No rank waits alone in a collective."""
+    k = size // world_size
+    return slice(rank * k, (rank + 1) * k)
+
+
+def rank_part(size: int, rank: int, world_size: int) -> slice:
+    """Rank ``rank``'s contiguous part of ``size`` items when every item must be used: parts differ by
+    at most one item and, in rank order, cover all ``size`` (for work split over ranks and then gathered,
+    where :func:`batch_shard`'s equal parts would drop a remainder)."""
+    k, extra = divmod(size, world_size)
+    start = rank * k + min(rank, extra)
+    return slice(start, start + k + (rank < extra))
+
+
+def average_gradients_over_ranks(module: nn.Module) -> None:
+    """Average the gradients of ``module``'s parameters over ranks during backward, as DDP does for a
+    wrapped model, so every rank keeps the same values. For modules DDP cannot wrap: learned temperatures,
+    or networks called several times (or through methods other than ``forward``) before one backward.
+    The hooks fire in autograd's order, the same on every rank."""
+
+    def hook(grad: Tensor) -> Tensor:
+        grad = grad.clone()
+        dist.all_reduce(grad)
+        return grad / dist.get_world_size()
+
+    for p in module.parameters():
+        if p.requires_grad:
+            p.register_hook(hook)
 
 
 def gather_sizes(n: int, device: torch.device, group: Any = None) -> list[int]:

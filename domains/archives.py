@@ -24,7 +24,7 @@ import zlib
 from pathlib import Path
 from typing import Iterable
 
-from contrasuite.domains.errors import CorruptData, DataError
+from contrasuite.core.task.errors import CorruptData, DataError
 
 
 def sha256_of(path: Path) -> str:

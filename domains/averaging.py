@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from contrasuite.domains.errors import ConfigValueError
+from contrasuite.core.task.errors import ConfigValueError
 
 
 def check_decay(decay: float) -> None:

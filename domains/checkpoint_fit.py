@@ -20,7 +20,7 @@ from typing import Any, Iterator, Mapping
 
 import torch
 
-from contrasuite.domains.errors import DataError
+from contrasuite.core.task.errors import DataError
 
 SHOWN = 3
 """Keys named per kind of mismatch."""

@@ -23,8 +23,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from contrasuite.core.distributed import batch_shard
 from contrasuite.domains.images import read_rgb_array
-from contrasuite.domains.task import batch_shard
 
 Transform = Callable[[np.ndarray, int], np.ndarray]
 """``(uint8 HWC image, sample seed) -> uint8 HWC image``: a CPU augmentation reseeded per sample."""
@@ -72,7 +72,7 @@ class EpochBatches(Sampler):
     """Yields the current epoch's batches as ``(epoch, position, index)`` keys; ``set_epoch`` chooses them.
 
     ``batches_of(epoch)`` gives the global batches; rank ``rank`` of ``world_size`` gets its
-    :func:`~contrasuite.domains.task.batch_shard` of each, keyed by the global position, so its samples
+    :func:`~contrasuite.core.distributed.batch_shard` of each, keyed by the global position, so its samples
     are augmented as one process would augment them."""
 
     def __init__(self, batches_of: Callable[[int], Sequence[Sequence[int]]], rank: int = 0, world_size: int = 1) -> None:

@@ -17,7 +17,7 @@ from typing import Iterator
 import numpy as np
 from PIL import Image
 
-from contrasuite.domains.errors import CorruptData
+from contrasuite.core.task.errors import CorruptData
 
 HIGH_DEPTH_MODES = frozenset({"I;16", "I;16L", "I;16B", "I;16N", "I", "F"})
 """Single-channel modes with more than 8 bits, which PIL's ``convert`` clips at 255."""

@@ -14,7 +14,7 @@ from typing import Mapping
 import torch
 from torch import nn
 
-from contrasuite.domains.errors import DataError
+from contrasuite.core.task.errors import DataError
 
 
 def checkpoint_file(path: Path, which: str = "best") -> Path:

@@ -24,9 +24,9 @@ from typing import Any, BinaryIO
 import numpy as np
 import torch
 
+from contrasuite.core.task.protocol import hook
 from contrasuite.domains.archives import sha256_of
 from contrasuite.domains.checkpoint_fit import capped, load_weights_only, misfit
-from contrasuite.domains.task import hook
 
 
 REQUIRED_KEYS = ("modules", "optimizers", "schedulers", "position", "config")

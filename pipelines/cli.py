@@ -159,7 +159,7 @@ def _own_words(err: BaseException) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from contrasuite.domains.errors import ConfigValueError, DataError, SetupError, one_line
+    from contrasuite.core.task.errors import ConfigValueError, DataError, SetupError, one_line
     from contrasuite.domains.exporting import ExportError
     from contrasuite.pipelines import distributed, trainer  # heavy imports only for commands that need them
     from contrasuite.pipelines.checkpoint import CheckpointError

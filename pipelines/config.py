@@ -37,7 +37,7 @@ import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from contrasuite.domains.config_fields import bounded, check_fields, one_of
+from contrasuite.core.task.config_fields import bounded, check_fields, one_of
 from contrasuite.pipelines.registry import missing_extra, resolve_task
 
 TOP_LEVEL_KEYS = ("task", "extends", "run", "config")

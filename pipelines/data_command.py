@@ -22,9 +22,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Sequence
 
+from contrasuite.core.task.errors import DataError
 from contrasuite.domains.archives import download
 from contrasuite.domains.data_sources import Dataset, file_problem, is_there
-from contrasuite.domains.errors import DataError
 from contrasuite.pipelines.catalog import domain_folders
 from contrasuite.pipelines.config import config_root, default_data_root, is_fragment, read_raw, shipped_configs
 

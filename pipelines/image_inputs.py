@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from contrasuite.domains.errors import DataError
+from contrasuite.core.task.errors import DataError
 from contrasuite.domains.images import UnreadableImage, open_image
 
 

@@ -19,8 +19,8 @@ from typing import Any, Mapping
 
 import torch
 
+from contrasuite.core.task.protocol import Task
 from contrasuite.domains.init_from import checkpoint_file
-from contrasuite.domains.task import Task
 from contrasuite.pipelines import checkpoint, trainer
 from contrasuite.pipelines.config import LoadedConfig, load_config
 from contrasuite.pipelines.noise import silence_expected_noise

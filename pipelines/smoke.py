@@ -2,7 +2,7 @@
 
 For each config (default: every shipped config outside ``reduced``/``base``/``datasets``) the real
 model, optimizers and data pipeline are built on the CPU from a small subset of the real data (the
-task's ``smoke`` settings, :class:`contrasuite.domains.task.SmokeSettings`: subsets, a small batch,
+task's ``smoke`` settings, :class:`contrasuite.core.task.protocol.SmokeSettings`: subsets, a small batch,
 GradCache off), two training steps and the end-of-run validation run, and one line reports the
 parameter count, the time, and an estimate of the memory one device needs for the full config:
 
@@ -13,7 +13,7 @@ during the second step, and the live batch is the samples one backward of the fu
 global batch, or a GradCache chunk). It is an estimate from CPU allocations at the run's precision:
 CUDA kernels' workspaces and the allocator's fragmentation come on top. A config whose data is not
 on this machine is reported as ``skip`` with the missing file; any other error, unreadable data
-included (:class:`~contrasuite.domains.errors.CorruptData`), is ``FAIL`` and makes the exit status 1,
+included (:class:`~contrasuite.core.task.errors.CorruptData`), is ``FAIL`` and makes the exit status 1,
 and so does a call where every config was skipped (nothing was checked).
 
 ``--all`` takes every shipped config, reduced protocols included; ``--as-shipped`` runs each config at
@@ -28,7 +28,7 @@ the next config. Every run ends with the engine's final ``last.pt`` save, which 
 parameters and fails the run when they differ: ``ok`` means the ranks finished in sync. The smoke batch
 (a global batch) is rounded up to a multiple of N; on a CPU ``run.sync_batchnorm`` is set to false
 (PyTorch's SyncBatchNorm has no CPU kernel) and the line says so; a task that runs in one process only
-(graph, :class:`~contrasuite.domains.errors.OneProcessOnly`) is ``one-process``, not a failure. A rank
+(graph, :class:`~contrasuite.core.task.errors.OneProcessOnly`) is ``one-process``, not a failure. A rank
 that fails inside a collective leaves the others waiting up to ``--dist-timeout-minutes``.
 """
 
@@ -46,10 +46,13 @@ from typing import Any, Sequence
 import torch
 from omegaconf import OmegaConf
 
-from contrasuite.domains.errors import CorruptData, DataError, OneProcessOnly, one_line
-from contrasuite.domains.task import AUTOCAST_DTYPES, SmokeSettings
+from contrasuite.core.task.errors import CorruptData, DataError, OneProcessOnly, one_line
+from contrasuite.core.task.precision import AUTOCAST_DTYPES
+from contrasuite.core.task.protocol import SmokeSettings
 from contrasuite.pipelines import distributed
-from contrasuite.pipelines.config import ConfigError, config_root, find_config, is_fragment, load_config, shipped_configs
+from contrasuite.pipelines.config import (
+    ConfigError, config_root, find_config, is_fragment, load_config, shipped_configs,
+)
 from contrasuite.pipelines.memory import peak_bytes
 from contrasuite.pipelines.trainer import Trainer
 

@@ -13,7 +13,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 import torch
 
-from contrasuite.domains.task import Task, TaskContext, autocast_for
+from contrasuite.core.task.precision import autocast_for
+from contrasuite.core.task.protocol import Task, TaskContext
 from contrasuite.pipelines.precision import make_scaler, resolve_precision
 from contrasuite.pipelines.step import Step
 

@@ -32,7 +32,7 @@ def _finite_everywhere(value: Tensor) -> bool:
 
 
 class Step:
-    """One optimisation step. Implements ``contrasuite.domains.task.StepContext``."""
+    """One optimisation step. Implements ``contrasuite.core.task.protocol.StepContext``."""
 
     def __init__(
         self,

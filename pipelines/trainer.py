@@ -36,15 +36,18 @@ from torch import nn
 
 from contrasuite.core.metrics.health import health, similarity_samples
 from contrasuite.core.objectives.base import ContrastiveObjective
-from contrasuite.domains.errors import SetupError
-from contrasuite.domains.task import TaskContext, autocast_for, hook
+from contrasuite.core.task.errors import SetupError
+from contrasuite.core.task.precision import autocast_for
+from contrasuite.core.task.protocol import TaskContext, hook
 from contrasuite.domains.init_from import checkpoint_file
 from contrasuite.pipelines import checkpoint, distributed
 from contrasuite.pipelines.config import LoadedConfig, flatten, load_config, parse_override, save_resolved
 from contrasuite.pipelines.metrics_log import MetricsLog
 from contrasuite.pipelines.plots import similarity_histogram, training_curves
+from contrasuite.pipelines.precision import (
+    make_scaler, pick_device, resolve_precision, set_deterministic, slow_bf16_note,
+)
 from contrasuite.pipelines.preemption import Preempted, StopSignals
-from contrasuite.pipelines.precision import make_scaler, pick_device, resolve_precision, set_deterministic, slow_bf16_note
 from contrasuite.pipelines.run_dir import environment, new_run_dir, read_json, unfinished_runs, write_json
 from contrasuite.pipelines.run_lock import RunLock
 from contrasuite.pipelines.step import NonFiniteStepError, Step

@@ -9,8 +9,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 STDLIB = set(sys.stdlib_module_names)
 # the modules at the top of domains/ that every domain may use
-SHARED_DOMAIN_MODULES = {"contrasuite.domains.task", "contrasuite.domains.archives", "contrasuite.domains.averaging",
-                         "contrasuite.domains.config_fields", "contrasuite.domains.errors",
+SHARED_DOMAIN_MODULES = {"contrasuite.domains.archives", "contrasuite.domains.averaging",
+                         "contrasuite.core.task.config_fields", "contrasuite.core.task.errors",
                          "contrasuite.domains.images", "contrasuite.domains.image_loading", "contrasuite.domains.init_from",
                          "contrasuite.domains.checkpoint_fit", "contrasuite.domains.hugging_face",
                          "contrasuite.domains.disk_cache", "contrasuite.domains.data_sources",

@@ -62,11 +62,11 @@ import torch
 
 from contrasuite.core.gradcache import cached_backward
 from contrasuite.core.objectives import InfoNCE
+from contrasuite.core.task.precision import autocast_for
 from contrasuite.domains.code_search.data import COSQA_FOLDER, load_cosqa
 from contrasuite.domains.code_search.encoder import BiEncoder, EncoderConfig, resolve_model_path
 from contrasuite.domains.code_search.mine import iter_functions, summary
 from contrasuite.domains.hugging_face import local_models_only
-from contrasuite.domains.task import autocast_for
 from contrasuite.pipelines.api import (
     RECORDS, alternate, cpu_task, heading, machine_lines, our_step, ours_text, outcome, peer_flags, peer_main,
     peer_record, plain_loop_step, pull_levers, round_cells,

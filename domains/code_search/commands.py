@@ -20,12 +20,12 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from contrasuite.core.task.errors import DataError, one_line
 from contrasuite.domains.checkpoint_fit import require_task
 from contrasuite.domains.code_search.encoder import EncoderConfig
 from contrasuite.domains.code_search.mine import MineConfig
 from contrasuite.domains.code_search.mined_sets import MINED_SETS, file_progress, mine_into, mined_folder, set_sources
 from contrasuite.domains.code_search.search_index import build_index, search
-from contrasuite.domains.errors import DataError, one_line
 from contrasuite.domains.init_from import checkpoint_file
 from contrasuite.pipelines.api import load_config
 

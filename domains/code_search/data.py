@@ -15,7 +15,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from contrasuite.domains.errors import DataError
+from contrasuite.core.task.errors import DataError
 
 COSQA_FOLDER = "code_search/cosqa"
 """Where CoSQA lives under the data root (``config.eval.cosqa_folder``)."""

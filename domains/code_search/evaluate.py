@@ -14,10 +14,10 @@ from typing import Callable, Sequence
 import torch
 
 from contrasuite.core.metrics.retrieval import mean_reciprocal_rank, recall_at_k
+from contrasuite.core.task.protocol import Progress
 from contrasuite.domains.code_search.data import PairSet
 from contrasuite.domains.code_search.embedding_cache import EmbeddingCache, encoder_identity, texts_key
 from contrasuite.domains.code_search.encoder import BiEncoder
-from contrasuite.domains.task import Progress
 
 
 @torch.no_grad()

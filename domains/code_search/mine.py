@@ -38,7 +38,7 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from contrasuite.domains.task import Progress, no_progress
+from contrasuite.core.task.protocol import Progress, no_progress
 
 
 FORMAT_VERSION = 1

@@ -22,12 +22,12 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Sequence
 
+from contrasuite.core.task.errors import DataError
+from contrasuite.core.task.protocol import Progress, no_progress
 from contrasuite.domains.archives import cache_root
 from contrasuite.domains.code_search.encoder import console_progress
 from contrasuite.domains.code_search.mine import MineConfig, MineReport, default_sources, mine
 from contrasuite.domains.disk_cache import rank_zero_first
-from contrasuite.domains.errors import DataError
-from contrasuite.domains.task import Progress, no_progress
 
 
 MINED_SETS: dict[str, MineConfig] = {

@@ -32,8 +32,8 @@ import torch
 from torch import Tensor
 
 from contrasuite.core.objectives import InfoNCE
+from contrasuite.core.task.errors import ConfigValueError
 from contrasuite.domains.code_search.encoder import BiEncoder, EncoderConfig
-from contrasuite.domains.errors import ConfigValueError
 from contrasuite.domains.init_from import checkpoint_file
 
 PRIORS = ("none", "bm25", "simcse", "model")

@@ -16,10 +16,10 @@ from typing import Any, Callable
 
 import torch
 
+from contrasuite.core.task.errors import DataError
 from contrasuite.domains.checkpoint_fit import fitting, read_modules
 from contrasuite.domains.code_search.encoder import BiEncoder, EncoderConfig, console_progress
 from contrasuite.domains.code_search.mine import Function, iter_functions, summary
-from contrasuite.domains.errors import DataError
 from contrasuite.domains.init_from import checkpoint_file
 
 INDEX_FORMAT = 1

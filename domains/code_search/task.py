@@ -28,16 +28,18 @@ from torch import Tensor
 from contrasuite.core.distributed import distributed_objective
 from contrasuite.core.objectives import ObjectiveSum
 from contrasuite.core.objectives.base import ContrastiveObjective
+from contrasuite.core.task.config_fields import ObjectiveConfig, bounded, objective_field, one_of
+from contrasuite.core.task.errors import ConfigValueError
+from contrasuite.core.task.protocol import SmokeSettings, StepContext, TaskContext
 from contrasuite.domains.archives import cache_root
-from contrasuite.domains.code_search.data import COSQA_CORPUS, COSQA_FOLDER, COSQA_QUERIES, PairSet, load_cosqa, load_split
+from contrasuite.domains.code_search.data import (
+    COSQA_CORPUS, COSQA_FOLDER, COSQA_QUERIES, PairSet, load_cosqa, load_split,
+)
 from contrasuite.domains.code_search.embedding_cache import EmbeddingCache
 from contrasuite.domains.code_search.encoder import BiEncoder, EncoderConfig
 from contrasuite.domains.code_search.evaluate import Embedder, evaluate_pairs
 from contrasuite.domains.code_search.mined_sets import MINED_SETS, ensure_mined
 from contrasuite.domains.code_search.priors import build_prior
-from contrasuite.domains.config_fields import bounded, one_of
-from contrasuite.domains.errors import ConfigValueError
-from contrasuite.domains.task import ObjectiveConfig, SmokeSettings, StepContext, TaskContext, objective_field
 
 
 @dataclass

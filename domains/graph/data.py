@@ -15,7 +15,7 @@ network or a matching checksum the error names the file and the path where it wa
 
 Every file is checked before torch_geometric sees it (a negative or too large node id crashes its native
 code): a line that is not two integers, a node id outside ``[0, number of nodes of its type)``, a NaN or
-inf feature, a truncated or corrupt array file is :class:`~contrasuite.domains.errors.CorruptData` naming
+inf feature, a truncated or corrupt array file is :class:`~contrasuite.core.task.errors.CorruptData` naming
 the file (and the line or node); a spec the files contradict is a ``ConfigValueError`` naming the key.
 """
 
@@ -34,8 +34,8 @@ from torch import Tensor
 from torch_geometric.data import HeteroData
 from torch_geometric.transforms import AddMetaPaths
 
+from contrasuite.core.task.errors import ConfigValueError, CorruptData, DataError
 from contrasuite.domains.archives import download
-from contrasuite.domains.errors import ConfigValueError, CorruptData, DataError
 
 EdgeType = tuple[str, str, str]
 

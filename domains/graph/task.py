@@ -29,16 +29,16 @@ from torch import Tensor, nn
 from contrasuite.core.negatives.cluster_weights import ClusterWeights
 from contrasuite.core.negatives.learned_weights import LearnedNegativeWeights
 from contrasuite.core.objectives import InfoNCE, ObjectiveSum
-from contrasuite.domains.config_fields import bounded, one_of
-from contrasuite.domains.errors import ConfigValueError, OneProcessOnly
+from contrasuite.core.task.config_fields import bounded, one_of
+from contrasuite.core.task.config_fields import ObjectiveConfig as BaseObjectiveConfig
+from contrasuite.core.task.errors import ConfigValueError, OneProcessOnly
+from contrasuite.core.task.protocol import SmokeSettings, StepContext, TaskContext
 from contrasuite.domains.graph.data import DatasetSpec, load_hetero, metapath_counts
 from contrasuite.domains.graph.evaluate import ProbeSettings, clustering_scores, heco_probe
 from contrasuite.domains.graph.graphs import (
-    GATHER, TIES, WEIGHTS, Propagator, context_chains, mean_adjacency, pathsim_topk
+    GATHER, TIES, WEIGHTS, Propagator, context_chains, mean_adjacency, pathsim_topk,
 )
 from contrasuite.domains.graph.model import LAYER_NORMS, MEOWModel, mask_entries
-from contrasuite.domains.task import ObjectiveConfig as BaseObjectiveConfig
-from contrasuite.domains.task import SmokeSettings, StepContext, TaskContext
 
 NEGATIVE_KINDS = ("none", "cluster", "learned")
 EVAL_VIEWS = ("all", "plain")

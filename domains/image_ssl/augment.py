@@ -15,7 +15,7 @@ import kornia.augmentation as K
 import torch
 from torch import Tensor, nn
 
-from contrasuite.domains.errors import ConfigValueError
+from contrasuite.core.task.errors import ConfigValueError
 
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2470, 0.2435, 0.2616)

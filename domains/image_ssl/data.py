@@ -30,8 +30,8 @@ from typing import Callable, Iterable, Iterator
 import numpy as np
 from PIL import Image
 
+from contrasuite.core.task.errors import ConfigValueError, CorruptData, DataError
 from contrasuite.domains.archives import download, sha256_of
-from contrasuite.domains.errors import ConfigValueError, CorruptData, DataError
 from contrasuite.domains.images import open_image, to_rgb8
 
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")

@@ -17,7 +17,7 @@ from typing import Callable
 from torch import Tensor, nn
 from torchvision.models import resnet18
 
-from contrasuite.domains.errors import ConfigValueError
+from contrasuite.core.task.errors import ConfigValueError
 
 
 def resnet18_cifar(width: int = 64) -> tuple[nn.Module, int]:

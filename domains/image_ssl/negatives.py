@@ -39,7 +39,7 @@ from contrasuite.core.negatives.source import NegativeSource
 from contrasuite.core.negatives.sources import NEGATIVE_SOURCES
 from contrasuite.core.negatives.sources import build_negative_source as build_core_source
 
-from contrasuite.domains.errors import ConfigValueError
+from contrasuite.core.task.errors import ConfigValueError
 
 
 @dataclass(frozen=True)

@@ -32,19 +32,18 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from contrasuite.core.distributed import average_gradients_over_ranks, batch_shard, distributed_objective
 from contrasuite.core.metrics.probe import extract_features, knn_accuracy, linear_probe, stratified_split
-from contrasuite.core.distributed import distributed_objective
 from contrasuite.core.objectives import ObjectiveSum
-from contrasuite.domains.config_fields import bounded, one_of
-from contrasuite.domains.errors import ConfigValueError, DataError
+from contrasuite.core.task.config_fields import bounded, one_of
+from contrasuite.core.task.config_fields import ObjectiveConfig as BaseObjectiveConfig
+from contrasuite.core.task.errors import ConfigValueError, DataError
+from contrasuite.core.task.protocol import SmokeSettings, StepContext, TaskContext
+from contrasuite.core.task.seeding import derived_seed, seeded_generator
 from contrasuite.domains.image_ssl.augment import AugmentConfig, Normalize, TwoViewAugment
 from contrasuite.domains.image_ssl.data import CLASSES, folder_classes, load_cifar10, load_image_folder
 from contrasuite.domains.image_ssl.encoders import ENCODERS, SSLModel, build_encoder
 from contrasuite.domains.image_ssl.negatives import PairedNegatives, build_negative_source
-from contrasuite.domains.task import ObjectiveConfig as BaseObjectiveConfig
-from contrasuite.domains.task import (
-    SmokeSettings, StepContext, TaskContext, average_gradients_over_ranks, batch_shard, derived_seed, seeded_generator,
-)
 
 
 @dataclass

@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from contrasuite.domains.config_fields import bounded, one_of
+from contrasuite.core.task.config_fields import ObjectiveConfig, bounded, objective_field, one_of
 from contrasuite.domains.image_text.models import ModelConfig
 from contrasuite.domains.image_text.negatives import NegativesConfig
-from contrasuite.domains.task import ObjectiveConfig, objective_field
 
 
 @dataclass

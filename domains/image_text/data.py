@@ -23,10 +23,10 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from contrasuite.core.task.errors import DataError
+from contrasuite.core.task.protocol import Progress, no_progress
 from contrasuite.domains.archives import emoji_archive
-from contrasuite.domains.errors import DataError
 from contrasuite.domains.image_text.captions import EmojiItem, build_items, load_metadata
-from contrasuite.domains.task import Progress, no_progress
 from contrasuite.domains.images import open_image, rgb_on_white
 
 """Emoji styles and their tarballs (``twitter`` = Twemoji, ``google`` = Noto)."""

@@ -21,10 +21,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from contrasuite.core.task.protocol import Progress, no_progress
 from contrasuite.domains.archives import cache_root
 from contrasuite.domains.disk_cache import key_digest, shared_load_or_compute
 from contrasuite.domains.image_text.models import IMAGE_NETWORK, ModelConfig, frozen_trunk_state
-from contrasuite.domains.task import Progress, no_progress
 
 WHAT = "image_text: the trunk-feature cache"
 """What a rebuilt cache file is called on stderr."""

@@ -30,12 +30,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from contrasuite.domains.config_fields import bounded, one_of
+from contrasuite.core.task.config_fields import bounded, one_of
+from contrasuite.core.task.errors import ConfigValueError
 from contrasuite.domains.efficientnet_lite0 import (
     INPUT_MEAN, INPUT_STD, NETWORK, NUM_STAGES, STAGE_CHANNELS, STAGE_STARTS, EfficientNetLite0, LitePart,
     efficientnet_lite0,
 )
-from contrasuite.domains.errors import ConfigValueError
 from contrasuite.domains.hugging_face import local_models_only
 
 IMAGE_NETWORK = NETWORK

@@ -30,17 +30,17 @@ import numpy as np
 import torch
 from PIL import Image
 
+from contrasuite.core.task.errors import ConfigValueError, DataError
+from contrasuite.core.task.protocol import Progress, no_progress
+from contrasuite.domains.disk_cache import key_digest, load_or_compute
 from contrasuite.domains.image_text.captions import normalise
 from contrasuite.domains.image_text.data import PairSet
+from contrasuite.domains.image_text.features import cache_folder
 from contrasuite.domains.image_text.image_negatives import DiffusionEditor, KorniaEditor, to_tensor, to_uint8
-from contrasuite.domains.task import Progress, no_progress
-from contrasuite.domains.images import open_image, to_rgb8
 from contrasuite.domains.image_text.text_negatives import (
     OPERATIONS, LanguageModelGenerator, RuleGenerator, TextNegativeGenerator, generate_text_negatives,
 )
-from contrasuite.domains.disk_cache import key_digest, load_or_compute
-from contrasuite.domains.errors import ConfigValueError, DataError
-from contrasuite.domains.image_text.features import cache_folder
+from contrasuite.domains.images import open_image, to_rgb8
 
 
 @dataclass

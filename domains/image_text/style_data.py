@@ -9,11 +9,11 @@ from typing import Mapping
 import numpy as np
 from torch import Tensor
 
-from contrasuite.domains.errors import ConfigValueError
+from contrasuite.core.task.errors import ConfigValueError
+from contrasuite.core.task.protocol import Progress, no_progress
 from contrasuite.domains.image_text.captions import normalise
 from contrasuite.domains.image_text.config import DataConfig, ImageTextConfig
 from contrasuite.domains.image_text.data import PairSet, join_groups, load_captions, load_emoji, split_groups
-from contrasuite.domains.task import Progress, no_progress
 
 
 @dataclass

@@ -41,8 +41,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from contrasuite.core.distributed import distributed_objective
+from contrasuite.core.distributed import average_gradients_over_ranks, distributed_objective, rank_part
 from contrasuite.core.objectives import ObjectiveSum
+from contrasuite.core.task.protocol import SmokeSettings, StepContext, TaskContext, shown
 from contrasuite.domains.averaging import check_decay, start_average, update_average
 from contrasuite.domains.image_text.captions import normalise
 from contrasuite.domains.image_text.config import ImageTextConfig
@@ -52,9 +53,6 @@ from contrasuite.domains.image_text.models import TopAndHead, build_model
 from contrasuite.domains.image_text.negatives import cached_generate, read_negatives
 from contrasuite.domains.image_text.style_data import StyleData, load_pairs, split_pairs, style_data
 from contrasuite.domains.init_from import load_weights
-from contrasuite.domains.task import (
-    SmokeSettings, StepContext, TaskContext, average_gradients_over_ranks, rank_part, shown,
-)
 
 
 class ImageTextTask:

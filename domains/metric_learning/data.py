@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+from contrasuite.core.task.errors import ConfigValueError
 from contrasuite.domains.archives import emoji_style_dirs
-from contrasuite.domains.errors import ConfigValueError
 
 EMOJI_STYLES = ("twitter", "google")
 """The default ``config.data.styles``: every emoji is one class, drawn in each of these styles."""

@@ -14,9 +14,9 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.data import Dataset
 
+from contrasuite.core.task.protocol import Progress, no_progress
 from contrasuite.domains.efficientnet_lite0 import normalize as lite_normalize
 from contrasuite.domains.images import read_rgb_array
-from contrasuite.domains.task import Progress, no_progress
 
 
 def read_rgb(path: Path, size: int) -> Tensor:

@@ -24,9 +24,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from contrasuite.core.task.errors import ConfigValueError
 from contrasuite.domains.efficientnet_lite0 import FEATURE_DIM, NUM_BLOCKS, efficientnet_lite0
 from contrasuite.domains.efficientnet_lite0 import normalize as lite_normalize
-from contrasuite.domains.errors import ConfigValueError
 
 
 class EmbeddingNet(nn.Module):

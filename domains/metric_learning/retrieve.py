@@ -18,12 +18,12 @@ from typing import Sequence
 
 from PIL import Image, ImageDraw
 
+from contrasuite.core.task.errors import DataError, one_line
 from contrasuite.domains.checkpoint_fit import fitting, require_task
-from contrasuite.domains.errors import DataError, one_line
 from contrasuite.domains.exporting import export_folder
+from contrasuite.domains.init_from import checkpoint_file
 from contrasuite.domains.metric_learning.images import read_rgb
 from contrasuite.domains.metric_learning.inference import Embedder
-from contrasuite.domains.init_from import checkpoint_file
 from contrasuite.pipelines.api import CheckpointError, load_checkpoint, load_config, readable_images, require_image
 
 COMMAND = "retrieve"

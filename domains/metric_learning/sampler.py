@@ -18,7 +18,7 @@ from typing import Hashable, Iterator, Sequence
 
 import torch
 
-from contrasuite.domains.errors import ConfigValueError
+from contrasuite.core.task.errors import ConfigValueError
 
 
 class MPerClassBatches:

@@ -19,22 +19,22 @@ from typing import Any, Iterator, Mapping
 import torch
 from torch import Tensor, nn
 
-from contrasuite.core.distributed import distributed_objective
+from contrasuite.core.distributed import batch_shard, distributed_objective
+from contrasuite.core.task.config_fields import ObjectiveConfig, bounded, objective_field, one_of
+from contrasuite.core.task.errors import ConfigValueError, SetupError
+from contrasuite.core.task.protocol import SmokeSettings, StepContext, TaskContext
 from contrasuite.domains.archives import cache_root
-from contrasuite.domains.config_fields import bounded, one_of
+from contrasuite.domains.disk_cache import load_or_compute
 from contrasuite.domains.efficientnet_lite0 import FEATURE_DIM, NETWORK
-from contrasuite.domains.image_loading import EpochBatches, OnDiskImages, albumentations_transform, epoch_batches, image_loader
+from contrasuite.domains.image_loading import (
+    EpochBatches, OnDiskImages, albumentations_transform, epoch_batches, image_loader,
+)
 from contrasuite.domains.metric_learning.data import DATASETS, EMOJI_STYLES, ImageList, load_splits
 from contrasuite.domains.metric_learning.evaluate import retrieval_metrics, scorer_for
 from contrasuite.domains.metric_learning.images import ImageFiles, normalize, random_resized_crop
 from contrasuite.domains.metric_learning.model import EmbeddingNet, FromStem
 from contrasuite.domains.metric_learning.objectives import PML_TERMS, MetricObjective
 from contrasuite.domains.metric_learning.sampler import MPerClassBatches
-from contrasuite.domains.disk_cache import load_or_compute
-from contrasuite.domains.errors import ConfigValueError, SetupError
-from contrasuite.domains.task import (
-    ObjectiveConfig, SmokeSettings, StepContext, TaskContext, batch_shard, objective_field,
-)
 
 
 @dataclass

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from contrasuite.domains.errors import DataError
+from contrasuite.core.task.errors import DataError
 from contrasuite.domains.images import GREY_MODES, open_image, to_grey8, to_rgb8
 from contrasuite.domains.super_resolution.imresize import imresize, quantize
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from contrasuite.domains.errors import ConfigValueError
+from contrasuite.core.task.errors import ConfigValueError
 from contrasuite.domains.super_resolution.imresize import imresize, quantize
 
 BLUR_KERNELS = (3, 5, 7, 9, 11)

@@ -34,11 +34,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from contrasuite.core.distributed import distributed_objective
+from contrasuite.core.distributed import batch_shard, distributed_objective
 from contrasuite.core.objectives import ObjectiveSum
-from contrasuite.domains.config_fields import bounded, one_of
+from contrasuite.core.task.config_fields import ObjectiveConfig, bounded, objective_field, one_of
+from contrasuite.core.task.errors import ConfigValueError, SetupError
+from contrasuite.core.task.protocol import SmokeSettings, StepContext, TaskContext
+from contrasuite.core.task.seeding import seeded_generator
 from contrasuite.domains.image_loading import EpochBatches, epoch_batches, image_loader
-from contrasuite.domains.errors import ConfigValueError, SetupError
 from contrasuite.domains.images import read_rgb_array
 from contrasuite.domains.init_from import load_weights
 from contrasuite.domains.super_resolution import frequency
@@ -50,9 +52,6 @@ from contrasuite.domains.super_resolution.inference import upscale
 from contrasuite.domains.super_resolution.losses import contrastive_layout, dual_contrastive_d_loss
 from contrasuite.domains.super_resolution.metrics import psnr_y, ssim_y
 from contrasuite.domains.super_resolution.networks import EDSR, WaveletDiscriminator
-from contrasuite.domains.task import (
-    ObjectiveConfig, SmokeSettings, StepContext, TaskContext, batch_shard, objective_field, seeded_generator,
-)
 
 
 @dataclass

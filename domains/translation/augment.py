@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from contrasuite.core.numerics import full_precision
 
-from contrasuite.domains.errors import ConfigValueError
+from contrasuite.core.task.errors import ConfigValueError
 
 POLICIES = ("colour", "hue", "translation", "cutout")
 

@@ -25,8 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from contrasuite.domains.config_fields import bounded, one_of
-from contrasuite.domains.errors import ConfigValueError
+from contrasuite.core.task.config_fields import bounded, one_of
+from contrasuite.core.task.errors import ConfigValueError
 from contrasuite.domains.image_loading import albumentations_transform
 from contrasuite.domains.images import image_size, read_rgb_array
 

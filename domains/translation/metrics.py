@@ -21,9 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from contrasuite.core.task.protocol import Progress, no_progress
 from contrasuite.domains.efficientnet_lite0 import NETWORK, efficientnet_lite0, normalize
 from contrasuite.domains.ssim import ssim_map
-from contrasuite.domains.task import Progress, no_progress
 
 FEATURE_NETWORK = NETWORK
 """The network FD/KID are computed on (``domains.efficientnet_lite0.NETWORK``), stored with results."""

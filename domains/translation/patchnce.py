@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from contrasuite.core.objectives.compose import OBJECTIVES
-from contrasuite.domains.errors import ConfigValueError
+from contrasuite.core.task.errors import ConfigValueError
 
 NEGATIVE_SOURCES = ("image", "batch")
 PATCH_NORMS = ("official", "unit")

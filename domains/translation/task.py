@@ -53,21 +53,18 @@ import torch
 from PIL import Image, ImageDraw
 from torch import Tensor, nn
 
-from contrasuite.domains.config_fields import bounded, one_of
+from contrasuite.core.distributed import average_gradients_over_ranks, batch_shard
 from contrasuite.core.objectives import ObjectiveSum
+from contrasuite.core.task.config_fields import ObjectiveConfig, bounded, objective_field, one_of
+from contrasuite.core.task.errors import ConfigValueError, SetupError
+from contrasuite.core.task.protocol import SmokeSettings, StepContext, TaskContext, shown
+from contrasuite.core.task.seeding import seeded_generator
 from contrasuite.domains.archives import cache_root, emoji_style_dirs
 from contrasuite.domains.averaging import check_decay, start_average, update_average
-from contrasuite.domains.errors import ConfigValueError, SetupError
 from contrasuite.domains.image_loading import EpochBatches, OnDiskImages, epoch_batches, image_loader
-from contrasuite.domains.task import (
-    ObjectiveConfig, SmokeSettings, StepContext, TaskContext, average_gradients_over_ranks, batch_shard,
-    objective_field, seeded_generator, shown,
-)
 from contrasuite.domains.translation import data as D
 from contrasuite.domains.translation.augment import DiffAugment
-from contrasuite.domains.translation.metrics import (
-    distribution_metrics, extract_features, feature_network, psnr, ssim,
-)
+from contrasuite.domains.translation.metrics import distribution_metrics, extract_features, feature_network, psnr, ssim
 from contrasuite.domains.translation.networks import (
     PatchDiscriminator, PatchHead, ResnetGenerator, default_nce_layers, gather_patches, sample_locations,
     translate_any_size,

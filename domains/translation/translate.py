@@ -19,13 +19,13 @@ import torch
 from PIL import Image
 from torch import nn
 
+from contrasuite.core.task.errors import DataError, one_line
 from contrasuite.domains.checkpoint_fit import fitting, require_task
-from contrasuite.domains.errors import DataError, one_line
 from contrasuite.domains.exporting import export_folder, load_exported
+from contrasuite.domains.init_from import checkpoint_file
 from contrasuite.domains.translation.data import list_images, read_rgb, to_float, to_uint8
 from contrasuite.domains.translation.export import generator_from_config, trained_generator
 from contrasuite.domains.translation.networks import translate_any_size
-from contrasuite.domains.init_from import checkpoint_file
 from contrasuite.pipelines.api import CheckpointError, load_checkpoint, load_config, pick_device, readable_images
 
 COMMAND = "translate"

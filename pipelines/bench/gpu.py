@@ -30,7 +30,7 @@ from typing import Any, Sequence
 import torch
 import torch.distributed as dist
 
-from contrasuite.domains.task import autocast_for
+from contrasuite.core.task.precision import autocast_for
 from contrasuite.pipelines.bench import objectives as objective_bench
 from contrasuite.pipelines.config import find_config
 from contrasuite.pipelines.run_dir import git_commit

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from contrasuite.domains.errors import DataError
+from contrasuite.core.task.errors import DataError
 from contrasuite.domains.images import open_image
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from contrasuite.domains.errors import CorruptData
+from contrasuite.core.task.errors import CorruptData
 from contrasuite.pipelines import data_command
 from contrasuite.pipelines.cli import main
 from contrasuite.pipelines.config import config_root, is_fragment, shipped_configs

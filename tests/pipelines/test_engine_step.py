@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from contrasuite.domains.task import StepContext
+from contrasuite.core.task.protocol import StepContext
 from contrasuite.pipelines.step import NonFiniteStepError, Step
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from contrasuite.domains.task import TaskContext, batch_shard, rank_part
+from contrasuite.core.distributed import batch_shard, rank_part
+from contrasuite.core.task.protocol import TaskContext
 from contrasuite.pipelines.config import load_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -70,7 +71,7 @@ def test_metric_learning_shards_are_the_one_process_batch(tmp_path, preload):
 
 
 def test_metric_learning_shards_must_hold_whole_classes(tmp_path):
-    from contrasuite.domains.errors import SetupError
+    from contrasuite.core.task.errors import SetupError
     from tests.domains.metric_learning.conftest import make_tiny_cub
 
     data = make_tiny_cub(tmp_path / "data")

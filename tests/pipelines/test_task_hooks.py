@@ -2,7 +2,7 @@
 
 import pytest
 
-from contrasuite.domains.task import hook
+from contrasuite.core.task.protocol import hook
 
 
 def test_hooks_are_found_or_none_and_unknown_names_are_refused():

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from contrasuite.core.objectives import ObjectiveSum
-from contrasuite.domains.task import StepContext, TaskContext
+from contrasuite.core.task.protocol import StepContext, TaskContext
 
 
 @dataclass

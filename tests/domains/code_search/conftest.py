@@ -158,7 +158,7 @@ def make_task(run_overrides, tmp_path):
     ``tmp_path``; ``progress`` is the context's progress callable (default: none)."""
     import torch
 
-    from contrasuite.domains.task import TaskContext
+    from contrasuite.core.task.protocol import TaskContext
     from contrasuite.pipelines.config import load_config
 
     configs = Path(__file__).resolve().parents[3] / "configs" / "code_search"

@@ -75,7 +75,7 @@ def test_a_missing_query_file_exits_2_with_one_line(run_overrides, cosqa, tmp_pa
 
 
 def test_a_corrupt_query_file_is_a_data_error(make_task, cosqa):
-    from contrasuite.domains.errors import DataError
+    from contrasuite.core.task.errors import DataError
 
     (cosqa / "broken.json").write_text('[{"doc": "a query"}]')
     with pytest.raises(DataError, match="broken.json: not a CoSQA retrieval file"):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from contrasuite.domains.errors import ConfigValueError, CorruptData
+from contrasuite.core.task.errors import ConfigValueError, CorruptData
 from contrasuite.domains.graph.data import DatasetSpec, EdgeSpec, MetaPathSpec, NodeTypeSpec, load_hetero
 from contrasuite.pipelines.cli import main
 

@@ -7,10 +7,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from contrasuite.core.task.protocol import TaskContext
 from contrasuite.domains.graph.data import row_normalize
 from contrasuite.domains.graph.model import GCNEncoder, OneHotLinear, SemanticAttention, mask_entries
 from contrasuite.domains.graph.task import GraphTask
-from contrasuite.domains.task import TaskContext
 from contrasuite.pipelines.config import load_config
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "graph"

@@ -10,9 +10,9 @@ import torch
 
 from contrasuite.core.negatives import cluster_weights
 from contrasuite.core.objectives import infonce
+from contrasuite.core.task.protocol import TaskContext
 from contrasuite.domains.graph.graphs import Propagator
 from contrasuite.domains.graph.task import GraphTask
-from contrasuite.domains.task import TaskContext
 from contrasuite.pipelines.api import StepRunner
 from contrasuite.pipelines.config import load_config
 

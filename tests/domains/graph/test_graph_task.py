@@ -93,7 +93,7 @@ def test_new_dataset_by_yaml_only(tmp_path, make_tiny_graph):
 
 def test_config_errors_name_the_key(tmp_path, make_tiny_graph):
     from contrasuite.domains.graph.task import GraphConfig, GraphTask
-    from contrasuite.domains.task import TaskContext
+    from contrasuite.core.task.protocol import TaskContext
     import torch
 
     dataset = make_tiny_graph(tmp_path / "t", 2)

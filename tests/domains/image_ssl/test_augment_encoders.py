@@ -3,8 +3,8 @@
 import pytest
 import torch
 
+from contrasuite.core.task.seeding import derived_seed as batch_seed
 from contrasuite.domains.image_ssl.augment import AugmentConfig, Normalize, TwoViewAugment
-from contrasuite.domains.task import derived_seed as batch_seed
 from contrasuite.domains.image_ssl.encoders import ProjectionHead, SSLModel, build_encoder
 
 

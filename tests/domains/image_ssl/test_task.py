@@ -7,14 +7,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from contrasuite.core.negatives import mine_hard_negatives
 from contrasuite.core.objectives import InfoNCE
 from contrasuite.core.pairs import two_view
-from contrasuite.core.negatives import mine_hard_negatives
+from contrasuite.core.task.protocol import TaskContext
 from contrasuite.domains.image_ssl.negatives import build_negative_source
 from contrasuite.domains.image_ssl.task import (
     DataConfig, EvalConfig, ImageSSLConfig, ImageSSLTask, ModelConfig, ObjectiveConfig, _EpochBatches, warmup_cosine,
 )
-from contrasuite.domains.task import TaskContext
 
 
 class Step:

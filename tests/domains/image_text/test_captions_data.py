@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from contrasuite.core.task.errors import DataError
 from contrasuite.domains.image_text.captions import attribute_group, build_items, skin_tone_caption
-from contrasuite.domains.errors import DataError
 from contrasuite.domains.image_text.data import load_captions, load_emoji, read_captions_file, split_groups
 
 ENTRIES = [

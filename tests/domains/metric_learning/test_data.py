@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from contrasuite.core.task.errors import DataError
 from contrasuite.domains.archives import extract_once, sha256_of
-from contrasuite.domains.errors import DataError
 from contrasuite.domains.metric_learning.data import load_splits
 from contrasuite.domains.metric_learning.images import read_rgb
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from PIL import Image
 
-from contrasuite.domains.errors import DataError
+from contrasuite.core.task.errors import DataError
 from contrasuite.domains.super_resolution.data import PatchSampler
 from contrasuite.domains.super_resolution.disk import FolderPatches
 from contrasuite.pipelines.cli import main

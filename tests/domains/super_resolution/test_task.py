@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from contrasuite.core.task.protocol import TaskContext
 from contrasuite.domains.super_resolution.task import SRConfig, SuperResolutionTask
-from contrasuite.domains.task import TaskContext
 
 
 def tiny_config(**changes) -> SRConfig:
@@ -165,7 +165,7 @@ def test_init_from_loads_the_generator_and_cosine_decays(sr_data_root, tmp_path)
 
 
 def test_init_from_errors_name_the_key_and_file(sr_data_root, tmp_path):
-    from contrasuite.domains.errors import DataError
+    from contrasuite.core.task.errors import DataError
 
     with pytest.raises(DataError, match="config.init_from: no checkpoint at .*missing"):
         make_task(sr_data_root, tmp_path, init_from=str(tmp_path / "missing"))

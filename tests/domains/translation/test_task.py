@@ -9,8 +9,8 @@ import pytest
 import torch
 from PIL import Image
 
+from contrasuite.core.task.protocol import Progress, TaskContext, no_progress
 from contrasuite.domains.averaging import update_average
-from contrasuite.domains.task import Progress, TaskContext, no_progress
 from contrasuite.domains.translation.data import DataConfig, emoji_groups, split_emoji
 from contrasuite.domains.translation.task import GRID_HEADER, TranslationConfig, TranslationTask
 

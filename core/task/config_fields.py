@@ -9,9 +9,10 @@ and ``train`` refuse ``config.batch_size=0`` before any data is read. ``None`` p
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from contrasuite.domains.errors import ConfigValueError
+from contrasuite.core.task.errors import ConfigValueError
 
 _OPS = {"ge": (">=", lambda v, b: v >= b), "gt": (">", lambda v, b: v > b),
         "le": ("<=", lambda v, b: v <= b), "lt": ("<", lambda v, b: v < b)}
@@ -51,3 +52,17 @@ def check_fields(obj: Any, prefix: str) -> None:
         _check_value(key, value, f.metadata)
         if dataclasses.is_dataclass(value):
             check_fields(value, key)
+
+
+@dataclass
+class ObjectiveConfig:
+    """``config.objective``: the loss terms, each ``{name: <registered objective>, weight: w, <parameter>: value}``
+    (:class:`contrasuite.core.objectives.ObjectiveSum`). A domain with more to say about its objective
+    (image_ssl's views, graph's anchor) extends this class by those fields and its own default terms."""
+
+    terms: list[Any] = field(default_factory=list)
+
+
+def objective_field(*terms: dict[str, Any]) -> Any:
+    """A domain config's ``objective`` field: an :class:`ObjectiveConfig` whose default terms are ``terms``."""
+    return field(default_factory=lambda: ObjectiveConfig(terms=[dict(t) for t in terms]))

@@ -11,7 +11,6 @@ yields a single batch per epoch.
 
 from __future__ import annotations
 
-import hashlib
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,15 +19,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequenc
 import torch
 from torch import Tensor, nn
 
-
-AUTOCAST_DTYPES: dict[str, torch.dtype | None] = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}
-"""``run.precision`` -> the autocast dtype (``None``: autocast off)."""
-
-
-def autocast_for(precision: str, device: torch.device) -> AbstractContextManager:
-    """The autocast context of ``precision`` (``bf16``, ``fp16``, ``fp32``) on ``device`` (disabled for fp32)."""
-    dtype = AUTOCAST_DTYPES[precision]
-    return torch.autocast(device_type=device.type, dtype=dtype, enabled=dtype is not None)
+from contrasuite.core.task.precision import autocast_for
 
 
 Progress = Callable[..., Iterable]
@@ -129,20 +120,6 @@ class Task(Protocol):
         ...
 
 
-@dataclass
-class ObjectiveConfig:
-    """``config.objective``: the loss terms, each ``{name: <registered objective>, weight: w, <parameter>: value}``
-    (:class:`contrasuite.core.objectives.ObjectiveSum`). A domain with more to say about its objective
-    (image_ssl's views, graph's anchor) extends this class by those fields and its own default terms."""
-
-    terms: list[Any] = field(default_factory=list)
-
-
-def objective_field(*terms: dict[str, Any]) -> Any:
-    """A domain config's ``objective`` field: an :class:`ObjectiveConfig` whose default terms are ``terms``."""
-    return field(default_factory=lambda: ObjectiveConfig(terms=[dict(t) for t in terms]))
-
-
 class TaskHooks(Protocol):
     """Optional methods of a :class:`Task`; the engine calls each one only where the task defines it
     (:func:`hook`).
@@ -195,52 +172,3 @@ class SmokeSettings:
     holds_a_batch: tuple[str, ...] = ()
     """Keys of ``overrides`` that size a training subset: raised to twice the batch when a run keeps the config's
     own larger batch (``smoke --as-shipped``), so the subset holds a batch (a class-balanced one rounds down)."""
-
-
-
-def batch_shard(size: int, rank: int, world_size: int) -> slice:
-    """Rank ``rank``'s contiguous part of a global batch of ``size`` items.
-
-    ``batch_size`` is the global batch in every domain: each rank takes ``size // world_size`` items
-    (a remainder is dropped), so every rank holds as many as the others and the ranks' parts, in rank
-    order, are the one-process batch. No rank waits alone in a collective."""
-    k = size // world_size
-    return slice(rank * k, (rank + 1) * k)
-
-
-def rank_part(size: int, rank: int, world_size: int) -> slice:
-    """Rank ``rank``'s contiguous part of ``size`` items when every item must be used: parts differ by
-    at most one item and, in rank order, cover all ``size`` (for work split over ranks and then gathered,
-    where :func:`batch_shard`'s equal parts would drop a remainder)."""
-    k, extra = divmod(size, world_size)
-    start = rank * k + min(rank, extra)
-    return slice(start, start + k + (rank < extra))
-
-
-def derived_seed(seed: int, *keys: int | str) -> int:
-    """A 63-bit seed from ``(seed, *keys)`` (an epoch, a batch, a step, a purpose): independent of any RNG
-    state, so resume is exact, and the same on every rank."""
-    digest = hashlib.sha256(",".join(str(k) for k in (seed, *keys)).encode()).digest()
-    return int.from_bytes(digest[:8], "little") >> 1
-
-
-def seeded_generator(seed: int, *keys: int | str) -> torch.Generator:
-    """A CPU generator seeded by :func:`derived_seed` ``(seed, *keys)``."""
-    return torch.Generator().manual_seed(derived_seed(seed, *keys))
-
-
-def average_gradients_over_ranks(module: nn.Module) -> None:
-    """Average the gradients of ``module``'s parameters over ranks during backward, as DDP does for a
-    wrapped model, so every rank keeps the same values. For modules DDP cannot wrap: learned temperatures,
-    or networks called several times (or through methods other than ``forward``) before one backward.
-    The hooks fire in autograd's order, the same on every rank."""
-    import torch.distributed as dist
-
-    def hook(grad: Tensor) -> Tensor:
-        grad = grad.clone()
-        dist.all_reduce(grad)
-        return grad / dist.get_world_size()
-
-    for p in module.parameters():
-        if p.requires_grad:
-            p.register_hook(hook)
