@@ -52,7 +52,6 @@ from contrasuite.pipelines.run_dir import environment, new_run_dir, read_json, u
 from contrasuite.pipelines.run_lock import RunLock
 from contrasuite.pipelines.step import NonFiniteStepError, Step
 
-TEMPERATURE_NAMES = ("logit_scale", "temperature", "log_temperature", "logit_bias")
 RESULT_NEUTRAL_KEYS = ("run.progress", "run.tensorboard", "run.log_every_steps", "run.health_every_steps",
                        "run.checkpoint_every_steps", "run.output_root", "run.data_root", "run.resume",
                        "run.eval_checkpoint", "run.max_consecutive_skips", "run.name")
@@ -411,12 +410,10 @@ class Trainer:
     def _lrs_and_objective_state(self) -> dict[str, float]:
         values = {f"lr/{k}": float(o.param_groups[0]["lr"]) for k, o in self.task.optimizers().items()}
         for mod_name, mod in self._modules().items():
-            for name, p in mod.named_parameters():
-                if p.numel() == 1 and name.split(".")[-1] in TEMPERATURE_NAMES:
-                    values[f"param/{mod_name}.{name}"] = float(p.detach())
             for name, sub in mod.named_modules():
                 if isinstance(sub, ContrastiveObjective):
                     prefix = ".".join(filter(None, (mod_name, name)))
+                    values |= {f"param/{prefix}.{k}": v for k, v in sub.learned_values().items()}
                     values |= {f"state/{prefix}.{k}": v for k, v in sub.log_values().items()}
         return values
 

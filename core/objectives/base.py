@@ -54,6 +54,8 @@ class ContrastiveObjective(nn.Module):
     tiles: ClassVar[bool] = False
     """The constructor takes ``tile_size`` (:mod:`contrasuite.core.tiling`): the loss in row blocks, never the
     whole ``[N, M]`` matrix; ``self.tile_size`` is then ``None`` (dense) or the block's rows."""
+    learned: tuple[str, ...] = ()
+    """The trained scalars (a logit scale, a bias) :func:`register_scalar` declared; :meth:`learned_values` reads them."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -79,6 +81,10 @@ class ContrastiveObjective(nn.Module):
     def log_values(self) -> dict[str, float]:
         """Scalars about the last call that the trainer logs as ``state/<module path>.<name>`` (none here)."""
         return {}
+
+    def learned_values(self) -> dict[str, float]:
+        """The trained scalars' current values, which the trainer logs as ``param/<module path>.<name>``."""
+        return {name: float(getattr(self, name).detach()) for name in self.learned}
 
     def per_anchor(self, anchors: Tensor, candidates: Tensor, pairs: Pairs, neg_weight: Tensor | None) -> Tensor:
         """Per-anchor losses ``[N]`` (any value for anchors without positives; they are dropped)."""
@@ -124,10 +130,12 @@ def reduce_mean(losses: Tensor, keep: Tensor) -> Tensor:
     return kept.sum() / keep.sum().clamp_min(1)
 
 
-def register_scalar(module: nn.Module, name: str, value: float, learnable: bool) -> None:
-    """A scalar of ``module`` (a logit scale or bias): a trained ``nn.Parameter`` or a fixed buffer."""
+def register_scalar(module: ContrastiveObjective, name: str, value: float, learnable: bool) -> None:
+    """A scalar of ``module`` (a logit scale or bias): a trained ``nn.Parameter``, declared in ``module.learned``,
+    or a fixed buffer."""
     tensor = torch.tensor(float(value))
     if learnable:
         module.register_parameter(name, nn.Parameter(tensor))
+        module.learned = (*module.learned, name)
     else:
         module.register_buffer(name, tensor)

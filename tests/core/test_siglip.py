@@ -35,6 +35,9 @@ def test_default_initialisation_and_declaration():
     assert loss.distributed is Distributed.PAIRWISE_RING
     assert {n for n, _ in loss.named_parameters()} == {"logit_scale", "logit_bias"}
     assert list(SigLIP(learnable=False).parameters()) == []
+    # the trained scalars are declared, so the trainer logs them (param/...) without guessing by name
+    assert loss.learned_values() == pytest.approx({"logit_scale": math.log(10), "logit_bias": -10.0})
+    assert SigLIP(learnable=False).learned_values() == {}
 
 
 def test_matches_loop_diagonal_and_extras():
