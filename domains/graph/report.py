@@ -27,8 +27,10 @@ METHODS = {"paper": ("meow", "adameow", "infonce"), "reduced": ("meow", "adameow
 DATASETS = ("acm", "dblp", "imdb")
 LABELS = {"meow": "MEOW (ours)", "adameow": "AdaMEOW (ours)", "infonce": "InfoNCE, same encoder (ours)",
           "weince": "WEINCE, same encoder (ours)",
-          "official_meow": "MEOW, official code (jianxiangyu/MEOW code_meow, CPU patches)"}
-SHORT = {"meow": "MEOW", "adameow": "AdaMEOW", "infonce": "InfoNCE", "weince": "WEINCE", "official_meow": "official MEOW"}
+          "official_meow": "MEOW, official code (jianxiangyu/MEOW code_meow, CPU patches)",
+          "official_adameow": "AdaMEOW, official code (code_adameow), epoch 500 of 1,200, 20 labels only"}
+SHORT = {"meow": "MEOW", "adameow": "AdaMEOW", "infonce": "InfoNCE", "weince": "WEINCE", "official_meow": "official MEOW",
+         "official_adameow": "official AdaMEOW"}
 RATIOS = (20, 40, 60)
 KEYS = [f"{m}_{r}" for m in ("macro_f1", "micro_f1", "auc") for r in RATIOS] + ["nmi", "ari"]
 HEAD = ["Ma-F1 20", "Ma-F1 40", "Ma-F1 60", "Mi-F1 20", "Mi-F1 40", "Mi-F1 60", "AUC 20", "AUC 40", "AUC 60", "NMI", "ARI"]
@@ -59,7 +61,8 @@ EFFECTS = tuple(
     Effect(f"AdaMEOW learned weights ({ds.upper()})", "AdaMEOW beats MEOW (abstract, TKDE 2212.13847)", "graph_paper",
            f"adameow_{ds}", f"meow_{ds}", "macro_f1_20", f"test Macro-F1, 20 labels per class, {ds.upper()}",
            "full configs (1,200-3,000 epochs), same encoder",
-           official="ACM seed 0 to epoch 500 only (records/official/adameow_acm.md)" if ds == "acm" else "")
+           official="official code_adameow, 3 seeds on an H200, stopped at epoch 500 of 1,200 (graph_paper page; "
+                    "records/official/adameow_gpu)" if ds == "acm" else "")
     for ds in DATASETS
 )
 """The claims this comparison measures (``contrasuite compare effects``)."""
@@ -109,7 +112,10 @@ def _timing(method: str, runs: list[dict]) -> str:
     t = [r["timings"] for r in runs]
     epochs = sorted({x["epochs_run"] for x in t})
     loads = [r["machine"]["load_average_1min"] for r in runs if r.get("machine", {}).get("load_average_1min") is not None]
-    return (f"{SHORT[method]}: {statistics.mean(x['seconds_per_epoch'] for x in t):.2f} s/epoch, "
+    devices = sorted({r["machine"].get("device_name") or r["machine"]["device"] for r in runs
+                      if r.get("machine", {}).get("device", "cpu") != "cpu"})
+    return (f"{SHORT[method]}: {statistics.mean(x['seconds_per_epoch'] for x in t):.2f} s/epoch"
+            + (f" on {', '.join(devices)}" if devices else "") + ", "
             f"{', '.join(str(x['epochs_run']) for x in t) if len(epochs) > 1 else epochs[0]} epochs run, "
             f"selected epoch {', '.join(str(x['selected_epoch']) for x in t)}, "
             f"mean {statistics.mean(x['seconds_to_selected'] for x in t):.0f} s to the selected checkpoint"
@@ -143,11 +149,17 @@ def render_page(protocol: str, records: list[dict[str, Any]], command: str) -> s
     if paper:
         lines += ["The official MEOW rows come from `docs/results/records/official/meow/run_official_meow.sh`",
                   "(the authors' code at a fixed commit with CPU-only patches; its README there): their scores are the",
-                  "test scores the official code prints, its time the wall time to its early stop.", ""]
+                  "test scores the official code prints, its time the wall time to its early stop.",
+                  "The official AdaMEOW rows and ours' AdaMEOW ACM rows ran on one NVIDIA H200, the two codes at once",
+                  "(3 + 3 processes sharing the GPU: their times are comparable with each other, not with the CPU rows):",
+                  "`docs/results/records/official/adameow_gpu/run_official_adameow_gpu.sh` (its README there). The official",
+                  "code selects nothing and prints test scores at epochs 500, 600, ..., 1,200, stopping at the first label",
+                  "rate whose AUC is below its `auc_limit` (97); the device time ended after its epoch-500 evaluation,",
+                  "so its rows are epoch 500, 20 labels per class, the embedding of that epoch's training forward.", ""]
     by_group: dict[str, dict[str, list[dict]]] = {}
     for record in sorted(records, key=lambda r: (r["group"], r["arm"], r["seed"])):
         by_group.setdefault(record["group"], {}).setdefault(method_of(record), []).append(record)
-    order = ["official_meow", *METHODS[protocol]]
+    order = ["official_meow", "official_adameow", *METHODS[protocol]]
     for ds in DATASETS:
         runs = by_group.get(ds, {})
         if not runs:

@@ -1,0 +1,54 @@
+"""The graph_paper record of one official code_adameow run on a GPU, parsed from its time-stamped log.
+
+    python record.py LOG SEED MACHINE_TXT DATA_DIR > docs/results/records/graph_paper/official_adameow_acm_seed<SEED>.json
+
+The log is what run_official_adameow_gpu.sh writes (each line: epoch seconds, then the official output). The
+official code selects nothing: it prints test scores at epochs 500, 600, ..., 1,200 (stopping at the first
+ratio whose AUC is below its auc_limit, 97); the record holds the last epoch it evaluated, named in the timings.
+"""
+
+import datetime
+import hashlib
+import json
+import re
+import sys
+from pathlib import Path
+
+log, seed, machine_txt, data_dir = sys.argv[1], int(sys.argv[2]), sys.argv[3], Path(sys.argv[4])
+# the data version as the official MEOW records compute it: SHA-256 of the sorted SHA-256s of the data folder's files
+sums = sorted(hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(data_dir.iterdir()) if f.is_file())
+lines = [line.split(" ", 1) for line in open(log).read().splitlines()]
+start = float(lines[0][0])
+epochs = {int(m.group(1)): float(t) - start for t, text in lines if (m := re.match(r"Epoch: (\d+)$", text))}
+tests = [(float(t) - start, m.groups()) for t, text in lines if (m := re.search(
+    r"\[Test Classification\] Macro-F1_mean: ([\d.]+) var: ([\d.]+)\s+Micro-F1_mean: ([\d.]+) var: ([\d.]+) "
+    r"auc: ([\d.]+) var: ([\d.]+)", text))]
+clusters = [m.groups() for _, text in lines if (m := re.search(r"\[Clustering\] Epoch: (\d+) NMI: ([\d.]+)\s+ARI: ([\d.]+)", text))]
+evaluated = int(clusters[-1][0])                    # the last evaluated epoch (1-based, as the code prints it)
+metrics: dict[str, float] = {}
+for ratio, (_, values) in zip((20, 40, 60), tests[-3:] if len(tests) >= 3 and evaluated == 1200 else tests[-1:]):
+    ma, mas, mi, mis, auc, aucs = map(float, values)
+    metrics |= {f"macro_f1_{ratio}": ma, f"micro_f1_{ratio}": mi, f"auc_{ratio}": auc,
+                f"macro_f1_std_{ratio}": mas, f"micro_f1_std_{ratio}": mis, f"auc_std_{ratio}": aucs}
+metrics |= {"nmi": float(clusters[-1][1]), "ari": float(clusters[-1][2])}
+machine = open(machine_txt).read().splitlines()
+gpu, versions = machine[1].split(",")[0].strip(), dict(zip(*[iter(machine[2].split())] * 2))
+record = {
+    "page": "graph_paper", "arm": "official_adameow", "group": "acm", "seed": seed,
+    "command": f"python3 -u main.py acm --seed {seed} --gpu 0", "config": None, "overrides": [], "config_sha256": None,
+    "data_version": hashlib.sha256("".join(sums).encode()).hexdigest()[:12],
+    "code": {"repository": "github.com/jianxiangyu/MEOW", "commit": "6a072d79648ab83f7ec7b7482af1696ed00938a1",
+             "folder": "code_adameow", "patch": "docs/results/records/official/adameow_gpu/code_adameow_gpu.patch"},
+    "machine": {"platform": "H200 device machine", "cores": int(machine[3]), "device": "cuda:0", "device_name": gpu,
+                "threads": None, "load_average_1min": None, "precision": "fp32"},
+    "libraries": versions,
+    "metrics": metrics,
+    "timings": {"epochs_run": evaluated, "selected_epoch": evaluated, "train_seconds": round(epochs[evaluated - 1], 1),
+                "seconds_per_epoch": round(epochs[evaluated - 1] / evaluated, 3),
+                "seconds_to_selected": round(epochs[evaluated - 1], 1),
+                "eval_seconds": round(tests[-1][0] - epochs[evaluated - 1], 1)},
+    "stopped": f"at epoch {evaluated} of 1,200: the device time ran out (run_official_adameow_gpu.sh's deadline)",
+    "recorded": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+}
+json.dump(record, sys.stdout, indent=2)
+print()
