@@ -124,15 +124,21 @@ def export_formats() -> dict[str, dict[str, str]]:
     return out
 
 
+def _defaults(cls: type) -> dict[str, object]:
+    """``{parameter: default}`` (``inspect.Parameter.empty`` when required) of a class's constructor, or, for a
+    class that takes flat keys into a config dataclass (WEINCE), the keys its ``config_defaults()`` declares."""
+    if hasattr(cls, "config_defaults"):
+        return cls.config_defaults()
+    params = inspect.signature(cls.__init__).parameters.values()
+    return {p.name: p.default for p in params if p.name != "self" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+
+
 def _parameters(registry: dict[str, type], given: tuple[str, ...] = ()) -> dict[str, str]:
-    """``{name: "temperature=0.1, ..."}``: each registered class's constructor parameters with their defaults,
+    """``{name: "temperature=0.1, ..."}``: each registered class's parameters with their defaults,
     leaving out those the caller passes (``given``)."""
-    out = {}
-    for name, cls in sorted(registry.items()):
-        params = [p for p in inspect.signature(cls.__init__).parameters.values() if p.name not in ("self", *given)]
-        out[name] = ", ".join(f"{p.name}={p.default!r}" if p.default is not p.empty else p.name for p in params
-                              if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD))
-    return out
+    return {name: ", ".join(key if default is inspect.Parameter.empty else f"{key}={default!r}"
+                            for key, default in _defaults(cls).items() if key not in given)
+            for name, cls in sorted(registry.items())}
 
 
 def objective_parameters() -> dict[str, str]:
