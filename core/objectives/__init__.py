@@ -17,9 +17,8 @@ from contrasuite.core.objectives.multi_similarity import (
 )
 from contrasuite.core.objectives.siglip import SigLIP, sigmoid_pair_loss
 from contrasuite.core.objectives.soft_infonce import SoftInfoNCE, soft_infonce_weights
-from contrasuite.core.objectives.weince import WEINCE, weince
+from contrasuite.core.objectives.weince import WEINCE, WEINCERepro, weince
 from contrasuite.core.objectives.weince_gate import weince_gate
-from contrasuite.core.objectives.weince_repro import WEINCERepro
 
 __all__ = [
     "DCL",

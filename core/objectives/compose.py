@@ -30,8 +30,7 @@ from contrasuite.core.objectives.kcl import KCL
 from contrasuite.core.objectives.multi_similarity import MultiSimilarityLoss
 from contrasuite.core.objectives.siglip import SigLIP
 from contrasuite.core.objectives.soft_infonce import SoftInfoNCE
-from contrasuite.core.objectives.weince import WEINCE
-from contrasuite.core.objectives.weince_repro import WEINCERepro
+from contrasuite.core.objectives.weince import WEINCE, WEINCERepro
 
 OBJECTIVES: dict[str, type[ContrastiveObjective]] = {
     "infonce": InfoNCE,

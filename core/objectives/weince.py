@@ -11,8 +11,12 @@ cosine similarities ``s`` clamped to ``s <= 1 - eps``::
 ``beta = 1`` as in the shipped code (the README figure writes an estimated shape; pass ``beta``).
 The gate ``lambda_i`` (:mod:`contrasuite.core.objectives.weince_gate`) is computed without gradient from
 the batch: large when an anchor's hardest negatives look like a Weibull tail and sit close to 1.
-:class:`~contrasuite.core.objectives.weince_repro.WEINCERepro` (key ``weince_repro``) adds the
-official reproduction script's two top-M terms.
+
+:class:`WEINCE` is this blend and this gate; :class:`WEINCERepro` (key ``weince_repro``) adds the
+official reproduction script's two top-M terms and their ``beta_t`` EMA
+(:mod:`contrasuite.core.objectives.weince_repro`). Each part's settings are a small frozen dataclass
+(:class:`Blend`, :class:`~contrasuite.core.objectives.weince_gate.Gating`, ``TopMTerms``, ``BetaEMA``),
+grouped in one :class:`WEINCEConfig`; a config's term gives their fields flat.
 
 Numerics: all of it in fp32 (float64 for gradcheck) whatever the autocast; ``-log(1 - s)`` via
 :func:`~contrasuite.core.numerics.safe_log1m`. The gate statistics never carry gradient.
@@ -27,7 +31,9 @@ count ``[1]`` and the local smallest shortfalls ``[min(k_tail, K_local)]``.
 
 from __future__ import annotations
 
-from typing import Callable, ClassVar
+import functools
+from dataclasses import dataclass, fields
+from typing import Any, Callable, ClassVar, Mapping
 
 import torch
 from torch import Tensor
@@ -36,7 +42,10 @@ from contrasuite.core.negatives.topk import negatives_only
 from contrasuite.core.numerics import exp_shifted_, full_precision
 from contrasuite.core.objectives.base import ContrastiveObjective, Distributed
 from contrasuite.core.objectives.infonce import weighted_infonce
-from contrasuite.core.objectives.weince_gate import GATES, StatisticsGather, TailStatistics, weince_gate
+from contrasuite.core.objectives.weince_gate import Gating, StatisticsGather, weince_gate
+from contrasuite.core.objectives.weince_repro import (
+    BetaEMA, TopMTerms, restrict_to_top_m, top_m_block_pairs, top_m_columns,
+)
 from contrasuite.core.pairs import Pairs
 from contrasuite.core.similarity import cosine
 
@@ -197,127 +206,137 @@ def weince_logits(sim: Tensor, lam: Tensor, temperature: float, beta: float = 1.
     return _BlendLogits.apply(sim, *_blend_coefficients(sim, lam, temperature, beta, eps))
 
 
-def weince(
-    sim: Tensor,
-    pairs: Pairs,
-    lam: Tensor,
-    temperature: float,
-    beta: float = 1.0,
-    eps: float = 1e-6,
-    neg_weight: Tensor | None = None,
-    *,
-    scratch: Tensor | None = None,
-) -> Tensor:
-    """Per-anchor WEINCE ``[N]`` for a given gate ``lam [N]`` (the kernel with the positive in the
-    denominator); unweighted single-positive pairs take the fused :class:`_BlendCrossEntropy`, which
-    may overwrite ``scratch`` (an ``[N, M]`` tensor like ``sim``) instead of allocating a buffer."""
+def weince(sim: Tensor, pairs: Pairs, lam: Tensor, temperature: float, beta: float = 1.0, eps: float = 1e-6,
+           neg_weight: Tensor | None = None, *, scratch: Tensor | None = None) -> Tensor:
+    """Per-anchor WEINCE ``[N]`` for a given gate ``lam [N]``: the kernel (positive in the denominator) on
+    the logits of :func:`weince_logits`; unweighted single-positive pairs take :func:`fused_weince`
+    (``scratch`` as there)."""
     if neg_weight is None and pairs.targets is not None:
-        alpha, gamma, eps = _blend_coefficients(sim, lam, temperature, beta, eps)
-        return _BlendCrossEntropy.apply(sim, alpha, gamma, eps, pairs.targets, pairs.exclude_self, None, None, scratch)
+        return fused_weince(sim, pairs, lam, temperature, beta, eps, scratch=scratch)
     return weighted_infonce(weince_logits(sim, lam, temperature, beta, eps), pairs, neg_weight)
 
 
-def weince_with_gathered_terms(
-    sim: Tensor,
-    pairs: Pairs,
-    lam: Tensor,
-    temperature: float,
-    columns: Tensor,
-    terms: GatheredTerms,
-    beta: float = 1.0,
-    eps: float = 1e-6,
-    scratch: Tensor | None = None,
-) -> Tensor:
-    """:func:`weince` of unweighted single-positive ``pairs`` plus each term of
-    ``terms(sim.gather(1, columns))`` (in order), in one autograd function (:class:`_BlendCrossEntropy`;
-    ``scratch`` as in :func:`weince`)."""
+def fused_weince(sim: Tensor, pairs: Pairs, lam: Tensor, temperature: float, beta: float = 1.0, eps: float = 1e-6,
+                 gathered: tuple[Tensor, GatheredTerms] | None = None, scratch: Tensor | None = None) -> Tensor:
+    """:func:`weince` of unweighted single-positive ``pairs`` in one autograd function
+    (:class:`_BlendCrossEntropy`), plus, with ``gathered = (columns [N, C], terms)``, each term of
+    ``terms(sim.gather(1, columns))`` in order; it may overwrite ``scratch`` (an ``[N, M]`` tensor like
+    ``sim``) instead of allocating a buffer."""
     alpha, gamma, eps = _blend_coefficients(sim, lam, temperature, beta, eps)
+    columns, terms = gathered if gathered is not None else (None, None)
     return _BlendCrossEntropy.apply(sim, alpha, gamma, eps, pairs.targets, pairs.exclude_self, columns, terms, scratch)
 
 
+@dataclass(frozen=True)
+class Blend:
+    """The blend's settings: ``l_ij = (1 - lambda_i) s_ij / temperature + lambda_i (-beta log(1 - s_ij))``,
+    ``s`` clamped to ``1 - eps`` (raised to the dtype's resolution). Defaults: ``t = 0.5`` (the paper's
+    SimCLR runs), ``beta = 1`` and ``eps = 1e-6`` (official code)."""
+
+    temperature: float = 0.5
+    beta: float = 1.0
+    eps: float = 1e-6
+
+    def __post_init__(self) -> None:
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        if not 0.0 < self.eps < 1.0:
+            raise ValueError(f"eps must be in (0, 1), got {self.eps}")
+
+
+@dataclass(frozen=True)
+class WEINCEConfig:
+    """A WEINCE objective's settings, one dataclass per part: the blend, the gate and, in the repro
+    variant only, the top-M terms (``aux``) and their ``beta_t`` EMA. A config's term gives the parts'
+    fields flat: :meth:`from_keys`."""
+
+    blend: Blend = Blend()
+    gating: Gating = Gating()
+    aux: TopMTerms | None = None
+    ema: BetaEMA | None = None
+
+    @classmethod
+    def from_keys(cls, keys: Mapping[str, Any], parts: Mapping[str, type]) -> WEINCEConfig:
+        """The config of ``parts`` (``{field of this class: its dataclass}``) from flat keys such as
+        ``{temperature: 0.5, q: 0.2, top_m: 50}``, each to the part with that field; a key that no part
+        has is a ``TypeError`` naming it."""
+        known = [f.name for part in parts.values() for f in fields(part)]
+        unknown = sorted(set(keys) - set(known))
+        if unknown:
+            raise TypeError(f"unexpected key {unknown[0]!r}; known: {known}")
+        return cls(**{name: part(**{f.name: keys[f.name] for f in fields(part) if f.name in keys})
+                      for name, part in parts.items()})
+
+
 class WEINCE(ContrastiveObjective):
-    """WEINCE (the paper's blend, official ``tlambda_select``); see the module docstring.
+    """WEINCE (the paper's blend, official ``tlambda_select``; module docstring), composed of its parts:
+    each call, :func:`weince_gate` (settings :class:`Gating`) gives ``lambda [N]`` and :func:`weince`
+    the loss of the blend (:class:`Blend`).
 
-    Args:
-        temperature: ``t``. Default 0.5 (the paper's SimCLR runs).
-        beta: shape in the shortfall coordinate. Default 1 (official code).
-        q: quantile level of ``rho_0``. Default 0.2.
-        kappa_rho, kappa_aic: gate sharpness. Defaults 10 and 1.
-        aic_margin: ``dAIC`` margin. Default 2.
-        tail_frac, min_tail_points: per-anchor tail size. Defaults 0.1 and 32.
-        gate: ``"both"`` (default), ``"rho"`` or ``"aic"``.
-        eps: shortfall clamp ``s <= 1 - eps`` (raised to the dtype's resolution). Default 1e-6.
-
-    After each call ``last_lambda`` holds the detached gate ``[N]``; :meth:`log_values` summarises it.
+    Keys: the parts' fields, flat as a config's term gives them (``WEINCE(temperature=0.5, q=0.2)``;
+    :meth:`config_defaults`), gathered in ``config`` (:class:`WEINCEConfig`). After each call
+    ``last_lambda`` holds the detached gate ``[N]``; :meth:`log_values` summarises it.
     """
 
     distributed: ClassVar[Distributed] = Distributed.GLOBAL_STATISTICS
+    parts: ClassVar[dict[str, type]] = {"blend": Blend, "gating": Gating}
+    """The :class:`WEINCEConfig` fields this objective sets, and their dataclasses."""
 
-    def __init__(
-        self,
-        temperature: float = 0.5,
-        beta: float = 1.0,
-        q: float = 0.2,
-        kappa_rho: float = 10.0,
-        kappa_aic: float = 1.0,
-        aic_margin: float = 2.0,
-        tail_frac: float = 0.1,
-        min_tail_points: int = 32,
-        gate: str = "both",
-        eps: float = 1e-6,
-    ) -> None:
+    def __init__(self, **keys: Any) -> None:
         super().__init__()
-        if temperature <= 0:
-            raise ValueError(f"temperature must be > 0, got {temperature}")
-        if gate not in GATES:
-            raise ValueError(f"gate must be one of {GATES}, got {gate!r}")
-        if not 0.0 <= q <= 1.0:
-            raise ValueError(f"q must be in [0, 1], got {q}")
-        if not 0.0 < eps < 1.0:
-            raise ValueError(f"eps must be in (0, 1), got {eps}")
-        self.temperature, self.beta = temperature, beta
-        self.q, self.kappa_rho, self.kappa_aic, self.aic_margin = q, kappa_rho, kappa_aic, aic_margin
-        self.tail_frac, self.min_tail_points, self.gate, self.eps = tail_frac, min_tail_points, gate, eps
+        self.config = WEINCEConfig.from_keys(keys, self.parts)
         self.gather_statistics: StatisticsGather | None = None
         self.last_lambda: Tensor | None = None
+        if self.config.ema is not None:
+            self.register_buffer("beta_ema", torch.tensor(float(self.config.ema.beta_init)))
 
-    def compute_gate(
-        self, sim: Tensor, pairs: Pairs, negatives: Tensor | None = None, overwrite: bool = False
-    ) -> tuple[Tensor, TailStatistics]:
-        """The no-gradient gate ``lambda [N]`` for cosine ``sim [N, M]`` and its statistics (``negatives``,
-        ``overwrite``: see :func:`tail_statistics`)."""
-        lam, stats = weince_gate(
-            sim,
-            pairs,
-            q=self.q,
-            kappa_rho=self.kappa_rho,
-            kappa_aic=self.kappa_aic,
-            aic_margin=self.aic_margin,
-            tail_frac=self.tail_frac,
-            min_tail_points=self.min_tail_points,
-            gate=self.gate,
-            eps=self.eps,
-            gather=self.gather_statistics,
-            negatives=negatives,
-            overwrite=overwrite,
-        )
-        self.last_lambda = lam
-        return lam, stats
+    @classmethod
+    def config_defaults(cls) -> dict[str, Any]:
+        """The keys a config's term gives this objective, with their defaults (``contrasuite list``)."""
+        return {f.name: f.default for part in cls.parts.values() for f in fields(part)}
 
     def log_values(self) -> dict[str, float]:
-        """The last gate's mean, spread and share of anchors with ``lambda > 0.5`` (empty before a call)."""
-        if self.last_lambda is None:
-            return {}
-        lam = self.last_lambda.float()
-        return {"lambda_mean": float(lam.mean()), "lambda_std": float(lam.std(correction=0)),
-                "lambda_active": float((lam > 0.5).float().mean())}
+        """The last gate's mean, spread and share of anchors with ``lambda > 0.5`` (none before a call),
+        and the ``beta_t`` EMA where there is one."""
+        out = {}
+        if self.last_lambda is not None:
+            lam = self.last_lambda.float()
+            out = {"lambda_mean": float(lam.mean()), "lambda_std": float(lam.std(correction=0)),
+                   "lambda_active": float((lam > 0.5).float().mean())}
+        if self.config.ema is not None:
+            out["beta_ema"] = float(self.beta_ema)
+        return out
 
     def per_anchor(self, anchors: Tensor, candidates: Tensor, pairs: Pairs, neg_weight: Tensor | None) -> Tensor:
+        blend, aux = self.config.blend, self.config.aux
         sim = cosine(anchors, candidates)
-        if neg_weight is None and pairs.targets is not None:
-            # The gate partitions its copy of the negatives in place, and the fused loss reuses it.
-            negatives = negatives_only(sim, pairs)
-            lam, _ = self.compute_gate(sim, pairs, negatives, overwrite=True)
-            return weince(sim, pairs, lam, self.temperature, self.beta, self.eps, scratch=negatives)
-        lam, _ = self.compute_gate(sim, pairs)
-        return weince(sim, pairs, lam, self.temperature, self.beta, self.eps, neg_weight)
+        # One copy of the negatives: the gate partitions it in place (the pooled tail needs only its
+        # values, the top-M columns come from sim), then the fused loss may overwrite it.
+        negatives = negatives_only(sim, pairs)
+        lam, stats = weince_gate(sim, pairs, self.config.gating, blend.eps, gather=self.gather_statistics,
+                                 negatives=negatives, overwrite=True)
+        self.last_lambda = lam
+        blended = (sim, pairs, lam, blend.temperature, blend.beta, blend.eps)
+        if aux is None:
+            return weince(*blended, neg_weight, scratch=negatives)
+        if self.training:  # fold this batch's accepted pooled-tail fit into the beta_t EMA first
+            self.beta_ema.fill_(self.config.ema.update(
+                float(self.beta_ema), sim, pairs, blend.eps, self.gather_statistics, negatives, stats.hardest))
+        beta_t = float(self.beta_ema)
+        if neg_weight is None and pairs.targets is not None:  # the blend and both top-M terms in one function
+            cols = top_m_columns(sim, pairs, aux.top_m, hardest=stats.hardest)
+            terms = functools.partial(aux, hard_pairs=top_m_block_pairs(cols), beta_t=beta_t,
+                                      temperature=blend.temperature, eps=blend.eps)
+            return fused_weince(*blended, gathered=(cols, terms), scratch=negatives)
+        loss = weince(*blended, neg_weight)
+        hard, hard_pairs, hard_weight = restrict_to_top_m(sim, pairs, aux.top_m, neg_weight, hardest=stats.hardest)
+        weibit, plackett_luce = aux(hard, hard_pairs, beta_t, blend.temperature, blend.eps, hard_weight)
+        return loss + weibit + plackett_luce
+
+
+class WEINCERepro(WEINCE):
+    """WEINCE as the official reproduction script trains it: the blend plus :class:`TopMTerms`, whose
+    ``beta_t`` is a :class:`BetaEMA` kept in the ``beta_ema`` buffer
+    (:mod:`~contrasuite.core.objectives.weince_repro`). Keys: WEINCE's and those two parts' fields."""
+
+    parts: ClassVar[dict[str, type]] = {**WEINCE.parts, "aux": TopMTerms, "ema": BetaEMA}

@@ -126,45 +126,38 @@ def rho_pivot(rho: Tensor, q: float) -> Tensor:
     return torch.sort(rho).values[int(round(q * (rho.numel() - 1)))]
 
 
-@torch.no_grad()
-def gate_from_statistics(
-    rho: Tensor,
-    delta_aic: Tensor,
-    rho0: Tensor,
-    kappa_rho: float = 10.0,
-    kappa_aic: float = 1.0,
-    aic_margin: float = 2.0,
-    gate: str = "both",
-    eps: float = 1e-6,
-) -> Tensor:
-    """Step 4: ``lambda [N]`` from the statistics and the pivot ``rho0``."""
-    lam_rho = torch.sigmoid(kappa_rho * (torch.log(rho0.clamp_min(eps)) - torch.log(rho.clamp_min(eps))))
-    lam_aic = torch.sigmoid(kappa_aic * (delta_aic - aic_margin))
-    return {"both": lam_rho * lam_aic, "rho": lam_rho, "aic": lam_aic}[gate]
+@dataclass(frozen=True)
+class Gating:
+    """The gate's settings (module docstring): ``lambda_rho = sigmoid(kappa_rho (log rho_0 - log rho_i))``
+    with ``rho_0`` the ``q``-quantile of ``rho``, ``lambda_aic = sigmoid(kappa_aic (dAIC_i - aic_margin))``
+    on tails of ``max(min_tail_points, round(tail_frac K))`` points; ``gate`` picks ``"both"`` (their
+    product), ``"rho"`` or ``"aic"``. Defaults: the official ``tlambda_select``'s."""
+
+    q: float = 0.2
+    kappa_rho: float = 10.0
+    kappa_aic: float = 1.0
+    aic_margin: float = 2.0
+    tail_frac: float = 0.1
+    min_tail_points: int = 32
+    gate: str = "both"
+
+    def __post_init__(self) -> None:
+        if self.gate not in GATES:
+            raise ValueError(f"gate must be one of {GATES}, got {self.gate!r}")
+        if not 0.0 <= self.q <= 1.0:
+            raise ValueError(f"q must be in [0, 1], got {self.q}")
 
 
 @torch.no_grad()
-def weince_gate(
-    sim: Tensor,
-    pairs: Pairs,
-    *,
-    q: float = 0.2,
-    kappa_rho: float = 10.0,
-    kappa_aic: float = 1.0,
-    aic_margin: float = 2.0,
-    tail_frac: float = 0.1,
-    min_tail_points: int = 32,
-    gate: str = "both",
-    eps: float = 1e-6,
-    gather: StatisticsGather | None = None,
-    negatives: Tensor | None = None,
-    overwrite: bool = False,
-) -> tuple[Tensor, TailStatistics]:
-    """The per-anchor gate ``lambda [N]`` (no gradient) and its statistics; ``gather`` makes ``rho_0``
-    global; ``negatives`` and ``overwrite`` as in :func:`tail_statistics`."""
-    stats = tail_statistics(sim, pairs, tail_frac, min_tail_points, eps, negatives, overwrite)
+def weince_gate(sim: Tensor, pairs: Pairs, gating: Gating = Gating(), eps: float = 1e-6, *, gather: StatisticsGather | None = None,
+                negatives: Tensor | None = None, overwrite: bool = False) -> tuple[Tensor, TailStatistics]:
+    """Step 4: the per-anchor gate ``lambda [N]`` (no gradient) and its statistics (steps 1-3); ``gather``
+    makes ``rho_0`` global; ``negatives`` and ``overwrite`` as in :func:`tail_statistics`."""
+    stats = tail_statistics(sim, pairs, gating.tail_frac, gating.min_tail_points, eps, negatives, overwrite)
     rho_all = stats.rho if gather is None else gather(stats.rho)  # every rank calls gather
     if stats.n_eff < 2:
         return torch.zeros_like(stats.rho), stats
-    rho0 = rho_pivot(rho_all, q)
-    return gate_from_statistics(stats.rho, stats.delta_aic, rho0, kappa_rho, kappa_aic, aic_margin, gate, eps), stats
+    rho0 = rho_pivot(rho_all, gating.q)
+    lam_rho = torch.sigmoid(gating.kappa_rho * (torch.log(rho0.clamp_min(eps)) - torch.log(stats.rho.clamp_min(eps))))
+    lam_aic = torch.sigmoid(gating.kappa_aic * (stats.delta_aic - gating.aic_margin))
+    return {"both": lam_rho * lam_aic, "rho": lam_rho, "aic": lam_aic}[gating.gate], stats

@@ -1,19 +1,22 @@
-""":class:`WEINCERepro` (key ``weince_repro``; WEINCE of Erol et al., ICML 2026) is what the official
-CIFAR-100 reproduction script trains: the blend plus ``0.5 * WeibitTopM + 0.5 * PLTopM``,
-cross-entropies over [positive | the ``top_m = 50`` most similar negatives] with logits
-``-beta_t log(1 - s)`` and ``s / t``. ``beta_t`` is a batch-global Weibull shape: the gate's log-log
-OLS (:mod:`~contrasuite.core.objectives.weince_gate`, no wrong-sign penalty) on the pooled smallest
-``max(1024, 5%)`` negative shortfalls (the gate's ``burn``), accepted when ``R^2 >= 0.85`` and
-``beta_hat > 0``, clamped to ``[0.5, 16]``, folded into an EMA (momentum 0.9, start 4.0) kept in the
-``beta_ema`` buffer so it checkpoints. The EMA moves in training mode only; eval uses it as is.
+"""The parts that make :class:`~contrasuite.core.objectives.weince.WEINCERepro` (key ``weince_repro``;
+WEINCE of Erol et al., ICML 2026) what the official CIFAR-100 reproduction script trains: the blend plus
 
-The gate and the blend are :class:`~contrasuite.core.objectives.weince.WEINCE`'s; numerics and the
-distributed behaviour too (:mod:`contrasuite.core.objectives.weince`).
+    weibit_weight * WeibitTopM + pl_weight * PLTopM          (0.5 and 0.5)
+
+cross-entropies over [positive | the ``top_m = 50`` most similar negatives] with logits
+``-beta_t log(1 - s)`` and ``s / t`` (:class:`TopMTerms`). ``beta_t`` is a batch-global Weibull shape
+(:class:`BetaEMA`): the gate's log-log OLS (:mod:`~contrasuite.core.objectives.weince_gate`, no
+wrong-sign penalty) on the pooled smallest ``max(1024, 5%)`` negative shortfalls (the gate's ``burn``),
+accepted when ``R^2 >= 0.85`` and ``beta_hat > 0``, clamped to ``[0.5, 16]``, folded into an EMA
+(momentum 0.9, start 4.0) that the objective keeps in its ``beta_ema`` buffer so it checkpoints. The EMA
+moves in training mode only; eval uses it as is.
+
+Numerics and the distributed behaviour: :mod:`contrasuite.core.objectives.weince`.
 """
 
 from __future__ import annotations
 
-import functools
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -23,10 +26,8 @@ from contrasuite.core.negatives.topk import (
 )
 from contrasuite.core.numerics import safe_log1m
 from contrasuite.core.objectives.infonce import weighted_infonce
-from contrasuite.core.objectives.weince import WEINCE, weince, weince_with_gathered_terms
 from contrasuite.core.objectives.weince_gate import StatisticsGather, centred, ols
 from contrasuite.core.pairs import Pairs
-from contrasuite.core.similarity import cosine
 
 
 def top_m_pairs(sim: Tensor, pairs: Pairs, top_m: int) -> Pairs:
@@ -129,95 +130,54 @@ def pooled_tail_beta(
     return float(slope.clamp_min(0.0)), float(r2)
 
 
-class WEINCERepro(WEINCE):
-    """WEINCE as the official reproduction script trains it: blend + two top-M terms (module docstring).
+@dataclass(frozen=True)
+class TopMTerms:
+    """The repro's auxiliary terms on the top-M block (module docstring):
+    ``weibit_weight * CE(-beta_t log(1 - s)) + pl_weight * CE(s / t)`` over [positive | ``top_m`` hardest negatives]."""
 
-    Args (besides :class:`WEINCE`'s):
-        top_m: hardest negatives per anchor in the auxiliary terms. Default 50.
-        weibit_weight, pl_weight: weights of WeibitTopM and PLTopM. Defaults 0.5 and 0.5.
-        beta_init: start of the ``beta_t`` EMA. Default 4.0.
-        beta_min, beta_max: clamp of an accepted ``beta_hat``. Defaults 0.5 and 16.
-        beta_tail_frac, beta_min_tail_points: pooled tail size. Defaults 0.05 and 1024.
-        beta_momentum: EMA momentum. Default 0.9.
-        r2_min: smallest ``R^2`` to accept ``beta_hat``. Default 0.85.
-    """
+    top_m: int = 50
+    weibit_weight: float = 0.5
+    pl_weight: float = 0.5
 
-    def __init__(
-        self,
-        temperature: float = 0.5,
-        beta: float = 1.0,
-        q: float = 0.2,
-        kappa_rho: float = 10.0,
-        kappa_aic: float = 1.0,
-        aic_margin: float = 2.0,
-        tail_frac: float = 0.1,
-        min_tail_points: int = 32,
-        gate: str = "both",
-        eps: float = 1e-6,
-        top_m: int = 50,
-        weibit_weight: float = 0.5,
-        pl_weight: float = 0.5,
-        beta_init: float = 4.0,
-        beta_min: float = 0.5,
-        beta_max: float = 16.0,
-        beta_tail_frac: float = 0.05,
-        beta_min_tail_points: int = 1024,
-        beta_momentum: float = 0.9,
-        r2_min: float = 0.85,
-    ) -> None:
-        super().__init__(temperature, beta, q, kappa_rho, kappa_aic, aic_margin, tail_frac, min_tail_points, gate, eps)
-        if top_m < 1:
-            raise ValueError(f"top_m must be >= 1, got {top_m}")
-        if not 0.0 < beta_min <= beta_max:
-            raise ValueError(f"need 0 < beta_min <= beta_max, got {beta_min}, {beta_max}")
-        self.top_m, self.weibit_weight, self.pl_weight = top_m, weibit_weight, pl_weight
-        self.beta_min, self.beta_max = beta_min, beta_max
-        self.beta_tail_frac, self.beta_min_tail_points = beta_tail_frac, beta_min_tail_points
-        self.beta_momentum, self.r2_min = beta_momentum, r2_min
-        self.register_buffer("beta_ema", torch.tensor(float(beta_init)))
+    def __post_init__(self) -> None:
+        if self.top_m < 1:
+            raise ValueError(f"top_m must be >= 1, got {self.top_m}")
 
-    @torch.no_grad()
-    def batch_beta(self, sim: Tensor, pairs: Pairs, negatives: Tensor | None = None, hardest: Tensor | None = None) -> float:
-        """``beta_t``: in training, fold an accepted pooled-tail estimate into the EMA first (``negatives``,
-        ``hardest``: see :func:`pooled_tail_beta`)."""
-        if self.training:
-            fit = pooled_tail_beta(
-                sim, pairs, self.beta_tail_frac, self.beta_min_tail_points, self.eps, self.gather_statistics, negatives,
-                hardest,
-            )
-            if fit is not None and fit[1] >= self.r2_min and fit[0] > 0.0:
-                clamped = min(max(fit[0], self.beta_min), self.beta_max)
-                m = self.beta_momentum
-                self.beta_ema.fill_(m * float(self.beta_ema) + (1.0 - m) * clamped)
-        return float(self.beta_ema)
-
-    def log_values(self) -> dict[str, float]:
-        """:meth:`WEINCE.log_values` and the auxiliary terms' ``beta_t`` EMA."""
-        return super().log_values() | {"beta_ema": float(self.beta_ema)}
-
-    def top_m_terms(self, hard: Tensor, hard_pairs: Pairs, beta_t: float, hard_weight: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """The weighted WeibitTopM and PLTopM terms ``[N]`` on the top-M block ``hard``."""
-        weibit = weighted_infonce(-beta_t * safe_log1m(hard, self.eps), hard_pairs, hard_weight)
-        plackett_luce = weighted_infonce(hard / self.temperature, hard_pairs, hard_weight)
+    def __call__(
+        self, hard: Tensor, hard_pairs: Pairs, beta_t: float, temperature: float, eps: float, hard_weight: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """The weighted WeibitTopM and PLTopM terms ``[N]`` on the top-M block ``hard`` (``s`` clamped to ``1 - eps``)."""
+        weibit = weighted_infonce(-beta_t * safe_log1m(hard, eps), hard_pairs, hard_weight)
+        plackett_luce = weighted_infonce(hard / temperature, hard_pairs, hard_weight)
         return self.weibit_weight * weibit, self.pl_weight * plackett_luce
 
-    def per_anchor(self, anchors: Tensor, candidates: Tensor, pairs: Pairs, neg_weight: Tensor | None) -> Tensor:
-        sim = cosine(anchors, candidates)
-        negatives = negatives_only(sim, pairs)  # one copy for the gate, the pooled tail and the top-M
-        if neg_weight is None and pairs.targets is not None:
-            # The gate partitions the copy in place (the pooled tail needs only its values, the top-M
-            # columns come from sim), and the fused loss reuses it; one autograd function for the
-            # blend and both top-M terms (one N x M gradient).
-            lam, stats = self.compute_gate(sim, pairs, negatives, overwrite=True)
-            beta_t = self.batch_beta(sim, pairs, negatives, stats.hardest)
-            cols = top_m_columns(sim, pairs, self.top_m, hardest=stats.hardest)
-            terms = functools.partial(self.top_m_terms, hard_pairs=top_m_block_pairs(cols), beta_t=beta_t)
-            return weince_with_gathered_terms(
-                sim, pairs, lam, self.temperature, cols, terms, self.beta, self.eps, scratch=negatives
-            )
-        lam, stats = self.compute_gate(sim, pairs, negatives)
-        loss = weince(sim, pairs, lam, self.temperature, self.beta, self.eps, neg_weight)
-        beta_t = self.batch_beta(sim, pairs, negatives, stats.hardest)
-        hard, hard_pairs, hard_weight = restrict_to_top_m(sim, pairs, self.top_m, neg_weight, negatives, stats.hardest)
-        weibit, plackett_luce = self.top_m_terms(hard, hard_pairs, beta_t, hard_weight)
-        return loss + weibit + plackett_luce
+
+@dataclass(frozen=True)
+class BetaEMA:
+    """``beta_t``, the Weibit term's shape (module docstring): from ``beta_init``,
+    ``beta_t <- beta_momentum beta_t + (1 - beta_momentum) clamp(beta_hat, beta_min, beta_max)`` for each
+    pooled-tail fit (``max(beta_min_tail_points, beta_tail_frac * count)`` points) with ``R^2 >= r2_min``
+    and ``beta_hat > 0``."""
+
+    beta_init: float = 4.0
+    beta_min: float = 0.5
+    beta_max: float = 16.0
+    beta_tail_frac: float = 0.05
+    beta_min_tail_points: int = 1024
+    beta_momentum: float = 0.9
+    r2_min: float = 0.85
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.beta_min <= self.beta_max:
+            raise ValueError(f"need 0 < beta_min <= beta_max, got {self.beta_min}, {self.beta_max}")
+
+    @torch.no_grad()
+    def update(self, beta_t: float, sim: Tensor, pairs: Pairs, eps: float, gather: StatisticsGather | None = None,
+               negatives: Tensor | None = None, hardest: Tensor | None = None) -> float:
+        """The next ``beta_t``: ``beta_t`` with this batch's accepted fit folded in (``gather``, ``negatives``,
+        ``hardest``: see :func:`pooled_tail_beta`)."""
+        fit = pooled_tail_beta(sim, pairs, self.beta_tail_frac, self.beta_min_tail_points, eps, gather, negatives, hardest)
+        if fit is not None and fit[1] >= self.r2_min and fit[0] > 0.0:
+            clamped = min(max(fit[0], self.beta_min), self.beta_max)
+            return self.beta_momentum * beta_t + (1.0 - self.beta_momentum) * clamped
+        return beta_t

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from contrasuite.core.objectives import OBJECTIVES, InfoNCE, WEINCE, WEINCERepro, weince, weince_gate
-from contrasuite.core.objectives.weince_gate import tail_statistics
+from contrasuite.core.objectives.weince_gate import Gating, tail_statistics
 from contrasuite.core.objectives.weince_repro import pooled_tail_beta
 from contrasuite.core.pairs import Pairs, resolve_pairs, two_view
 
@@ -69,9 +69,27 @@ def two_view_batch(n=48, d=8, seed=0, noise=0.6):
 def test_registered_with_official_defaults():
     obj = OBJECTIVES["weince"]()
     assert isinstance(obj, WEINCE)
-    assert (obj.temperature, obj.beta, obj.q, obj.kappa_rho, obj.kappa_aic, obj.aic_margin) == (0.5, 1.0, 0.2, 10.0, 1.0, 2.0)
-    assert (obj.tail_frac, obj.min_tail_points, obj.gate) == (0.1, 32, "both")
+    blend, gating = obj.config.blend, obj.config.gating
+    assert (blend.temperature, blend.beta, gating.q, gating.kappa_rho, gating.kappa_aic, gating.aic_margin) == (0.5, 1.0, 0.2, 10.0, 1.0, 2.0)
+    assert (gating.tail_frac, gating.min_tail_points, gating.gate) == (0.1, 32, "both")
     assert isinstance(OBJECTIVES["weince_repro"](), WEINCERepro)
+
+
+
+def test_flat_keys_configure_the_parts_and_are_listed():
+    """A config's flat keys go to the part that has them; a key no part has is named; ``contrasuite list``
+    shows every key with its default; only the repro keeps state (its beta_t EMA)."""
+    from contrasuite.pipelines.catalog import objective_parameters
+
+    config = WEINCERepro(temperature=0.3, q=0.4, top_m=7, r2_min=0.5).config
+    assert (config.blend.temperature, config.gating.q, config.aux.top_m, config.ema.r2_min) == (0.3, 0.4, 7, 0.5)
+    assert WEINCE().config.aux is None and list(WEINCE().state_dict()) == []
+    assert list(WEINCERepro().state_dict()) == ["beta_ema"]
+    with pytest.raises(TypeError, match="unexpected key 'top_m'"):
+        WEINCE(top_m=7)
+    listed = objective_parameters()
+    assert "q=0.2" in listed["weince"] and "top_m" not in listed["weince"]
+    assert listed["weince_repro"].endswith("beta_momentum=0.9, r2_min=0.85")
 
 
 @pytest.mark.parametrize("mode", ["both", "rho", "aic"])
@@ -80,7 +98,7 @@ def test_gate_matches_numpy_rederivation(mode, dtype):
     anchors, _, pairs = two_view_batch(n=64, d=32, noise=0.3)
     sim = (F.normalize(anchors.double(), dim=1) @ F.normalize(anchors.double(), dim=1).T).to(dtype)
     rho, daic, lam = numpy_gate(sim.double().numpy(), pairs.neg.numpy(), mode=mode)
-    got, stats = weince_gate(sim, pairs, gate=mode)
+    got, stats = weince_gate(sim, pairs, Gating(gate=mode))
     tol = 1e-8 if dtype == torch.float64 else 2e-3
     assert stats.n_eff == 32 - 1  # K = 126 negatives: k_tail = max(32, round(12.6)), burn 1
     assert np.allclose(stats.rho.double().numpy(), rho, rtol=1e-5 if dtype == torch.float32 else 1e-10)
@@ -97,7 +115,7 @@ def test_gate_is_zero_with_too_few_tail_points():
     sim = F.normalize(q, dim=1) @ F.normalize(k, dim=1).T
     lam, stats = weince_gate(sim, pairs)
     assert stats.n_eff < 2 and torch.equal(lam, torch.zeros(3))
-    assert WEINCE(0.5)(q, k).item() == pytest.approx(InfoNCE(0.5)(q, k).item(), rel=1e-6)
+    assert WEINCE(temperature=0.5)(q, k).item() == pytest.approx(InfoNCE(0.5)(q, k).item(), rel=1e-6)
 
 
 def test_loss_matches_loop_with_numpy_gate():
