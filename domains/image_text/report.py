@@ -14,6 +14,8 @@ heads and the logit scale train; 128-pixel inputs; 15 + 10 epochs.
 
     contrasuite compare image_text                  # 3 seeds x (align + 3 variants)
     contrasuite compare image_text --split-seed 1   # another draw of the held-out groups (its own page)
+    contrasuite compare image_text --tune           # the hard-negative settings, seed 0, validation only
+                                                    # (domains/image_text/tuning.py; page clip_tuning)
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import argparse
 import statistics
 from typing import Any, Sequence
 
+from contrasuite.domains.image_text import tuning
 from contrasuite.domains.image_text.models import IMAGE_NETWORK
 from contrasuite.pipelines.api import Arm, Comparison, Effect, compare_main
 
@@ -30,6 +33,7 @@ VARIANTS = (("pairs", "pairs only"), ("text_negatives", "+ text negatives"),
 NAMES = (("align", "stage 1 (aligned)"), *VARIANTS)
 QUICK = ("config.data.limit=60", "run.epochs=1", "config.batch_size=32")
 PAGE = "clip_hard_negatives"
+TUNING_PAGE = "clip_tuning"
 HEADLINE = ("i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10", "comp_text/mean", "comp_image/mean")
 
 _GNM = ("GNM (Sahin et al., WACV 2024, arXiv 2311.03964; poster, ViT-B/32 CLIP fine-tuned on 82,010 generated COCO "
@@ -48,14 +52,20 @@ EFFECTS = (
 """The claims this comparison measures (``contrasuite compare effects``); not measured until the page is rerun."""
 
 
-def page_name(split_seed: int) -> str:
-    """``clip_hard_negatives``, or ``clip_hard_negatives_split<S>`` for another draw of the held-out groups."""
-    return PAGE if not split_seed else f"{PAGE}_split{split_seed}"
+def page_name(split_seed: int, tune: bool = False) -> str:
+    """``clip_hard_negatives`` (``clip_tuning`` with ``tune``), with ``_split<S>`` for another draw of the
+    held-out groups."""
+    page = TUNING_PAGE if tune else PAGE
+    return page if not split_seed else f"{page}_split{split_seed}"
+
+
+def _split(split_seed: int) -> tuple[str, ...]:
+    return (f"config.data.split_seed={split_seed}",) if split_seed else ()
 
 
 def arms(split_seed: int = 0) -> tuple[Arm, ...]:
     """``align`` and the three stage-2 arms, which start from the same seed's ``align`` run; all test ``last.pt``."""
-    split = (f"config.data.split_seed={split_seed}",) if split_seed else ()
+    split = _split(split_seed)
     return (Arm("align", "configs/image_text/reduced_align.yaml", split, checkpoint="last"),
             *(Arm(name, f"configs/image_text/reduced_{name}.yaml", (*split, "config.init_from={after}"),
                   checkpoint="last", after="align") for name, _ in VARIANTS))
@@ -111,10 +121,11 @@ def render_page(records: list[dict[str, Any]], command: str, split_seed: int = 0
              f"scale; 128-px inputs; CPU, precision {precision} (`run.precision=auto` in the configs: what the "
              "records' machine ran). "
              "Stage 1 aligns on Twemoji image-caption pairs (15 epochs); stage 2 continues 10 epochs from it "
-             "in each variant (lr 1e-3; the negatives weigh 4 in the softmax denominators, and in the last row each "
-             "negative image also brings its true caption as a pair (GNM); these, the two text halves and the extra "
-             "image stages chosen on validation: "
-             f"docs/domains/image_text.md). Test: 20 % of the emoji groups (split seed {split_seed}), never seen in training; a group "
+             "in each variant (lr 1e-3; a hard negative weighs more than a batch negative in the softmax denominators, "
+             "and in the last row each negative image also brings its true caption as a pair (GNM); that weight and "
+             f"the negatives per pair chosen on validation on this image tower ({TUNING_PAGE}.md), GNM, the two text "
+             "halves and the extra image stages on the old one: docs/domains/image_text.md). "
+             f"Test: 20 % of the emoji groups (split seed {split_seed}), never seen in training; a group "
              "holds an emoji's skin tones, the emoji differing from it only in a colour, direction, gender or "
              "number word, and the emoji its flips or recolourings copy, so no negative image crosses a split "
              "and no held-out caption is used in training, not even as a negative. Noto (google) "
@@ -172,13 +183,18 @@ def _arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--split-seed", type=int, default=0,
                    help="config.data.split_seed of every run (another draw of the emoji groups held out); its own "
                         "page and records, clip_hard_negatives_split<S>")
+    p.add_argument("--tune", action="store_true",
+                   help="the hard-negative settings of stage 2 scored on validation, seed 0 (its own page and "
+                        "records, clip_tuning; domains/image_text/tuning.py)")
 
 
 def _build(args: argparse.Namespace) -> Comparison:
-    split_seed = args.split_seed
-    return Comparison("image_text", page_name(split_seed), arms(split_seed),
-                      lambda records, command: render_page(records, command, split_seed), quick=QUICK, extra=extra,
-                      code={"image_network": IMAGE_NETWORK})
+    split_seed, page = args.split_seed, page_name(args.split_seed, args.tune)
+    if args.tune:
+        declared, render = tuning.arms(_split(split_seed)), lambda records, command: tuning.render_page(records, command, page)
+    else:
+        declared, render = arms(split_seed), lambda records, command: render_page(records, command, split_seed)
+    return Comparison("image_text", page, declared, render, quick=QUICK, extra=extra, code={"image_network": IMAGE_NETWORK})
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -7,6 +7,7 @@ import json
 import pytest
 
 import contrasuite.domains.image_text.report as report
+from contrasuite.domains.image_text import tuning
 from contrasuite.pipelines.compare import keys
 
 
@@ -25,7 +26,7 @@ def record(comparison, name, seed, comp, r1, val_comp, val_r1):
 
 
 def write_records(folder, split_seed, rows):
-    comparison = report._build(argparse.Namespace(split_seed=split_seed))
+    comparison = report._build(argparse.Namespace(split_seed=split_seed, tune=False))
     folder.mkdir()
     for name, seeds in rows.items():
         for seed, values in seeds:
@@ -84,3 +85,56 @@ def test_a_quick_comparison_trains_the_four_arms_in_children(emoji_root, tmp_pat
                for r in records.values())
     text = (cache / "clip_hard_negatives.md").read_text()
     assert "QUICK SMOKE SETTINGS" in text and "| + text and image negatives |" in text and "## Runs" in text
+
+
+class Unreadable(dict):
+    """Test metrics the tuning must never read: any access fails."""
+
+    def __getitem__(self, key):
+        raise AssertionError(f"the tuning read a test metric: {key}")
+
+    get = __contains__ = keys = items = values = __iter__ = __getitem__
+
+
+def tuned(name, comp, r1, test_comp=0.0):
+    return {"arm": name, "seed": 0, "config": tuning.CONFIG, "overrides": [], "timings": {"train_seconds": 30.0},
+            "val_metrics": metrics(comp, r1), "metrics": Unreadable(metrics(test_comp, 0))}
+
+
+def test_the_tuning_winner_is_the_highest_validation_score_and_reads_no_test_metric():
+    points = [tuning.point_name(p) for p in tuning.points()]
+    assert points[0] == "w4_t3_i2" and len(points) == 1 + sum(map(len, tuning.SWEEP)) == 5
+    pairs = tuned("pairs", 70, 30)
+    # w2: +8 at -0.5 R@1 (score 8); w8: +11 at -4 R@1 (score 11 - 3 = 8, declared later: loses the tie);
+    # t6: +9 at -2 R@1 (score 8); i4: +8.5 at +1 (score 8.5, the winner); the centre: +5 at 0 (score 5)
+    records = [pairs, tuned("w4_t3_i2", 75, 30, test_comp=99), tuned("w2_t3_i2", 78, 29.5), tuned("w8_t3_i2", 81, 26),
+               tuned("w4_t6_i2", 79, 28), tuned("w4_t3_i4", 78.5, 31)]
+    assert [tuning.score(r, pairs) for r in records[1:]] == [5.0, 8.0, 8.0, 8.0, 8.5]
+    assert tuning.winner(records) == "w4_t3_i4"
+    assert tuning.winner(records[:4]) == "w2_t3_i2"  # a tie goes to the point declared first
+    assert tuning.winner(records[1:]) is None  # no pairs-only baseline yet
+    text = tuning.render_page(records, "contrasuite compare image_text --tune --seeds 0", "clip_tuning")
+    assert "| **w4_t3_i4** (winner) | 4 | 3 | 4 | 78.5 | 78.5 | 31.0 | 31.0 | +8.5 | +1.0 | +8.5 |" in text
+    assert "Winner: **w4_t3_i4**, the highest score." in text
+
+
+def test_the_tuning_points_pin_every_knob_and_start_from_the_align_run():
+    for arm in tuning.arms()[2:]:
+        assert arm.after == "align" and arm.seeds == (0,) and arm.checkpoint == "last"
+        assert [o.split("=")[0] for o in arm.overrides[1:]] == [f"config.hard_negatives.{k}" for k in tuning.KNOBS]
+
+
+@pytest.mark.slow
+def test_a_quick_tuning_trains_in_children_and_chooses_on_validation(emoji_root, tmp_path):
+    cache = tmp_path / "tune"
+    argv = ["--tune", "--quick", "--cache", str(cache), "--data-root", str(emoji_root),
+            "--arms", "align", "pairs", "w4_t3_i2", "w2_t3_i2"]
+    assert report.main(argv) == 0
+    records = [json.loads(p.read_text()) for p in sorted((cache / "records").glob("*_seed0.json"))]
+    assert sorted(r["arm"] for r in records) == ["align", "pairs", "w2_t3_i2", "w4_t3_i2"]
+    by_arm = {r["arm"]: r for r in records}
+    best = max(("w4_t3_i2", "w2_t3_i2"), key=lambda n: tuning.score(by_arm[n], by_arm["pairs"]))
+    assert tuning.winner(records) == best
+    assert "config.hard_negatives.weight=2" in by_arm["w2_t3_i2"]["command"]
+    text = (cache / "clip_tuning.md").read_text()
+    assert "QUICK SMOKE SETTINGS" in text and f"Winner: **{best}**" in text and "not yet run: w8_t3_i2" in text
