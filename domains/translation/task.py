@@ -348,14 +348,17 @@ class TranslationTask:
         q = self.head([gather_patches(f, i) for f, i in zip(feat_q, idx)])
         return patch_nce(self.objective, q, k, self.cfg.nce.negatives)
 
+    def step_draws(self, step: int) -> torch.Generator:
+        """The generator of step ``step``'s draws (flip, then patch positions), seeded by ``(seed, step)``: the same on
+        every rank, as in one process, whatever the number of processes (a stream of its own, not the epoch's)."""
+        return seeded_generator(self.ctx.seed, "translation step", step)
+
     def train_step(self, batch: tuple[Tensor, ...], step: StepContext) -> Mapping[str, float]:
         cfg = self.cfg
         real_a, real_b, *paired = (D.to_float(t).to(self.device, non_blocking=True) for t in batch)
         use_nce = cfg.nce.weight > 0
         identity = (use_nce and cfg.nce.identity) or cfg.lambda_identity > 0  # G(y) is needed
-        # The step's draws (flip, patch positions) come from (seed, step): the same on every rank, as in
-        # one process, whatever the number of processes (a stream of its own, not the epoch generator's).
-        draws = seeded_generator(self.ctx.seed, "translation step", step.step)
+        draws = self.step_draws(step.step)
         flipped = cfg.nce.flip_equivariance and bool(torch.rand((), generator=draws) < 0.5)
         n = real_a.shape[0]
         with step.autocast():

@@ -4,13 +4,15 @@
 # metrics (emoji_official.py score); writes docs/results/records/official/cut/official_<mode>_seed<S>.json
 #
 # usage: run_official_cut.sh MODE SEED        (MODE: cut | fastcut)
+#        run_official_cut.sh export           (step 1 alone: the patched export at $OFFICIAL/cut, which
+#                                              `contrasuite bench translation --against official` reads)
 # env:   CUT_GIT    the fetched repository's git directory (default /work/.mirror/taesungp+contrastive-unpaired-translation/repo)
 #        CUT_COMMIT commit to export (default b3ac297708dfb6f7589d04662277e53c0d579c27)
 #        OFFICIAL   scratch folder outside the repository (default /tmp/official)
 #        PYTHON     interpreter with torch, torchvision, dominate and contrasuite installed (default python)
 #        CONTRASUITE_DATA  data root holding emoji/ (docs/data.md)
 set -euo pipefail
-MODE=${1:?cut or fastcut}; SEED=${2:?seed}
+MODE=${1:?cut, fastcut or export}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../../../../.." && pwd)
 CUT_GIT=${CUT_GIT:-/work/.mirror/taesungp+contrastive-unpaired-translation/repo}
@@ -18,7 +20,7 @@ CUT_COMMIT=${CUT_COMMIT:-b3ac297708dfb6f7589d04662277e53c0d579c27}
 OFFICIAL=${OFFICIAL:-/tmp/official}
 PYTHON=${PYTHON:-python}
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-case "$MODE" in cut) CUT_MODE=CUT ;; fastcut) CUT_MODE=FastCUT ;; *) echo "MODE: cut or fastcut" >&2; exit 2 ;; esac
+case "$MODE" in cut) CUT_MODE=CUT ;; fastcut) CUT_MODE=FastCUT ;; export) ;; *) echo "MODE: cut, fastcut or export" >&2; exit 2 ;; esac
 
 # 1. export the commit blob by blob (the stored snapshot lacks the README's images) and apply the patch
 if [ ! -f "$OFFICIAL/cut/.patched" ]; then
@@ -29,8 +31,10 @@ if [ ! -f "$OFFICIAL/cut/.patched" ]; then
       || echo "not in the snapshot: $path" >&2
   done
   (cd "$OFFICIAL/cut" && patch -p1 < "$HERE/cut_cpu.patch")
-  touch "$OFFICIAL/cut/.patched"
+  echo "$CUT_COMMIT" > "$OFFICIAL/cut/.patched"
 fi
+[ "$MODE" = export ] && { echo "$OFFICIAL/cut"; exit 0; }
+SEED=${2:?seed}
 
 # 2. our emoji split in CUT's unaligned layout (trainA 1563 Twemoji, trainB 1673 Noto, testA/testB the 400 test emoji)
 DATA="$OFFICIAL/emoji_unaligned"
