@@ -16,11 +16,16 @@ process (``contrasuite train`` then ``eval``, ``--jobs`` at a time with ``--thre
 one resumes), and its record written: the command, digests, code commit, machine, library versions,
 test metrics, the checkpoint selected on validation and timings. The page is then rendered from the
 records and written with ``page.json`` (the arguments that make it), which the CI test re-renders.
+
+A change that moves config keys without changing any run changes the digests: ``records/config_migrations.json``
+maps each old digest to the new one, so a record made under the old one stays current, and
+:func:`migrate_records` rewrites such records to the new digest (keeping the old one in ``config_migrated``).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import importlib
 import json
@@ -41,6 +46,9 @@ RESULTS = ROOT / "docs" / "results"
 """The results pages; their records are under ``records/<page>/``."""
 PAGE_FILE = "page.json"
 """In a page's records folder: the ``contrasuite compare`` arguments that render it."""
+MIGRATIONS = RESULTS / "records" / "config_migrations.json"
+"""Config digests of records made before a change that moved config keys without changing what a run does
+(issue 43: ``config.optim``), each with the digest the same run has since (``digests: {old: {to, commit, ...}}``)."""
 
 
 @dataclass(frozen=True)
@@ -135,9 +143,39 @@ def keys(comparison: Comparison, arm: Arm, seed: int) -> tuple[str, str]:
     return config_digest(ROOT / arm.config, overrides, comparison.code or None), version
 
 
+@functools.cache
+def _migrations() -> dict[str, dict[str, Any]]:
+    return read_json(MIGRATIONS).get("digests", {})
+
+
+def migrated(digest: str | None) -> str | None:
+    """The digest a record made under ``digest`` has today: followed through :data:`MIGRATIONS`."""
+    seen: set[str] = set()
+    while digest in _migrations() and digest not in seen:
+        seen.add(digest)
+        digest = _migrations()[digest]["to"]
+    return digest
+
+
 def is_current(record: Mapping[str, Any] | None, digest: str, version: str) -> bool:
-    """Whether ``record`` was made under this config digest and data version."""
-    return bool(record) and record.get("config_sha256") == digest and record.get("data_version") == version
+    """Whether ``record`` was made under this config digest (or one :data:`MIGRATIONS` maps to it) and data version."""
+    return bool(record) and migrated(record.get("config_sha256")) == digest and record.get("data_version") == version
+
+
+def migrate_records(records: Path) -> list[str]:
+    """Rewrite each record in ``records`` whose digest :data:`MIGRATIONS` maps to another: ``config_sha256`` becomes
+    today's digest and ``config_migrated`` keeps ``{"from": its digest, "commit": the change that moved the keys}``.
+    Returns the files rewritten."""
+    done = []
+    for path in sorted(records.glob("*.json")):
+        record = read_json(path)
+        old = record.get("config_sha256")
+        if path.name == PAGE_FILE or migrated(old) == old:
+            continue
+        moved = {"from": old, "commit": _migrations()[old]["commit"]}
+        write_json(_with_digest(record, migrated(old), moved), path, sort_keys=False)
+        done.append(path.name)
+    return done
 
 
 def make_record(comparison: Comparison, arm: Arm, seed: int, run: TestedRun, digest: str, version: str,
@@ -171,6 +209,17 @@ def make_record(comparison: Comparison, arm: Arm, seed: int, run: TestedRun, dig
         "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         **comparison.extra(arm, run),
     }
+
+
+def _with_digest(record: Mapping[str, Any], digest: str | None, moved: dict[str, str]) -> dict[str, Any]:
+    """``record`` with ``config_sha256`` set to ``digest`` and ``config_migrated: moved`` after it, keys in order."""
+    out: dict[str, Any] = {}
+    for key, value in record.items():
+        if key != "config_migrated":
+            out[key] = value
+        if key == "config_sha256":
+            out.update(config_sha256=digest, config_migrated=moved)
+    return out
 
 
 # -- running --------------------------------------------------------------------------------------------------

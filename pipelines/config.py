@@ -38,6 +38,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from contrasuite.core.task.config_fields import bounded, check_fields, one_of
+from contrasuite.pipelines.moved_keys import moved_key
 from contrasuite.pipelines.registry import missing_extra, resolve_task
 
 TOP_LEVEL_KEYS = ("task", "extends", "run", "config")
@@ -423,6 +424,7 @@ def load_config(path: str | os.PathLike, overrides: Sequence[str] = (), data_roo
     schema = getattr(task_class, "config_class", None)
     if schema is None:
         raise ConfigError(f"{path}: task {task_name!r} ({task_class.__name__}) has no config_class dataclass")
+    _refuse_moved_keys(str(task_name), raw, parsed, path)
     root = OmegaConf.create({"task": str(task_name)})
     root.run = _structured(RunSettings, raw.get("run"), "run", path)
     root.config = _structured(schema, raw.get("config"), "config", path)
@@ -453,6 +455,17 @@ def load_config(path: str | os.PathLike, overrides: Sequence[str] = (), data_roo
     loaded = LoadedConfig(path, str(task_name), task_class, run, config, resolved)
     loaded.name = name or run.name or run_name(path, loaded.domain, digest)
     return loaded
+
+
+def _refuse_moved_keys(task: str, raw: dict, overrides: Sequence[tuple[str, Any]], path: Path) -> None:
+    """A :class:`ConfigError` naming the new key when the file or an override uses a key that moved (:mod:`moved_keys`)."""
+    problem = moved_key(task, "config", raw.get("config"))
+    if problem:
+        raise ConfigError(f"{path}: {problem}")
+    for key, value in overrides:
+        problem = moved_key(task, key, value)
+        if problem:
+            raise ConfigError(f"{path}: override {key}: {problem}")
 
 
 def _check_objective_terms(section: Any, path: Path, extra: Any = None, where: str = "config") -> None:

@@ -67,11 +67,12 @@ def unfinished_runs(output_root: str | Path, domain: str, name: str) -> list[Pat
             if (run / "checkpoints" / "last.pt").is_file() and read_json(run / "status.json").get("state") != "finished"]
 
 
-def write_json(data: Any, path: Path) -> None:
-    """Write JSON atomically (temporary file, then rename), creating the folder if needed."""
+def write_json(data: Any, path: Path, sort_keys: bool = True) -> None:
+    """Write JSON atomically (temporary file, then rename), creating the folder if needed; ``sort_keys=False``
+    keeps the keys' order (a record rewritten in place)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=sort_keys, default=str) + "\n")
     os.replace(tmp, path)
 
 

@@ -41,7 +41,7 @@ from contrasuite.core.task.precision import autocast_for
 from contrasuite.core.task.protocol import TaskContext, hook
 from contrasuite.domains.init_from import checkpoint_file
 from contrasuite.pipelines import checkpoint, distributed
-from contrasuite.pipelines.config import LoadedConfig, flatten, load_config, parse_override, save_resolved
+from contrasuite.pipelines.config import ConfigError, LoadedConfig, flatten, load_config, parse_override, save_resolved
 from contrasuite.pipelines.metrics_log import MetricsLog
 from contrasuite.pipelines.plots import similarity_histogram, training_curves
 from contrasuite.pipelines.precision import (
@@ -510,7 +510,10 @@ def train(loaded: LoadedConfig) -> Path:
         device = pick_device(loaded.run.device, distributed.env_info().local_rank)
         wanted["run"]["precision"] = resolve_precision(loaded.run.precision, device)[0]
         for found in unfinished_runs(loaded.run.output_root, loaded.domain, loaded.name):
-            changed = config_changes(load_config(found / "config.yaml", name=saved_run_name(found)).resolved, wanted)
+            try:
+                changed = config_changes(load_config(found / "config.yaml", name=saved_run_name(found)).resolved, wanted)
+            except ConfigError as err:  # made before a key it uses moved (pipelines/moved_keys.py)
+                changed = [f"its config no longer loads: {err}"]
             if not changed:
                 return resume(found)
             if distributed.env_info().is_main:

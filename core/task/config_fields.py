@@ -44,14 +44,17 @@ def _check_value(key: str, value: Any, meta: Any) -> None:
 
 
 def check_fields(obj: Any, prefix: str) -> None:
-    """Check every declared range and choice in ``obj`` and its nested dataclasses; errors name the key."""
+    """Check every declared range and choice in ``obj`` and its nested dataclasses (also the values of a mapping,
+    ``config.optim.groups.head``); errors name the key."""
     if not dataclasses.is_dataclass(obj):
         return
     for f in dataclasses.fields(obj):
         value, key = getattr(obj, f.name), f"{prefix}.{f.name}"
         _check_value(key, value, f.metadata)
-        if dataclasses.is_dataclass(value):
-            check_fields(value, key)
+        check_fields(value, key)
+        if isinstance(value, dict):
+            for name, item in value.items():
+                check_fields(item, f"{key}.{name}")
 
 
 @dataclass

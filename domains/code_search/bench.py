@@ -62,6 +62,7 @@ import torch
 
 from contrasuite.core.gradcache import cached_backward
 from contrasuite.core.objectives import InfoNCE
+from contrasuite.core.task.optim import build_optimization
 from contrasuite.core.task.precision import autocast_for
 from contrasuite.domains.code_search.data import COSQA_FOLDER, load_cosqa
 from contrasuite.domains.code_search.encoder import BiEncoder, EncoderConfig, resolve_model_path
@@ -233,9 +234,8 @@ def _peer_side(task: Any, chunk: int) -> tuple[Callable[[torch.Tensor], float], 
         what = f"CachedMultipleNegativesRankingLoss(scale={scale:g}, mini_batch_size={chunk})"
     else:
         loss_fn, what = MultipleNegativesRankingLoss(st, scale=scale), f"MultipleNegativesRankingLoss(scale={scale:g})"
-    opt = torch.optim.AdamW(st.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
-    warm = cfg.optim.warmup_steps
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
+    optimization = build_optimization(cfg.optim, {"encoder": [("encoder", st.parameters())]}, task.steps_per_epoch)
+    opt, sched = optimization.optimizers["encoder"], optimization.schedulers["encoder"]
     lengths = (cfg.encoder.max_query_length, cfg.encoder.max_code_length)
 
     def features(batch: torch.Tensor) -> list[dict[str, torch.Tensor]]:
@@ -274,7 +274,7 @@ def _comparison(args: argparse.Namespace, chunk: int, run_dir: Path) -> dict[str
     ours_first = _our_first_loss(task, batches[0])
     theirs_first = peer_first(batches[0])
     ours = our_step(task)
-    levers = pull_levers(task, task.opt, fused=args.fused_adamw)
+    levers = pull_levers(task, task.optimizers()["encoder"], fused=args.fused_adamw)
     ours(batches[0])  # a warm-up step each
     peer_step(batches[0])
     rounds = alternate({"ours": ours, "peer": peer_step}, batches, args.repeats, args.steps)

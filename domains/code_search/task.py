@@ -30,6 +30,7 @@ from contrasuite.core.objectives import ObjectiveSum
 from contrasuite.core.objectives.base import ContrastiveObjective
 from contrasuite.core.task.config_fields import ObjectiveConfig, bounded, objective_field, one_of
 from contrasuite.core.task.errors import ConfigValueError
+from contrasuite.core.task.optim import OptimConfig, build_optimization, optim_field
 from contrasuite.core.task.protocol import SmokeSettings, StepContext, TaskContext
 from contrasuite.domains.archives import cache_root
 from contrasuite.domains.code_search.data import (
@@ -57,15 +58,6 @@ class DataConfig:
     test_limit: int = bounded(0, ge=0)
     subset_seed: int = 0
     """Seed of the subsets (fixed across training seeds)."""
-
-
-@dataclass
-class OptimConfig:
-    """``config.optim``: AdamW with linear warm-up, then constant."""
-
-    lr: float = bounded(2e-5, gt=0)
-    weight_decay: float = bounded(0.01, ge=0)
-    warmup_steps: int = bounded(0, ge=0)
 
 
 @dataclass
@@ -104,7 +96,8 @@ class CodeSearchConfig:
     objective: ObjectiveConfig = objective_field({"name": "infonce", "weight": 1.0, "temperature": 0.05})
     prior: dict[str, Any] = field(default_factory=lambda: {"name": "none"})
     """``{name: none|bm25|simcse|model, ...}``; see ``priors.build_prior``."""
-    optim: OptimConfig = field(default_factory=OptimConfig)
+    optim: OptimConfig = optim_field(name="adamw", lr=2e-5, weight_decay=0.01)
+    """AdamW over the one part ``encoder`` (:mod:`contrasuite.core.task.optim`)."""
     eval: EvalConfig = field(default_factory=EvalConfig)
 
 
@@ -152,9 +145,8 @@ class CodeSearchTask:
         if self.prior is not None and not self.objective.takes_prior:
             raise ConfigValueError(f"config.prior.name={cfg.prior.get('name')!r} but no objective term takes a prior "
                              f"(terms: {[t.get('name') for t in cfg.objective.terms]}); use soft_infonce")
-        self.opt = torch.optim.AdamW(self.encoder.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
-        warm = cfg.optim.warmup_steps
-        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
+        self.optimization = build_optimization(cfg.optim, {"encoder": [("encoder", self.encoder.parameters())]},
+                                               self.steps_per_epoch)
 
     def _data_folder(self) -> Path:
         """``config.data.folder`` when set, else the named set ``config.data.mined`` (mined now if missing, with progress)."""
@@ -168,10 +160,15 @@ class CodeSearchTask:
         return {"encoder": self.encoder}
 
     def optimizers(self) -> Mapping[str, torch.optim.Optimizer]:
-        return {"encoder": self.opt}
+        return self.optimization.optimizers
 
     def schedulers(self) -> Mapping[str, Any]:
-        return {"encoder": self.sched}
+        return self.optimization.schedulers
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Full global batches in the training pairs (the last partial one is dropped)."""
+        return len(self.train.queries) // self.cfg.batch_size
 
     def batches(self, epoch: int) -> Iterator[Tensor]:
         """Global index batches of a seeded permutation (drop last); each rank slices its own part."""

@@ -32,6 +32,7 @@ from contrasuite.core.objectives import InfoNCE, ObjectiveSum
 from contrasuite.core.task.config_fields import bounded, one_of
 from contrasuite.core.task.config_fields import ObjectiveConfig as BaseObjectiveConfig
 from contrasuite.core.task.errors import ConfigValueError, OneProcessOnly
+from contrasuite.core.task.optim import OptimConfig, build_optimization, optim_field
 from contrasuite.core.task.protocol import SmokeSettings, StepContext, TaskContext
 from contrasuite.domains.graph.data import DatasetSpec, load_hetero, metapath_counts
 from contrasuite.domains.graph.evaluate import ProbeSettings, clustering_scores, heco_probe
@@ -105,12 +106,6 @@ class ObjectiveConfig(BaseObjectiveConfig):
 
 
 @dataclass
-class OptimConfig:
-    lr: float = bounded(7e-4, gt=0)
-    weight_decay: float = bounded(0.0, ge=0)
-
-
-@dataclass
 class GraphConfig:
     """The ``config:`` section of a graph run."""
 
@@ -118,7 +113,9 @@ class GraphConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     negatives: NegativesConfig = field(default_factory=NegativesConfig)
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
+    optim: OptimConfig = optim_field(name="adam", lr=7e-4)
+    """Adam over the parts ``model``, ``objective`` and ``weigher`` (learned negative weights); one step an epoch
+    (:mod:`contrasuite.core.task.optim`)."""
     probe: ProbeSettings = field(default_factory=ProbeSettings)
     val_probe_runs: Optional[int] = None
     """Probe runs of ``evaluate("val")`` (None: ``probe.runs``); fewer makes frequent validation cheap."""
@@ -190,19 +187,18 @@ class GraphTask:
             model_cfg.layer_norm,
         ).to(self.device)
         self.objective = ObjectiveSum(list(cfg.objective.terms))
-        params = list(self.model.parameters()) + list(self.objective.parameters())
         self.weigher: LearnedNegativeWeights | None = None
         self.clusterer: ClusterWeights | None = None
         neg = cfg.negatives
         if neg.kind == "learned":
             self.weigher = LearnedNegativeWeights(cfg.model.dim, neg.hidden, neg.chunk_size).to(self.device)
-            params += list(self.weigher.parameters())
         elif neg.kind == "cluster":
             self.clusterer = ClusterWeights(
                 neg.num_clusters, n_iter=neg.kmeans_iters, n_init=neg.kmeans_restarts, normalize=neg.normalize
             )
             self.proto = InfoNCE(temperature=1.0, similarity="dot")
-        self.optimizer = torch.optim.Adam(params, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay)
+        parts = [(name, module.parameters()) for name, module in self.modules().items()]
+        self.optimization = build_optimization(cfg.optim, {"model": parts}, steps_per_epoch=1)
 
     def modules(self) -> Mapping[str, nn.Module]:
         out: dict[str, nn.Module] = {"model": self.model, "objective": self.objective}
@@ -211,10 +207,10 @@ class GraphTask:
         return out
 
     def optimizers(self) -> Mapping[str, torch.optim.Optimizer]:
-        return {"model": self.optimizer}
+        return self.optimization.optimizers
 
     def schedulers(self) -> Mapping[str, Any]:
-        return {}
+        return self.optimization.schedulers
 
     def batches(self, epoch: int) -> Iterable[int]:
         return [epoch]

@@ -31,6 +31,13 @@ def test_bad_config_value(cli_env, tmp_path):
     _assert_refused(code, lines, "reduced_infonce.yaml", "config.batch_size")
 
 
+def test_a_moved_key(cli_env, tmp_path):
+    config = ROOT / "configs" / "code_search" / "reduced_infonce.yaml"
+    code, lines = _cli(["train", config, "config.optim.warmup_steps=4"], cli_env, tmp_path)
+    _assert_refused(code, lines, "config.optim.warmup_steps moved: use config.optim.warmup: {steps: N}")
+    assert len(lines) == 1, lines
+
+
 def test_missing_and_truncated_data(cli_env, tmp_path):
     config = ROOT / "configs" / "image_ssl" / "reduced_infonce.yaml"
     code, lines = _cli(["train", config, "--data-root", tmp_path / "nowhere", "config.data.download=false",

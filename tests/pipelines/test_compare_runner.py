@@ -151,3 +151,31 @@ def test_every_seed_can_start_from_one_run_of_an_arm_that_runs_at_one_seed(toy_c
     assert "finetune seed 1" in (tmp_path / "page.md").read_text()
     assert compare.keys(build(None), build(None).arms[1], 1) != compare.keys(
         build(None), Arm("finetune", str(plain), ("config.data_file={after}/status.json",), after="pretrain"), 1)
+
+
+def test_a_record_under_a_migrated_digest_is_current_and_is_rewritten(toy_comparison, tmp_path, monkeypatch):
+    """A key move changes a config's digest but no run: config_migrations.json maps the old digest to the new one,
+    so its records stay current, and migrate_records rewrites them, keeping the old digest."""
+    build, plain = toy_comparison
+    assert _main(build, tmp_path, "--seeds", "0", "--arms", "plain") == 0
+    path = tmp_path / "records" / "plain_seed0.json"
+    made = json.loads(path.read_text())
+    made["config_sha256"] = "before-the-move"
+    path.write_text(json.dumps(made))
+    comparison = build(None)
+    assert not compare.current_records(comparison, tmp_path / "records")[0]
+    table = tmp_path / "migrations.json"
+    table.write_text(json.dumps({"digests": {"before-the-move": {"to": compare.keys(comparison, comparison.arms[0], 0)[0],
+                                                                 "commit": "the move"}}}))
+    monkeypatch.setattr(compare, "MIGRATIONS", table)
+    compare._migrations.cache_clear()
+    try:
+        assert [r["arm"] for r in compare.current_records(comparison, tmp_path / "records")[0]] == ["plain"]
+        assert compare.migrate_records(tmp_path / "records") == ["plain_seed0.json"]
+        record = json.loads(path.read_text())
+        assert record["config_sha256"] == compare.keys(comparison, comparison.arms[0], 0)[0]
+        assert record["config_migrated"] == {"from": "before-the-move", "commit": "the move"}
+        assert list(record)[list(record).index("config_sha256") + 1] == "config_migrated"
+        assert compare.migrate_records(tmp_path / "records") == []
+    finally:
+        compare._migrations.cache_clear()

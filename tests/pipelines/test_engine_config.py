@@ -1,10 +1,14 @@
 """Config loading: typed schemas, errors naming file and key, overrides, extends, validate-configs."""
 
+import re
+
 import pytest
 import yaml
+from omegaconf import OmegaConf
 
 from contrasuite.pipelines.cli import main, validate_configs
 from contrasuite.pipelines.config import ConfigError, RunSettings, load_config
+from contrasuite.pipelines.moved_keys import MOVED
 from contrasuite.pipelines.registry import known_tasks, resolve_task
 
 
@@ -122,3 +126,34 @@ def test_shipped_configs_validate(capsys):
     if not any(root.rglob("*.yaml")):
         pytest.skip("no shipped configs yet")
     assert validate_configs(root) == 0, capsys.readouterr().err
+
+
+def _nested(dotted, value):
+    for part in reversed(dotted.split(".")):
+        value = {part: value}
+    return value
+
+
+@pytest.mark.parametrize("task, old", [(t, k) for t, keys in sorted(MOVED.items()) for k in sorted(keys)])
+def test_a_moved_key_is_refused_naming_the_key_to_use(tmp_path, task, old):
+    """A file or an override that uses a key that moved fails with one line naming the new key; the old key is
+    unknown to today's schema (so the table holds no key that still exists)."""
+    new = f"config.{old} moved: use {MOVED[task][old]}"
+    with pytest.raises(ConfigError, match=rf"c\.yaml: {re.escape(new)}$"):
+        load_config(_write(tmp_path, {"task": task, "config": _nested(old, 1)}))
+    plain = _write(tmp_path, {"task": task}, "plain.yaml")
+    with pytest.raises(ConfigError, match=rf"plain\.yaml: override config\.{re.escape(old)}: {re.escape(new)}$"):
+        load_config(plain, [f"config.{old}=1"])
+    head, _, last = old.rpartition(".")
+    if head:  # a mapping given to the key above holds it too
+        with pytest.raises(ConfigError, match=re.escape(new)):
+            load_config(plain, [f"config.{head}={{{last}: 1}}"])
+    schema = OmegaConf.structured(resolve_task(task).config_class)
+    assert last not in (OmegaConf.select(schema, head) if head else schema)
+
+
+def test_moved_keys_are_a_table_per_task(tmp_path):
+    """A key that moved in one task is only an unknown key in another."""
+    assert "optim.warmup_steps" in MOVED["code_search"]
+    with pytest.raises(ConfigError, match=r"config\.optim: Key 'optim' not in 'ToyConfig'"):
+        load_config(_write(tmp_path, {"task": "toy_task:ToyTask", "config": {"optim": {"warmup_steps": 1}}}))

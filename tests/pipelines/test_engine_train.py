@@ -10,6 +10,7 @@ from contrasuite.pipelines import trainer
 from contrasuite.pipelines.checkpoint import CheckpointError, load
 from contrasuite.pipelines.cli import main
 from contrasuite.pipelines.config import load_config
+from contrasuite.pipelines.moved_keys import MOVED
 from contrasuite.pipelines.precision import cpu_has_native_bf16
 from contrasuite.pipelines.step import NonFiniteStepError
 
@@ -131,6 +132,16 @@ def test_resume_auto_continues_only_an_unfinished_run_of_the_same_config(toy_yam
     assert load(partial / "checkpoints" / "last.pt")["position"]["global_step"] == 6
     again = trainer.train(load_config(path, ["run.resume=auto"]))
     assert again not in (partial, resumed)  # nothing unfinished left: a fresh run
+
+
+def test_resume_auto_passes_over_a_run_whose_config_uses_a_moved_key(toy_yaml, pretend_killed, monkeypatch, capsys):
+    """A run folder made before a key moved (its saved config holds the old key) is not continued, and not an error."""
+    path = toy_yaml(run={"max_steps": 2})
+    partial = trainer.train(load_config(path))
+    pretend_killed(partial)
+    monkeypatch.setitem(MOVED, "toy_task:ToyTask", {"noise": "config.data.noise"})  # as if noise had moved since
+    fresh = trainer.train(load_config(path, ["run.resume=auto"]))
+    assert fresh != partial and "config.noise moved: use config.data.noise" in capsys.readouterr().err
 
 
 def test_in_process_resume_from_mid_epoch_matches(toy_yaml):

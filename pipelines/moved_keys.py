@@ -1,0 +1,35 @@
+"""Config keys that moved, by task: a config (file or override) that still uses one is refused with one line
+naming the key to use now, instead of OmegaConf's "key not in ..." that does not say where it went.
+
+:data:`MOVED` maps a task's registry key to ``{old key below config: what to write now}``; an override that
+sets a mapping is searched too (``config.data={batch_size: 4}`` uses ``config.data.batch_size``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Mapping
+
+MOVED: dict[str, dict[str, str]] = {
+    "code_search": {"optim.warmup_steps": "config.optim.warmup: {steps: N}"},
+}
+"""Issue 43 moved every domain's optimizer and schedule settings to ``config.optim`` (contrasuite.core.task.optim)
+and every batch size to ``config.batch_size``."""
+
+
+def key_paths(tree: Any, prefix: str) -> Iterator[str]:
+    """``prefix`` and the dotted path of every mapping key below it (not into lists)."""
+    yield prefix
+    if isinstance(tree, Mapping):
+        for key, value in tree.items():
+            yield from key_paths(value, f"{prefix}.{key}")
+
+
+def moved_key(task: str, section: str, values: Any) -> str | None:
+    """``config.<old> moved: use <new>`` for the first moved key at or below ``section`` (``config``,
+    ``config.optim``, an override's key) holding ``values``, None when none is."""
+    table = MOVED.get(task, {})
+    for path in key_paths(values, section):
+        below = path.removeprefix("config.")
+        if path.startswith("config.") and below in table:
+            return f"{path} moved: use {table[below]}"
+    return None
