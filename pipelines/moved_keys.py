@@ -11,6 +11,8 @@ from typing import Any, Iterator, Mapping
 
 MOVED: dict[str, dict[str, str]] = {
     "code_search": {"optim.warmup_steps": "config.optim.warmup: {steps: N}"},
+    "image_ssl": {"optim.warmup_epochs": "config.optim.warmup: {epochs: N}",
+                  "optim.schedule_epochs": "config.optim.schedule: {name: cosine, end: {epochs: N}}"},
 }
 """Issue 43 moved every domain's optimizer and schedule settings to ``config.optim`` (contrasuite.core.task.optim)
 and every batch size to ``config.batch_size``."""

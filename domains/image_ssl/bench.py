@@ -94,7 +94,7 @@ def peer_loop(task: Any) -> tuple[Callable[[Any], float], str]:
     if o.name != "sgd":
         raise SystemExit(f"--against peer mirrors an SGD config; this one has config.optim.name={o.name!r}")
     optimizer = torch.optim.SGD(model.parameters(), lr=o.lr, momentum=o.momentum, weight_decay=o.weight_decay)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, task.scheduler.lr_lambdas[0])
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, task.schedulers()["model"].lr_lambdas[0])
 
     def loss_of(batch: Any) -> torch.Tensor:
         x0, x1 = task._views(batch)  # the same augmentation of the same images as ours, in the step as ours
@@ -115,7 +115,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         ours = our_step(task)
         if args.channels_last:
             task.model.to(memory_format=torch.channels_last)
-        levers = ["channels-last weights"] * args.channels_last + pull_levers(task, task.optimizer, fused=args.fused_sgd,
+        levers = ["channels-last weights"] * args.channels_last + pull_levers(task, task.optimizers()["model"], fused=args.fused_sgd,
                                                                                compile=args.compile)
         first_ours, first_peer = ours(batches[0]), peer_step(batches[0])  # also each side's warm-up
         rounds = alternate({"ours": ours, "peer": peer_step}, batches, args.repeats, args.steps)

@@ -23,7 +23,6 @@ reports on the test set.
 from __future__ import annotations
 
 import copy
-import math
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
@@ -38,6 +37,7 @@ from contrasuite.core.objectives import ObjectiveSum
 from contrasuite.core.task.config_fields import bounded, one_of
 from contrasuite.core.task.config_fields import ObjectiveConfig as BaseObjectiveConfig
 from contrasuite.core.task.errors import ConfigValueError, DataError
+from contrasuite.core.task.optim import GroupConfig, Length, OptimConfig, build_optimization, optim_field
 from contrasuite.core.task.protocol import SmokeSettings, StepContext, TaskContext
 from contrasuite.core.task.seeding import derived_seed, seeded_generator
 from contrasuite.domains.image_ssl.augment import AugmentConfig, Normalize, TwoViewAugment
@@ -98,19 +98,6 @@ class ObjectiveConfig(BaseObjectiveConfig):
 
 
 @dataclass
-class OptimConfig:
-    """``config.optim``: SGD (momentum) or Adam/AdamW, linear warm-up then cosine decay, per step."""
-
-    name: str = one_of("sgd", ("sgd", "adam", "adamw"))
-    lr: float = bounded(0.12, gt=0)
-    momentum: float = bounded(0.9, ge=0, lt=1)
-    weight_decay: float = bounded(5e-4, ge=0)
-    warmup_epochs: float = bounded(10.0, ge=0)
-    schedule_epochs: int = bounded(0, ge=0)
-    """Length of the cosine decay in epochs; shipped configs set ``${run.epochs}``. 0: constant after warm-up."""
-
-
-@dataclass
 class EvalConfig:
     """``config.eval``: frozen-feature protocol (BatchNorm in eval mode)."""
 
@@ -142,7 +129,10 @@ class ImageSSLConfig:
     negatives: dict[str, Any] = field(default_factory=dict)
     """Extra negative source ``{name: queue|mochi|feature_transformation|topk|<registered>, in_batch: ..., ...}``
     (``contrasuite.core.negatives.sources``); empty: in-batch only."""
-    optim: OptimConfig = field(default_factory=OptimConfig)
+    optim: OptimConfig = optim_field(name="sgd", lr=0.12, momentum=0.9, weight_decay=5e-4, warmup=Length(epochs=10.0),
+                                     groups={"objective": GroupConfig(weight_decay=0.0)})
+    """The parts ``model`` (encoder and head) and ``objective`` (learned temperatures, logit scale and bias: no weight
+    decay by default); shipped configs decay on a cosine to 0 at ``${run.epochs}`` (:mod:`contrasuite.core.task.optim`)."""
     eval: EvalConfig = field(default_factory=EvalConfig)
 
 
@@ -188,16 +178,6 @@ def balanced_subset(labels: np.ndarray, size: int, seed: int, what: str) -> np.n
     rng = np.random.default_rng(seed)
     picked = [rng.permutation(np.flatnonzero(labels == c))[:per_class] for c in classes]
     return np.sort(np.concatenate(picked))
-
-
-def warmup_cosine(step: int, warmup: int, total: int) -> float:
-    """LR factor: linear warm-up over ``warmup`` steps, then cosine to 0 at ``total`` (constant if 0)."""
-    if warmup > 0 and step < warmup:
-        return (step + 1) / warmup
-    if total <= warmup:
-        return 1.0
-    progress = min(1.0, (step - warmup) / (total - warmup))
-    return 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 class ImageSSLTask:
@@ -250,7 +230,9 @@ class ImageSSLTask:
                     "config.model.key_momentum > 0 (MoCo, as the official code) or config.negatives.extrapolate=false")
         self.augment = TwoViewAugment(cfg.augment, size=cfg.data.image_size).to(ctx.device)
         self.normalize = Normalize().to(ctx.device)
-        self._build_optimizer(cfg.optim)
+        learned = [p for p in self.objective.parameters() if p.requires_grad]
+        self.optimization = build_optimization(cfg.optim, {"model": [("model", self.model.parameters()),
+                                                                     ("objective", learned)]}, len(self.batches(0)))
 
     # -- construction -------------------------------------------------------------------------
 
@@ -279,23 +261,6 @@ class ImageSSLTask:
         self.test_labels = torch.from_numpy(test.labels[keep_test])
         self.fit_idx, self.val_idx = stratified_split(self.train_labels, cfg.val_fraction, cfg.split_seed)
 
-    def _build_optimizer(self, cfg: OptimConfig) -> None:
-        groups = [{"params": list(self.model.parameters()), "weight_decay": cfg.weight_decay}]
-        extra = [p for p in self.objective.parameters() if p.requires_grad]
-        if extra:  # learned temperatures / logit scale and bias: no weight decay
-            groups.append({"params": extra, "weight_decay": 0.0})
-        if cfg.name == "sgd":
-            self.optimizer: torch.optim.Optimizer = torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum)
-        elif cfg.name in ("adam", "adamw"):
-            opt_class = torch.optim.Adam if cfg.name == "adam" else torch.optim.AdamW
-            self.optimizer = opt_class(groups, lr=cfg.lr)
-        else:
-            raise ConfigValueError(f"config.optim.name must be 'sgd', 'adam' or 'adamw', got {cfg.name!r}")
-        steps = len(self.batches(0))
-        warmup = round(cfg.warmup_epochs * steps)
-        total = cfg.schedule_epochs * steps
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda s: warmup_cosine(s, warmup, total))
-
     # -- the Task protocol --------------------------------------------------------------------
 
     def modules(self) -> Mapping[str, nn.Module]:
@@ -307,10 +272,10 @@ class ImageSSLTask:
         return out
 
     def optimizers(self) -> Mapping[str, torch.optim.Optimizer]:
-        return {"model": self.optimizer}
+        return self.optimization.optimizers
 
     def schedulers(self) -> Mapping[str, Any]:
-        return {"model": self.scheduler}
+        return self.optimization.schedulers
 
     def batches(self, epoch: int) -> _EpochBatches:
         ctx = self.ctx

@@ -1,5 +1,6 @@
 """ImageSSLTask without the engine: batches, the two loss forms, negatives, BN-eval features, errors."""
 
+import math
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -13,8 +14,9 @@ from contrasuite.core.pairs import two_view
 from contrasuite.core.task.protocol import TaskContext
 from contrasuite.domains.image_ssl.negatives import build_negative_source
 from contrasuite.domains.image_ssl.task import (
-    DataConfig, EvalConfig, ImageSSLConfig, ImageSSLTask, ModelConfig, ObjectiveConfig, _EpochBatches, warmup_cosine,
+    DataConfig, EvalConfig, ImageSSLConfig, ImageSSLTask, ModelConfig, ObjectiveConfig, _EpochBatches,
 )
+from contrasuite.pipelines.config import load_config
 
 
 class Step:
@@ -176,12 +178,24 @@ def test_negative_source_errors_name_the_key():
         build_negative_source({"name": "queue", "sise": 3}, dim=4)
 
 
-def test_warmup_cosine_schedule():
-    assert warmup_cosine(0, 10, 100) == pytest.approx(0.1)
-    assert warmup_cosine(9, 10, 100) == pytest.approx(1.0)
-    assert warmup_cosine(55, 10, 100) == pytest.approx(0.5)
-    assert warmup_cosine(100, 10, 100) == pytest.approx(0.0)
-    assert warmup_cosine(500, 0, 0) == 1.0
+def test_the_optimizer_of_a_shipped_config_follows_its_optim_section(tiny_cifar):
+    """reduced_siglip on tiny data: SGD with the config's lr, momentum and weight decay on the model, none on
+    SigLIP's learned scale and bias; linear warm-up over the warm-up epochs, then a cosine to 0 at run.epochs."""
+    loaded = load_config("image_ssl/reduced_siglip", ["run.epochs=4"])
+    cfg = loaded.config
+    task = make_task(tiny_cifar, optim=cfg.optim, objective=cfg.objective)
+    opt, o = task.optimizers()["model"], cfg.optim
+    model, learned = opt.param_groups
+    assert isinstance(opt, torch.optim.SGD) and model["params"] == list(task.model.parameters())
+    assert (model["initial_lr"], model["momentum"], model["weight_decay"]) == (o.lr, o.momentum, o.weight_decay)
+    assert learned["params"] == list(task.objective.parameters()) and learned["weight_decay"] == 0.0
+    steps = len(task.batches(0))
+    warmup, end = round(o.warmup.epochs * steps), loaded.run.epochs * steps
+    assert 0 < warmup < end
+    for s in range(end + 2):
+        want = o.lr * ((s + 1) / warmup if s < warmup else 0.5 * (1 + math.cos(math.pi * min(1, (s - warmup) / (end - warmup)))))
+        assert model["lr"] == pytest.approx(want, rel=1e-12, abs=1e-15) and learned["lr"] == model["lr"]
+        task.schedulers()["model"].step()
 
 
 
