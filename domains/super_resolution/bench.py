@@ -14,20 +14,61 @@ in one grouped filtering) over the bicubic x``--scale`` images of a test set, in
 baselines on the same Y: the direct 11 x 11 window with one convolution per moment (how ``ssim_y`` was
 computed before) and kornia's ``metrics.ssim`` on Y / 255 (valid region): process CPU seconds, ratios,
 and the largest difference from ``ssim_y``.
+
+``--against official`` (issue 41): our training step against the official PCL-SISR code's (github.com/Aitical/
+PCL-SISR, EDSR-PyTorch's trainer with the PCL-SR loss; :mod:`~contrasuite.domains.super_resolution.official_pcl`),
+for each of ``--modes`` and ``--precisions``, in one process, on the same threads, device and batches, alternating
+rounds (``pipelines/bench/against_peer.py``):
+
+* ``l1``: ours ``configs/super_resolution/edsr_baseline_x2_l1.yaml`` (EDSR-baseline x2: 16 blocks of 64 channels,
+  res_scale 1, LR patch 48, batch 16, Adam 1e-4 (0.9, 0.999), eps 1e-8, L1), official ``--loss 1*L1`` with the same
+  sizes;
+* ``pcl``: ours ``finetune_x2_pcl_official.yaml`` (the released behaviour: the term sends no gradient to G,
+  own-image negatives, one discriminator pass per group, gradient values clipped at 1) with the official
+  variants (:data:`PCL_OVERRIDES`: sharpness factors U(0.5, 3.0), no Fourier low-pass, no mixture; 3 blurs, 3
+  sharpened positives and the upsampled LR), official ``--loss 1*L1+<weight>*CL-patchD`` with the flags of its
+  scripts (:func:`~contrasuite.domains.super_resolution.official_pcl.official_flags`).
+
+Ours is the task's ``train_step`` in the engine's ``Step`` (``bf16``: under autocast); the official side is
+``Trainer.train()`` on a one-batch epoch, always in fp32 (the code has no autocast: its ``--precision half``
+casts model and data to fp16 for testing), on ``[0, 1]`` images (``--rgb_range 1``). Both step through the same
+``--batches`` real T91 batches of our task's epoch 0 (our loader's LR/HR patches, CPU tensors as a loader hands
+them). Equal work: the parameter counts, and our EDSR weights copied into the official one before either steps,
+so the first step's L1 must agree (1e-4 relative in fp32, 1e-2 for ours in bf16); for ``pcl`` the variants'
+draws, the discriminator's BatchNorm groups and the LR upsampling differ (the section says what). ``--warmup``
+untimed steps per side follow the first (default 0 on the CPU, 3 on CUDA; the record keeps cuDNN's TF32 and
+benchmark settings, PyTorch's defaults on both sides). ``--profile``
+keeps each side's largest operators over one more step, which ``--report`` renders. The clock is the process's CPU
+time on the CPU (``--clock``) and the wall clock after ``torch.cuda.synchronize()`` on CUDA. The official code
+comes from ``docs/results/records/official/pcl_sisr/export_pcl_sisr.sh`` (``--official``, default
+``/tmp/official/pcl_sisr``). One record holds every mode x precision of a command:
+``docs/results/records/bench_pipelines/super_resolution_official.json`` (``..._cuda.json`` on a GPU), section
+``super_resolution`` (``super_resolution+cuda``) of ``docs/results/bench_pipelines.md``.
+
+    contrasuite bench super_resolution --against official --profile
+    contrasuite bench super_resolution --against official --device cuda --threads 0 --steps 20 --profile
+    contrasuite bench super_resolution --report
 """
 
 from __future__ import annotations
 
 import argparse
 import platform
+import sys
+import tempfile
 import time
+from itertools import islice
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
+from contrasuite.domains.super_resolution import official_pcl
 from contrasuite.domains.super_resolution.task import SRConfig, SuperResolutionTask
-from contrasuite.pipelines.api import StepRunner, default_data_root, pick_device, setup_task, write_output
+from contrasuite.pipelines.api import (
+    RECORDS, StepRunner, alternate, check_text, comparison_section, cpu_task, default_data_root, our_step, ours_text,
+    outcome, peer_flags, peer_main, peer_record, pick_device, run_variant, setup_task, synced_clocks, write_output,
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -37,13 +78,20 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--scale", type=int, default=2)
     p.add_argument("--patch", type=int, default=48, help="LR patch side")
     p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--steps", type=int, default=5, help="timed steps")
-    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--steps", type=int, default=None, help="timed steps (default 5; --against: per side per round, default 2)")
+    p.add_argument("--warmup", type=int, default=None,
+                   help="untimed steps first (default 1; --against: per side after the first, default 0 on the CPU, 3 on CUDA)")
     p.add_argument("--ssim", default="", metavar="SET", help="time SSIM on this test set's bicubic images instead")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: leave as is)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (0: leave as is; default 0, 1 with --against)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--data-root", default=None, help="data root with sr/T91.tar.gz (default $CONTRASUITE_DATA or data)")
-    p.add_argument("--output", type=Path, default=None, help="write the results as JSON here")
+    official = p.add_argument_group("--against official (module docstring)")
+    official.add_argument("--against", choices=("official", "peer"), default=None,
+                          help="official: our step against the official PCL-SISR code's (peer: the same)")
+    official.add_argument("--official", type=Path, default=OFFICIAL, help="the export of the official code")
+    official.add_argument("--profile", action="store_true", help="keep each side's largest operators over one more step")
+    peer_flags(official, None, {}, batches=3)
+    p.set_defaults(clock=None)  # --against: cpu on the CPU, wall on CUDA
     return p
 
 
@@ -109,11 +157,202 @@ def ssim_timing(data_root: Path, name: str, scale: int) -> dict[str, Any]:
             "max_diff_direct": diff["direct"], "max_diff_kornia": diff["kornia"]}
 
 
+# -- --against official -------------------------------------------------------------------------------------
+
+OFFICIAL = Path("/tmp/official/pcl_sisr")
+"""Where ``--official`` looks by default (``docs/results/records/official/pcl_sisr/export_pcl_sisr.sh`` makes it)."""
+PCL_OVERRIDES = ("config.frequency.sharp_min=0.5", "config.frequency.n_lowpass=0", "config.frequency.n_mix=0")
+"""On ``finetune_x2_pcl_official.yaml``: the official variants (sharpness U(0.5, 3.0), blurs, upsampled LR only)."""
+CONFIGS = {"l1": ("super_resolution/edsr_baseline_x2_l1", ()),
+           "pcl": ("super_resolution/finetune_x2_pcl_official", PCL_OVERRIDES)}
+"""Each mode's shipped config and the bench's overrides of it."""
+TOLERANCE = {"fp32": 1e-4, "bf16": 1e-2}
+"""The first-step L1 check's relative tolerance, by our precision (the official side is fp32)."""
+PROFILE_ROWS = 6
+
+
+def device_variant(args: argparse.Namespace) -> list[str]:
+    """``cuda`` for a record made on a GPU (its file name and section say it), else nothing."""
+    return run_variant(argparse.Namespace(device=args.device))
+
+
+def mismatches(cfg: Any, mode: str) -> list[str]:
+    """What our config sets that the official step of ``mode`` does not compute."""
+    if mode == "pcl":
+        return official_pcl.pcl_mismatches(cfg)
+    return ["contrastive=True (official l1: false)"] if cfg.contrastive else []
+
+
+def profile(step: Callable[[Any], Any], batch: Any, device: torch.device) -> dict[str, Any]:
+    """``torch.profiler`` over one step: its operators' self time in all (ms: CPU time, or on a GPU the time of the
+    kernels each operator launched, so that every kernel counts once), the share of the convolutions (operators
+    named ``*conv*``) and the :data:`PROFILE_ROWS` largest operators."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+
+    cuda = device.type == "cuda"
+    with torch_profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
+        step(batch)
+        if cuda:
+            torch.cuda.synchronize(device)
+    events = prof.key_averages()
+    if cuda:  # the operators (not the kernels, nor the annotations around them) with their kernels' time
+        self_us = {e.key: e.self_device_time_total for e in events if e.device_type == DeviceType.CPU
+                   and not getattr(e, "is_user_annotation", False) and e.self_device_time_total > 0}
+    else:
+        self_us = {e.key: e.self_cpu_time_total for e in events}
+    total = sum(self_us.values())
+    top = sorted(self_us.items(), key=lambda kv: -kv[1])[:PROFILE_ROWS]
+    return {"total_ms": total / 1000, "conv_share": sum(t for k, t in self_us.items() if "conv" in k) / total,
+            "top": [{"op": op, "ms": us / 1000, "share": us / total} for op, us in top]}
+
+
+def against_official(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
+    """Our step of ``args.mode`` in ``args.precision`` against the official one (module docstring): the record."""
+    device = torch.device(args.device)
+    config, overrides = CONFIGS[args.mode]
+    with tempfile.TemporaryDirectory() as run_dir:
+        task, loaded = cpu_task(config, [*overrides, *args.override], args.data_root, Path(run_dir), device, args.precision)
+        problems = mismatches(task.cfg, args.mode)
+        if problems:
+            print(f"bench super_resolution --against official: the official step cannot do {'; '.join(problems)}",
+                  file=sys.stderr)
+            raise SystemExit(2)
+        flags = official_pcl.official_flags(task.cfg, args.mode, loaded.run.grad_clip_value, device.type == "cuda")
+        trainer, data = official_pcl.official_trainer(args.official, flags)
+        official_pcl.copy_generator(task.generator, trainer)
+        batches = list(islice(task.batches(0), args.batches))
+        first_ours = StepRunner(task, device, args.precision)(batches[0], 0, 0)  # same weights, same batch (a warm-up too)
+        theirs = official_pcl.official_step(trainer, data)
+        first_peer = theirs(batches[0])
+        first_official = {entry["type"]: float(v) for entry, v in zip(trainer.loss.loss, trainer.loss.log[-1])}
+        ours = our_step(task, device, args.precision)
+        for i in range(args.warmup):  # untimed, beyond the first step
+            ours(batches[i % len(batches)])
+            theirs(batches[i % len(batches)])
+        rounds = alternate({"ours": ours, "peer": theirs}, batches, args.repeats, args.steps, synced_clocks(device))
+        profiles = {"ours": profile(ours, batches[0], device), "peer": profile(theirs, batches[0], device)} if args.profile else None
+    cfg = task.cfg
+    fields = {
+        "ours": ours_text(config, detail=f" ({'bf16 autocast' if args.precision == 'bf16' else 'fp32'})"),
+        "peer": (f"official PCL-SISR (github.com/Aitical/PCL-SISR {official_pcl.COMMIT[:7]} with docs/results/records/"
+                 "official/pcl_sisr/pcl_sisr.patch): Trainer.train() on a one-batch epoch, fp32 (the code has no autocast)"),
+        "mode": args.mode, "config": config, "overrides": [*overrides, *args.override], "official_flags": flags,
+        "scale": cfg.scale, "blocks": cfg.model.n_resblocks, "feats": cfg.model.n_feats, "patch": cfg.data.patch_size,
+        "batch": cfg.data.batch_size, "distinct_batches": len(batches),
+        "ours_parameters": {name: sum(p.numel() for p in m.parameters()) for name, m in
+                            (("generator", task.generator), ("discriminator", getattr(task, "embedder", None))) if m is not None},
+        "official_parameters": official_pcl.official_counts(trainer),
+        "first_step": {"ours": {k: float(v) for k, v in first_ours.items()}, "official": first_official},
+        "official_precision": "fp32", "warmup_steps": 1 + args.warmup, **({"profile": profiles} if profiles else {}),
+        **({"cudnn": {"allow_tf32": torch.backends.cudnn.allow_tf32, "benchmark": torch.backends.cudnn.benchmark}}
+           if device.type == "cuda" else {}),
+    }
+    measured = outcome(first_ours["l1"], first_peer, rounds, args.clock, tolerance=TOLERANCE[args.precision], term="l1")
+    record = peer_record("super_resolution", args, argv, {}, [], fields, measured)
+    del record["section"]  # the command's record has it (:func:`official_record`)
+    return record
+
+
+def official_record(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
+    """The command's record: one comparison (:func:`against_official`) for each of ``--modes`` x ``--precisions``,
+    in section ``super_resolution`` (``super_resolution+cuda`` on a GPU)."""
+    runs = [argparse.Namespace(**{**vars(args), "mode": m, "precision": p})
+            for m in args.modes.split(",") for p in args.precisions.split(",")]
+    return {"section": "+".join(["super_resolution", *device_variant(args)]),
+            "against": "official", "comparisons": [against_official(run, argv) for run in runs]}
+
+
+def network(r: dict[str, Any]) -> str:
+    """The record's EDSR in words."""
+    return f"EDSR{'-baseline' if (r['blocks'], r['feats']) == (16, 64) else ''} x{r['scale']} ({r['blocks']} blocks of {r['feats']} channels)"
+
+
+def same_work(r: dict[str, Any]) -> str:
+    """The record's equal-work bullet: what is the same on both sides and, for ``pcl``, what is not."""
+    ours, theirs = r["ours_parameters"], r["official_parameters"]
+    text = (f"{network(r)} on both sides, our weights copied into the official one before either steps "
+            f"({ours['generator']:,} parameters each; the official model also has {theirs['generator_frozen']} frozen ones in "
+            f"its mean-shift convs); LR patch {r['patch']} (HR {r['patch'] * r['scale']}), batch {r['batch']}, "
+            f"{r['distinct_batches']} distinct batch(es) of real T91 patches from our loader cycled by both; first-step L1 "
+            f"{check_text(r['loss_check'])}")
+    if r["mode"] != "pcl":
+        return text
+    first = r["first_step"]
+    cl = next(v for k, v in first["official"].items() if "CL" in k)
+    return (text + f". PCL as released on both sides: D steps on the dual contrastive loss, the term is computed "
+            f"without gradient into G (so G's update is L1's), own-image negatives; D {ours['discriminator']:,} parameters "
+            f"(official {theirs['discriminator']:,}: its convolutions have no bias, each feeds a BatchNorm). Not the same: "
+            "the random variants; the D batches (official: one pass per variant, the upsampled LR not among D's fakes; "
+            "ours: reals in one pass and fakes with the upsampled LR in another, the embeddings in three passes, SR, "
+            "positives, negatives), so BatchNorm statistics differ; the LR upsampling (official F.interpolate bicubic, "
+            "ours MATLAB imresize); the official step also runs D on SR and HR for an adversarial term it drops "
+            "(--no_ad_loss) and runs every D pass to its head where ours stops at the embedding block; it clips "
+            "gradient values at 1 (--gclip), which the bench's Step does not. First-step weighted contrastive term: "
+            f"ours {first['ours']['contrastive']:.4f}, official {cl:.4f}")
+
+
+def profile_note(r: dict[str, Any]) -> str:
+    """Where the time goes: both sides' convolution share and largest operators (markdown)."""
+    ours, peer = r["profile"]["ours"], r["profile"]["peer"]
+    cuda = r["device"].startswith("cuda")
+    unit, digits = ("GPU time of the kernels each operator launched", 1) if cuda else ("CPU self time", 0)
+    rows = ["| # | ours: operator | ms | share | official: operator | ms | share |", "|---|---|---|---|---|---|---|"]
+    rows += [f"| {i + 1} | `{a['op']}` | {a['ms']:.{digits}f} | {a['share']:.0%} | `{b['op']}` | {b['ms']:.{digits}f} | "
+             f"{b['share']:.0%} |" for i, (a, b) in enumerate(zip(ours["top"], peer["top"]))]
+    return (f"\nWhere the time goes (`torch.profiler`, one more step per side, {unit}): convolutions "
+            f"(forward and backward) take {ours['conv_share']:.0%} of ours ({ours['total_ms']:.{digits}f} ms in all) and "
+            f"{peer['conv_share']:.0%} of the official step ({peer['total_ms']:.{digits}f} ms); the largest operators:\n\n"
+            + "\n".join(rows))
+
+
+def render_official(r: dict[str, Any]) -> str:
+    """The page section of an ``--against official`` record (markdown); a record's ``note`` ends it when it has no
+    profile."""
+    what = "L1 + PCL" if r["mode"] == "pcl" else "L1"
+    title = (f"super_resolution: our {network(r).split(' (')[0]} {what} step vs the official PCL-SISR "
+             f"({r['device']}, ours {r['precision']}, official {r['official_precision']})")
+    unit, digits = ("ms", 1) if r["device"].startswith("cuda") else ("s", 2)
+    return comparison_section(r, title, same_work(r), unit=unit, digits=digits, note=profile_note(r) if "profile" in r else r.get("note"))
+
+
+def render_record(record: dict[str, Any]) -> str:
+    """The page section of the command's record: each comparison's (:func:`render_official`) in turn."""
+    return "\n\n".join(render_official(c) for c in record["comparisons"])
+
+
+def official_main(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    """``--against official``: one record of every mode x precision on the device; ``--report``: the record at
+    ``--output``, or every kept one, into the page."""
+    args.threads = 1 if args.threads is None else args.threads
+    args.steps = args.steps or 2
+    if args.report:
+        for path in [args.output] if args.output else sorted(RECORDS.glob("super_resolution_official*.json")):
+            peer_main(argparse.Namespace(**{**vars(args), "output": path}), argv, official_record, render_record)
+        return 0
+    if not (args.official / "src" / "option.py").is_file():
+        print(f"bench super_resolution --against official: no official code at {args.official} (--official); "
+              "docs/results/records/official/pcl_sisr/export_pcl_sisr.sh makes it", file=sys.stderr)
+        return 2
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("bench super_resolution --against official: --device cuda but torch.cuda.is_available() is False", file=sys.stderr)
+        return 2
+    args.device = pick_device(args.device).type
+    args.clock = args.clock or ("wall" if args.device == "cuda" else "cpu")  # a process waiting on a GPU: not its CPU time
+    args.warmup = (3 if args.device == "cuda" else 0) if args.warmup is None else args.warmup
+    args.output = args.output or RECORDS / ("_".join(["super_resolution_official", *device_variant(args)]) + ".json")
+    return peer_main(args, argv, official_record, render_record)
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
+    args.data_root = str(args.data_root or default_data_root())
+    if args.against or args.report:
+        return official_main(args, argv)
+    args.steps, args.warmup = args.steps or 5, 1 if args.warmup is None else args.warmup
     if args.threads:
         torch.set_num_threads(args.threads)
-    data_root = Path(args.data_root or default_data_root())
+    data_root = Path(args.data_root)
     if args.ssim:
         row = ssim_timing(data_root, args.ssim, args.scale)
         print("| set | images | ssim_y CPU s | direct window CPU s | direct / ours | kornia CPU s | kornia / ours "
