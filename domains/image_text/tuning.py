@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 from typing import Any, Mapping, Sequence
 
-from contrasuite.pipelines.api import Arm
+from contrasuite.pipelines.api import ROOT, Arm, load_config
 
 CONFIG = "configs/image_text/reduced_text_image_negatives.yaml"
 GRID = {"weight": (1.0, 2.0, 4.0, 8.0), "texts_per_pair": (3, 6), "images_per_pair": (2, 4)}
@@ -82,6 +82,12 @@ def winner(records: Sequence[Mapping[str, Any]]) -> str | None:
     return max(scored)[2] if scored else None
 
 
+def shipped() -> str:
+    """The point the shipped :data:`CONFIG` sets (the arm ``text_image_negatives`` of the comparison trains it)."""
+    hard = load_config(ROOT / CONFIG, []).resolved["config"]["hard_negatives"]
+    return point_name(tuple(hard[k] for k in KNOBS))
+
+
 def render_page(records: list[dict[str, Any]], command: str, page: str) -> str:
     """The tuning page: every point's validation metrics, gains and score, and the winner."""
     by_arm = {r["arm"]: r for r in records}
@@ -129,7 +135,10 @@ def render_page(records: list[dict[str, Any]], command: str, page: str) -> str:
     if best:
         missing = [point_name(p) for p in points() if point_name(p) not in by_arm]
         lines += [f"Winner: **{best}**, the highest score" + (f" of the points run so far (not yet run: "
-                                                              f"{', '.join(missing)})" if missing else "") + ".", ""]
+                                                              f"{', '.join(missing)})" if missing else "") + ". "
+                  f"The shipped `{CONFIG}` (the comparison's `text_image_negatives` arm; `reduced_text_negatives.yaml`"
+                  f" shares its weight and captions per pair) sets {shipped()}"
+                  + (": the winner." if shipped() == best else ", NOT the winner."), ""]
     seconds = sum(r["timings"]["train_seconds"] for r in records)
     lines += ["## Runs", "", f"Training loop time of the recorded runs, summed: {seconds / 60:.1f} min (the trainer's "
               "`train_seconds`). Each run: `contrasuite train CONFIG OVERRIDES run.seed=0`, then `contrasuite eval "

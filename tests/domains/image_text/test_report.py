@@ -116,6 +116,7 @@ def test_the_tuning_winner_is_the_highest_validation_score_and_reads_no_test_met
     text = tuning.render_page(records, "contrasuite compare image_text --tune --seeds 0", "clip_tuning")
     assert "| **w4_t3_i4** (winner) | 4 | 3 | 4 | 78.5 | 78.5 | 31.0 | 31.0 | +8.5 | +1.0 | +8.5 |" in text
     assert "Winner: **w4_t3_i4**, the highest score of the points run so far (not yet run: w1_t3_i2, " in text
+    assert f"sets {tuning.shipped()}" in text and tuning.shipped() in points
 
 
 def test_the_tuning_points_pin_every_knob_and_start_from_the_align_run():
