@@ -18,8 +18,9 @@ the rest of a domain never imports the engine. What is here:
 - :func:`write_output`: a benchmark's rows as JSON; :func:`mean_std`: a results table's cell;
 - a training step of ours against a peer's, alternating rounds in one process; the record and its page section
   (:mod:`contrasuite.pipelines.bench.against_peer`, for ``contrasuite bench <d> --against peer``): running,
-  :func:`cpu_task`, :func:`our_step`, :func:`pull_levers`, :func:`alternate`; the record, :data:`RECORDS`,
-  :func:`outcome`, :func:`ours_text`, :func:`peer_version`, :func:`peer_record`; its section, :func:`heading`,
+  :func:`cpu_task`, :func:`our_step`, :func:`pull_levers`, :func:`alternate`, :func:`synced_clocks`; the record,
+  :data:`RECORDS`, :func:`run_variant`, :func:`outcome`, :func:`ours_text`, :func:`peer_version`, :func:`peer_record`;
+  its section, :func:`heading`,
   :func:`check_text`, :func:`machine_lines`, :func:`rounds_table`, :func:`round_cells`, :func:`ratio_sentence`;
   the command, :func:`peer_flags` and :func:`peer_main` (``--report``: a record into its page section).
 """
@@ -27,7 +28,8 @@ the rest of a domain never imports the engine. What is here:
 from contrasuite.pipelines.bench import write_output
 from contrasuite.pipelines.bench.against_peer import (
     RECORDS, alternate, check_text, comparison_section, cpu_task, heading, machine_lines, our_step, ours_text,
-    outcome, peer_flags, peer_main, peer_record, peer_version, plain_loop_step, pull_levers, round_cells,
+    outcome, peer_flags, peer_main, peer_record, peer_version, plain_loop_step, pull_levers, round_cells, run_variant,
+    synced_clocks,
 )
 from contrasuite.pipelines.checkpoint import CheckpointError, load as load_checkpoint
 from contrasuite.pipelines.cli_runs import ROOT, run_cli, thread_env
@@ -48,5 +50,5 @@ __all__ = [
     # --against peer benches (contrasuite.pipelines.bench.against_peer)
     "RECORDS", "alternate", "check_text", "comparison_section", "cpu_task", "heading", "machine_lines", "our_step",
     "ours_text", "outcome", "peer_flags", "peer_main", "peer_record", "peer_version", "plain_loop_step", "pull_levers",
-    "round_cells",
+    "round_cells", "run_variant", "synced_clocks",
 ]

@@ -296,7 +296,9 @@ def against_peer(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any
     with tempfile.TemporaryDirectory() as run_dir:
         comparisons = [_comparison(args, chunk, Path(run_dir)) for chunk in chunks]
     own = {"config": args.config, "mined": args.mined, "overrides": list(args.override), "comparisons": comparisons}
-    return peer_record(SECTION, args, argv, LEVERS, ["fused AdamW"] * args.fused_adamw, own)
+    # --precision and --device are the other mode's: the comparison runs fp32 on the CPU (cpu_task)
+    cpu_fp32 = argparse.Namespace(**{**vars(args), "precision": "fp32", "device": "cpu"})
+    return peer_record(SECTION, cpu_fp32, argv, LEVERS, ["fused AdamW"] * args.fused_adamw, own)
 
 
 def render_peer(record: dict[str, Any]) -> str:

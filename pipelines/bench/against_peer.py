@@ -4,7 +4,8 @@ The shared part of the domains' ``contrasuite bench <domain> --against peer`` (r
 :mod:`contrasuite.pipelines.api`); each domain's ``bench.py`` keeps what is its own: how it sets up its task and
 the peer's step, the equal-work description of its section, and its flags. Not a bench itself (no ``main``).
 
-The protocol: both sides on the CPU in fp32 (:func:`cpu_task`, :func:`our_step`), the first step or loss of each
+The protocol: both sides on the CPU in fp32 (:func:`cpu_task`, :func:`our_step`; a bench may also run them on a GPU or
+under bf16 autocast, which its record and section name say: :func:`settings`, :func:`section_name`), the first step or loss of each
 on the same batch from the same weights as the equal-work check (:func:`loss_check`), then :func:`alternate`'s
 rounds, the order of the sides alternating so both share whatever load the machine has; a round's ratio is peer
 time / our time (above 1: ours is faster), summarized by :func:`summarize`. The record (JSON, ``--output``;
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import statistics
 import time
@@ -52,20 +54,24 @@ does not depend on the seed.
 
 # -- running ----------------------------------------------------------------------------------------------
 
-def cpu_task(config: str | os.PathLike, overrides: Sequence[str], data_root: str | None, run_dir: Path) -> tuple[Any, Any]:
-    """The task of ``config`` (a file or a shipped config's name) set up as the trainer does on the CPU in fp32,
-    after ``torch.manual_seed(0)``, and its loaded config."""
+CPU = torch.device("cpu")
+
+
+def cpu_task(config: str | os.PathLike, overrides: Sequence[str], data_root: str | None, run_dir: Path,
+             device: torch.device = CPU, precision: str = "fp32") -> tuple[Any, Any]:
+    """The task of ``config`` (a file or a shipped config's name) set up as the trainer does on the CPU in fp32
+    (or on ``device`` in ``precision``), after ``torch.manual_seed(0)``, and its loaded config."""
     torch.manual_seed(0)
     loaded = load_config(config, list(overrides), data_root=data_root)
-    task = setup_task(loaded.task_class(), loaded.config, device=torch.device("cpu"), precision="fp32",
+    task = setup_task(loaded.task_class(), loaded.config, device=device, precision=precision,
                       data_root=Path(loaded.run.data_root or "."), run_dir=run_dir, seed=loaded.run.seed)
     return task, loaded
 
 
-def our_step(task: Any) -> Callable[[Any], float]:
+def our_step(task: Any, device: torch.device = CPU, precision: str = "fp32") -> Callable[[Any], float]:
     """One training step of ours per call: ``task.train_step`` in the engine's ``Step`` (:class:`StepRunner`,
-    CPU, fp32), the step counter counting on; returns the loss."""
-    runner, counter = StepRunner(task, torch.device("cpu"), "fp32"), iter(range(10**9))
+    CPU and fp32 unless told), the step counter counting on; returns the loss."""
+    runner, counter = StepRunner(task, device, precision), iter(range(10**9))
 
     def step(batch: Any) -> float:
         return float(runner(batch, 0, next(counter))["loss"])
@@ -134,6 +140,18 @@ def alternate(sides: dict[str, Callable[[Any], Any]], batches: list, repeats: in
     return rounds
 
 
+def synced_clocks(device: torch.device) -> dict[str, Callable[[], float]]:
+    """:data:`CLOCKS`, each read after ``torch.cuda.synchronize()`` on a CUDA ``device`` (so a round's time holds
+    the GPU work it queued)."""
+    if device.type != "cuda":
+        return CLOCKS
+
+    def synced(read: Callable[[], float]) -> Callable[[], float]:
+        return lambda: (torch.cuda.synchronize(device), read())[1]
+
+    return {clock: synced(read) for clock, read in CLOCKS.items()}
+
+
 def summarize(rounds: list[dict[str, Any]], clock: str) -> dict[str, float]:
     """Each round's ``ratio`` (peer / ours on ``clock``, set in the row) and their median, smallest and largest."""
     ratios = [r[f"peer_{clock}_s"] / r[f"ours_{clock}_s"] for r in rounds]
@@ -157,15 +175,25 @@ def outcome(first_ours: float, first_peer: float, rounds: list[dict[str, Any]], 
 
 # -- the record -------------------------------------------------------------------------------------------
 
+def run_variant(args: argparse.Namespace) -> list[str]:
+    """``args.device`` off the CPU and ``args.precision`` other than fp32, for a bench that has them (none for one
+    that runs fp32 on the CPU only)."""
+    return [v for v in (getattr(args, "device", "cpu"), getattr(args, "precision", "fp32")) if v not in ("cpu", "fp32")]
+
+
 def section_name(base: str, args: argparse.Namespace, levers: dict[str, str]) -> str:
-    """``base`` with ``+name`` for each of ``levers`` switched on in ``args``: a record's (and its section's) name."""
-    return base + "".join(f"+{name}" for name in levers if getattr(args, name))
+    """``base`` with ``+name`` for each of :func:`run_variant` and of ``levers`` switched on in ``args``: a record's
+    (and its section's) name."""
+    return base + "".join(f"+{name}" for name in [*run_variant(args), *(n for n in levers if getattr(args, n))])
 
 
 def settings(args: argparse.Namespace) -> dict[str, Any]:
-    """The record's run settings: fp32 on the CPU, the threads, clock, steps per round and rounds."""
-    return {"precision": "fp32", "device": "cpu", "threads": torch.get_num_threads(), "clock": args.clock,
-            "steps_per_round": args.steps, "repeats": args.repeats}
+    """The record's run settings: the precision and device (fp32 on the CPU for a bench without ``args.precision``
+    and ``args.device``; the GPU's name on CUDA), the threads, clock, steps per round and rounds."""
+    device = getattr(args, "device", "cpu")
+    gpu = {"gpu": torch.cuda.get_device_name(device)} if device.startswith("cuda") else {}
+    return {"precision": getattr(args, "precision", "fp32"), "device": device, **gpu, "threads": torch.get_num_threads(),
+            "clock": args.clock, "steps_per_round": args.steps, "repeats": args.repeats}
 
 
 def peer_version(module: str) -> str:
@@ -209,7 +237,8 @@ def check_text(check: dict[str, Any]) -> str:
 def machine_lines(record: dict[str, Any]) -> list[str]:
     """The section's ``machine`` and ``command`` bullets."""
     return [f"- machine: {record['machine']}, {record['cpu_count']} cores (shared; 1-min load "
-            f"{record['load_average_1min']} at the end), torch {record['torch']}, {record['device']}, "
+            f"{record['load_average_1min']} at the end), torch {record['torch']}, {record['device']}"
+            f"{' (' + record['gpu'] + ')' if 'gpu' in record else ''}, "
             f"{record['threads']} thread(s), {record['precision']}, {record['clock']} clock, {record['date_utc']} UTC",
             f"- command: `{record['command']}`"]
 
@@ -250,17 +279,20 @@ def comparison_section(record: dict[str, Any], title: str, same_work: str, unit:
 
 
 def write_section(page: Path, name: str, text: str) -> None:
-    """Replace the section between ``<!-- section:name -->`` markers of ``page`` in place, or add it: a lever's
-    section (``base+lever``) right after its base section when the page has one, any other at the end. A missing
-    page is made, starting with :data:`PAGE_HEAD`."""
+    """Replace the section between ``<!-- section:name -->`` markers of ``page`` in place, or add it: a variant's
+    section (``base+variant``, e.g. a lever's) after the last section of its base's family (the base and its
+    variants, so sections rendered in page order come back in that order) when the page has the base, any other at
+    the end. A missing page is made, starting with :data:`PAGE_HEAD`."""
     start, end = f"<!-- section:{name} -->", f"<!-- /section:{name} -->"
     body = page.read_text() if page.exists() else PAGE_HEAD
     block = f"{start}\n{text.rstrip()}\n{end}"
-    base_end = f"<!-- /section:{name.split('+')[0]} -->"
+    base = name.split("+")[0]
+    family = [s for s in re.findall(r"<!-- /section:([^ ]+) -->", body) if s.split("+")[0] == base]
+    base_end = f"<!-- /section:{family[-1]} -->" if base in family else None
     if start in body and end in body:
         head, rest = body.split(start, 1)
         body = head + block + rest.split(end, 1)[1]
-    elif base_end in body:
+    elif base_end:
         head, rest = body.split(base_end, 1)
         body = head + base_end + "\n\n" + block + rest
     else:
