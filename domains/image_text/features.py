@@ -76,12 +76,14 @@ def run_trunk(fn: Callable[[Any], Tensor], inputs: list | np.ndarray, batch_size
 def trunk_features(model: Any, settings: ModelConfig, cache_dir: str | None, styles: Mapping[str, Any],
                    texts: list[str], batch_size: int, autocast: Callable[[], AbstractContextManager],
                    progress: Progress = no_progress, rank: int = 0) -> Tensor:
-    """Features of ``texts``; every style's image features are set on its ``StyleData.features``."""
+    """Features of ``texts``; every style's image features are set on its ``StyleData.features``, contiguous (a
+    trunk's channels-last maps would make every step's flatten a copy)."""
     image_weights = weights_digest(model, "image_trunk")
     for style, data in styles.items():
         file = cache_file(settings, cache_dir, "images", [style, key_digest(data.images.tobytes()), image_weights])
         data.features = shared_load_or_compute(file, lambda: run_trunk(
-            model.image_features, data.images, batch_size, autocast, progress, f"{style} image trunk"), rank, what=WHAT)
+            model.image_features, data.images, batch_size, autocast, progress, f"{style} image trunk"), rank,
+            what=WHAT).contiguous()
     file = cache_file(settings, cache_dir, "texts", [key_digest("\n".join(texts).encode()), weights_digest(model, "text_trunk")])
     return shared_load_or_compute(file, lambda: run_trunk(
         model.text_features, texts, batch_size, autocast, progress, "text trunk"), rank, what=WHAT)
