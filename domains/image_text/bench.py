@@ -1,0 +1,352 @@
+"""``contrasuite bench image_text``: our CLIP-loss training step against open_clip's training loop (``--against peer``).
+
+Both sides train the same towers on the same batches, in one process, on the same threads and device, in the
+same precision (``--precision fp32``, or ``bf16``: autocast on both sides):
+
+* ours: the task's ``train_step`` inside the engine's ``Step`` (:class:`StepRunner`) on
+  ``configs/image_text/<--config>.yaml`` (default ``reduced_align``: EfficientNet-Lite0 and MiniLM trunks, frozen,
+  their features cached; the image head on the pooled final, stage-2 and stage-4 maps and the text head on two
+  segment means of MiniLM's token states, 256-d; batch 256 of real Twemoji image-caption pairs; CLIP's loss with
+  its learnable logit scale; AdamW);
+* peer: ``open_clip_train.train.train_one_epoch``, open_clip's own training loop (installed with the
+  ``open_clip_torch`` wheel), called once per step on a one-batch epoch: it moves the batch to the device, runs
+  ``model(images, texts)`` and ``ClipLoss`` (``open_clip.create_loss``) under its autocast (``--precision fp32``
+  or ``amp_bf16``), ``backward()``, ``optimizer.step()`` and clamps ``logit_scale`` to ``[0, log 100]``; its
+  arguments are ``open_clip_train.params.parse_args`` defaults (no gradient clipping, no scaler, no gradient
+  accumulation, ``--skip-scheduler``: the config has no schedule). Rank 0 logs at the first step of an epoch, so
+  with one-batch epochs its log bookkeeping (``.item()`` of the loss and scale, one ``logging.info`` call, the
+  level left at WARNING) runs at every step instead of every 100th.
+  Its model is :class:`OpenCLIPTowers`: a copy of our towers, made before either side steps, with
+  ``encode_image``, ``encode_text`` and ``logit_scale`` (a copy of our loss's) as ``open_clip.CLIP`` has them.
+  Its optimizer is an AdamW over the same parameter groups as ours, with the config's learning rate and weight
+  decay on every parameter as ours (open_clip's ``main.py`` would exempt gains, biases and ``logit_scale`` from
+  weight decay: another recipe, not another speed), and the betas and eps of open_clip's defaults, which are
+  PyTorch's (and ours) for a model that is not a ViT.
+
+The peer's batches are what open_clip's dataloader would hand its loop: CPU tensors of the same pairs, here the
+cached trunk features of the images and captions (with frozen trunks) or the uint8 images and the token ids of
+the captions (without); ours gathers them inside its step, as the pipeline does. A batch with two pairs of the
+same caption is refused (``ClipLoss``'s targets are the diagonal). The first step of each side, from the same
+weights on the same batch, gives the equal-work check (the two losses within 1e-4 relative in fp32; 1e-2 under
+bf16, where open_clip's loss runs in autocast and ours in fp32). Then ``--repeats`` rounds of ``--steps`` steps
+per side, the order alternating between rounds, the sides cycling through the same ``--batches`` batches of
+epoch 0. Each side's ``k``-th step runs after ``torch.manual_seed(k)`` (the same dropout masks), so after the
+rounds both have made the same updates: how far apart their weights are, relative to how far ours moved, is
+kept. A round's ratio is peer time / our time (above 1: ours is faster); ``--clock cpu`` (the default on the
+CPU) is this process's CPU time, ``wall`` (the default with ``--device cuda``, read after
+``torch.cuda.synchronize()``) the wall clock. ``--profile`` adds each side's largest operators
+(``torch.profiler`` over ``--steps`` more steps) to the record, which ``--report`` renders into the section's
+where-the-time-goes table in ``docs/results/bench_pipelines.md``.
+
+Lever (bench-only, not what the pipeline runs; the peer keeps PyTorch's default): ``--fused-adamw``, our AdamW's
+groups on the fused kernel (the shipped task uses PyTorch's default, on the CPU the per-tensor loop). A record with
+the lever, on a GPU or in bf16 has its own file (``image_text_peer[_cuda][_bf16][_fused_adamw].json`` unless
+``--output``) and section.
+
+    contrasuite bench image_text --against peer --threads 1 --profile
+    contrasuite bench image_text --against peer --threads 1 --precision bf16 --profile
+    contrasuite bench image_text --against peer --device cuda --threads 0 --steps 50 --profile
+    contrasuite bench image_text --against peer --device cuda --threads 0 --steps 50 --precision bf16 --profile
+    contrasuite bench image_text --against peer --threads 1 --fused-adamw --profile
+    contrasuite bench image_text --report [--device cuda] [--precision bf16] [--fused-adamw]  # or --output RECORD
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+import tempfile
+from itertools import count, islice
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from contrasuite.pipelines.api import (
+    RECORDS, ROOT, alternate, check_text, comparison_section, cpu_task, our_step, ours_text, outcome, peer_flags,
+    peer_main, peer_record, peer_version, pull_levers, run_variant, synced_clocks,
+)
+
+SECTION = "image_text"
+RECORD = RECORDS / "image_text_peer.json"
+TOLERANCE = {"fp32": 1e-4, "bf16": 1e-2}
+"""The equal-work check's relative tolerance on the first-step losses, per precision (module docstring)."""
+OPEN_CLIP_PRECISION = {"fp32": "fp32", "bf16": "amp_bf16"}
+"""open_clip's ``--precision`` for ours."""
+PROFILE_ROWS = 12
+LEVERS = {"fused_adamw": "our AdamW with fused=True"}
+"""The bench-only lever (module docstring)."""
+
+
+class OpenCLIPTowers(nn.Module):
+    """Our towers (a :class:`~contrasuite.domains.image_text.models.TwoTowerModel`) as open_clip's loop takes a model:
+    ``encode_image``, ``encode_text``, ``logit_scale`` and ``forward(image, text)`` returning ``open_clip.CLIP``'s
+    output dict (L2-normalised features, ``logit_scale.exp()``). With ``frozen`` trunks the inputs are their cached
+    features and only the heads run; otherwise uint8 images and token ids go through the whole towers."""
+
+    def __init__(self, towers: nn.Module, logit_scale: Tensor, frozen: bool) -> None:
+        super().__init__()
+        self.towers, self.frozen = towers, frozen
+        self.logit_scale = nn.Parameter(logit_scale.detach().clone())
+
+    def encode_image(self, image: Tensor, normalize: bool = False) -> Tensor:
+        x = self.towers.image_head(image) if self.frozen else self.towers.encode_image(image)
+        return F.normalize(x, dim=-1) if normalize else x
+
+    def encode_text(self, text: Tensor, normalize: bool = False) -> Tensor:
+        x = self.towers.text_head(text if self.frozen else self.towers.text_trunk(text))
+        return F.normalize(x, dim=-1) if normalize else x
+
+    def forward(self, image: Tensor, text: Tensor) -> dict[str, Tensor]:
+        return {"image_features": self.encode_image(image, normalize=True),
+                "text_features": self.encode_text(text, normalize=True), "logit_scale": self.logit_scale.exp()}
+
+
+class OneBatchEpoch:
+    """``data["train"]`` as ``train_one_epoch`` reads it (``set_epoch``, ``dataloader`` with ``num_batches`` and
+    ``num_samples``): an epoch of the one batch last set."""
+
+    num_batches = 1
+
+    def __init__(self) -> None:
+        self.batch: tuple[Tensor, Tensor] | None = None
+        self.dataloader = self
+
+    def set_epoch(self, epoch: int) -> None:
+        """Nothing to reshuffle."""
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.batch[0])
+
+    def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:
+        yield self.batch
+
+
+def clip_term(task: Any) -> nn.Module:
+    """Our CLIP loss term; exits naming the setting when the config is not a plain CLIP step (hard negatives,
+    GradCache, other or weighted terms, a weight average) that ``ClipLoss`` could do."""
+    cfg = task.cfg
+    terms = [dict(t) for t in cfg.objective.terms]
+    hard = cfg.hard_negatives
+    problems = [
+        *([f"objective.terms {terms} (one clip term of weight 1)"] if len(terms) != 1 or terms[0]["name"] != "clip"
+          or float(terms[0].get("weight", 1.0)) != 1.0 else []),
+        *(["hard_negatives.texts/images"] if hard.texts or hard.images else []),
+        *([f"gradcache_chunks={cfg.gradcache_chunks}"] if cfg.gradcache_chunks > 1 else []),
+        *([f"ema={cfg.ema}"] if cfg.ema else []),
+    ]
+    if problems:
+        raise SystemExit(f"--against peer compares a plain CLIP step with open_clip's ClipLoss; set off: {', '.join(problems)}")
+    return task.objective.terms[0]
+
+
+def peer_batch(task: Any, batch: dict) -> tuple[Tensor, Tensor]:
+    """The inputs of ``batch`` (one of ``task.batches``) as open_clip's dataloader hands them: CPU tensors of the
+    images and captions (module docstring)."""
+    n = len(batch["rows"])
+    if batch["pos_mask"].shape != (n, n) or not torch.equal(batch["pos_mask"], torch.eye(n, dtype=torch.bool)):
+        raise SystemExit("a batch holds two pairs of the same caption: ClipLoss's targets are the diagonal")
+    images = task._images_in(task.styles[task.train_style], batch["image_rows"]).cpu()
+    texts = task._texts_in(batch["texts"])
+    return images, (texts.cpu() if task.frozen else task.model.tokenizer(texts))
+
+
+def open_clip_args(task: Any, precision: str, device: torch.device) -> argparse.Namespace:
+    """open_clip_train's arguments for this run: ``parse_args`` defaults with the precision, batch size, learning
+    rate, weight decay and ``--skip-scheduler``, then what its ``main`` sets: the device, one process's rank, and
+    no distillation and no wandb (none asked for)."""
+    from open_clip_train.params import parse_args
+
+    cfg = task.cfg
+    args = parse_args(["--precision", OPEN_CLIP_PRECISION[precision], "--batch-size", str(cfg.batch_size),
+                       "--lr", str(cfg.lr), "--wd", str(cfg.weight_decay), "--skip-scheduler"])
+    args.device, args.rank, args.local_rank, args.world_size, args.distributed = str(device), 0, 0, 1, False
+    args.distill, args.wandb = False, False
+    return args
+
+
+def peer_loop(task: Any, precision: str, device: torch.device) -> tuple[Callable[[tuple[Tensor, Tensor]], Tensor],
+                                                                        torch.optim.Optimizer, str]:
+    """open_clip's loop on a copy of the task's towers (module docstring): ``(step, its optimizer, description)``;
+    a step returns its loss (a tensor, not read: reading it would wait for the GPU)."""
+    import open_clip
+    from open_clip_train.train import train_one_epoch
+
+    args = open_clip_args(task, precision, device)
+    term = clip_term(task)
+    # frozen trunks stay out of the copy (an Identity each): their cached features are the peer's inputs
+    twin = {id(t): nn.Identity() for t in (task.model.image_trunk, task.model.text_trunk)} if task.frozen else {}
+    model = OpenCLIPTowers(copy.deepcopy(task.model, twin), term.logit_scale, task.frozen).to(device)
+    twin[id(term.logit_scale)] = model.logit_scale  # deepcopy's memo: each of our tensors -> its copy
+    groups = [{"params": [twin[id(p)] for p in group["params"]], "lr": group["lr"], "weight_decay": group["weight_decay"]}
+              for group in task.opt.param_groups]
+    optimizer = torch.optim.AdamW(groups, lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps)
+    loss = open_clip.create_loss(args)
+    last: dict[str, Tensor] = {}
+    loss.register_forward_hook(lambda _module, _inputs, out: last.update(out))
+    data, epochs = OneBatchEpoch(), count()
+
+    def step(batch: tuple[Tensor, Tensor]) -> Tensor:
+        data.batch = batch
+        train_one_epoch(model, {"train": data}, loss, next(epochs), optimizer, None, None, None, args)
+        return last["contrastive_loss"].detach()
+
+    desc = (f"open_clip {peer_version('open_clip')}: open_clip_train.train.train_one_epoch (precision "
+            f"{args.precision}) with {type(loss).__name__}, one-batch epochs, AdamW(betas=({args.beta1}, {args.beta2}), "
+            f"eps={args.eps:g})")
+    return step, optimizer, desc
+
+
+def trained(optimizer: torch.optim.Optimizer) -> list[Tensor]:
+    """The weights ``optimizer`` trains, in its groups' order."""
+    return [p.detach() for group in optimizer.param_groups for p in group["params"]]
+
+
+def weights_gap(start: list[Tensor], ours: list[Tensor], theirs: list[Tensor]) -> float:
+    """How far apart the two sides' weights are, relative to how far ours moved: ``||ours - theirs|| / ||ours -
+    start||`` over all trained tensors (0: the same training)."""
+    def norm(diffs: Any) -> float:
+        return float(torch.stack([d.float().norm() for d in diffs]).norm())
+
+    return norm(a - b for a, b in zip(ours, theirs)) / norm(a - s for a, s in zip(ours, start))
+
+
+def profile(step: Callable[[Any], Any], batches: list, steps: int, device: torch.device) -> dict[str, Any]:
+    """``torch.profiler`` over ``steps`` steps: each operator's CPU self time in ms per step (``ops``) and their sum
+    (``cpu_self_ms``); on a GPU also the CUDA kernels' time per step (``cuda_kernel_ms``)."""
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+
+    cuda = device.type == "cuda"
+    with torch_profile(activities=[ProfilerActivity.CPU] + [ProfilerActivity.CUDA] * cuda) as prof:
+        for i in range(steps):
+            step(batches[i % len(batches)])
+        if cuda:
+            torch.cuda.synchronize(device)
+    events = prof.key_averages()
+    ops = {e.key: round(e.self_cpu_time_total / 1000 / steps, 4) for e in events if e.self_cpu_time_total > 0}
+    kernels = {"cuda_kernel_ms": sum(e.self_device_time_total for e in events) / 1000 / steps} if cuda else {}
+    return {"cpu_self_ms": sum(ops.values()), **kernels, "ops": ops}
+
+
+def seeded(step: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``step`` after ``torch.manual_seed(k)`` at its ``k``-th call: both sides' dropout draws the same masks."""
+    calls = count()
+
+    def call(batch: Any) -> Any:
+        torch.manual_seed(next(calls))
+        return step(batch)
+
+    return call
+
+
+def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
+    device = torch.device(args.device)
+    with tempfile.TemporaryDirectory() as run_dir:
+        config = ROOT / "configs" / "image_text" / f"{args.config}.yaml"
+        task, _ = cpu_task(config, args.override, args.data_root, Path(run_dir), device, args.precision)
+        peer_step, peer_optimizer, peer_desc = peer_loop(task, args.precision, device)  # before our first step
+        batches = list(islice(task.batches(0), args.batches))
+        peer_batches = [peer_batch(task, b) for b in batches]
+        ours = seeded(our_step(task, device, args.precision))
+        levers = pull_levers(task, task.opt, fused=args.fused_adamw)
+        peer = {id(b): p for b, p in zip(batches, peer_batches)}
+        theirs = seeded(lambda batch: peer_step(peer[id(batch)]))  # on its tensors of the same batch
+
+        start = [w.clone() for w in trained(task.opt)]
+        first_ours = ours(batches[0])  # the first step of each: same weights, same batch (and a warm-up)
+        first_peer = float(theirs(batches[0]))
+        rounds = alternate({"ours": ours, "peer": theirs}, batches, args.repeats, args.steps, synced_clocks(device))
+        gap = weights_gap(start, trained(task.opt), trained(peer_optimizer))
+        profiles = {name: profile(side, batches, args.steps, device) for name, side in
+                    (("ours", ours), ("peer", theirs))} if args.profile else None
+    m, images = task.cfg.model, peer_batches[0][0]
+    own = {"ours": ours_text(f"image_text/{args.config}", levers, f" ({args.precision}), AdamW"), "peer": peer_desc,
+           "config": args.config, "overrides": list(args.override), "batch": len(batches[0]["rows"]),
+           "frozen_trunks": bool(task.frozen), "image_input": list(images.shape[1:]), "embed_dim": m.embed_dim,
+           "text_segments": m.text_segments, "extra_image_stages": list(m.extra_image_stages),
+           "trainable_parameters": sum(p.numel() for g in task.opt.param_groups for p in g["params"]),
+           "distinct_batches": len(batches), "weights_gap_after": gap, **({"profile": profiles} if profiles else {})}
+    measured = outcome(first_ours, first_peer, rounds, args.clock, tolerance=TOLERANCE[args.precision])
+    return peer_record(SECTION, args, argv, LEVERS, levers, own, measured)
+
+
+def profile_table(profiles: dict[str, dict[str, Any]]) -> str:
+    """The :data:`PROFILE_ROWS` operators of largest CPU self time on either side, each side's time and the
+    difference, then all operators together (markdown; ``-``: not run on that side)."""
+    ours, peer = profiles["ours"]["ops"], profiles["peer"]["ops"]
+    top = sorted(ours.keys() | peer.keys(), key=lambda op: -max(ours.get(op, 0), peer.get(op, 0)))[:PROFILE_ROWS]
+    rows = ["| operator | ours ms/step | peer ms/step | ours - peer |", "|---|---|---|---|"]
+    for op in top:
+        cells = [f"{side[op]:.2f}" if op in side else "-" for side in (ours, peer)]
+        rows.append(f"| `{op}` | {cells[0]} | {cells[1]} | {ours.get(op, 0) - peer.get(op, 0):+.2f} |")
+    total = [profiles[side]["cpu_self_ms"] for side in ("ours", "peer")]
+    rows.append(f"| all operators | {total[0]:.2f} | {total[1]:.2f} | {total[0] - total[1]:+.2f} |")
+    if "cuda_kernel_ms" in profiles["ours"]:
+        kernels = [profiles[side]["cuda_kernel_ms"] for side in ("ours", "peer")]
+        rows.append(f"| CUDA kernels (GPU time) | {kernels[0]:.2f} | {kernels[1]:.2f} | {kernels[0] - kernels[1]:+.2f} |")
+    return "\n".join(rows)
+
+
+def where_text(record: dict[str, Any]) -> str:
+    """What the operators of a cached-features step are, for the record's precision and levers (the profile table
+    gives their times)."""
+    adamw = ("AdamW (ours on the fused kernel, `_fused_adamw_`; the peer on PyTorch's default, on the CPU its "
+             "per-tensor loop: `sqrt`, `div`, `lerp_`, `addcdiv_`, `addcmul_`, `mul_`)" if record["levers"] else
+             "AdamW (PyTorch's default on both, on the CPU its per-tensor loop: `sqrt`, `div`, `lerp_`, `addcdiv_`, "
+             "`addcmul_`, `mul_`)")
+    casts = (" Under bf16 autocast both also cast the weights and activations at every step (`copy_`)."
+             if record["precision"] == "bf16" else "")
+    return (f"Both sides run the same kernels for the heads' forward and backward (`addmm`, `mm`, `gelu`) and "
+            f"{adamw}, which are most of either step.{casts} Ours adds, inside its step, the gather of the batch's "
+            "cached trunk features and their conversion from the cache's fp16 (`index`, `copy_`; open_clip's "
+            "dataloader hands its loop ready tensors), and the engine's per-step checks: the global gradient norm it "
+            "logs and the norms of the updated weights (`linalg_vector_norm`), each read back to check that it is "
+            "finite. The rounds' times also hold the Python around the operators, which this table leaves out.")
+
+
+def render(record: dict[str, Any]) -> str:
+    """The page section of one record (markdown)."""
+    trunks = ("frozen EfficientNet-Lite0 and MiniLM trunks, their cached features "
+              f"({record['image_input']} per image) into the heads" if record["frozen_trunks"] else
+              f"EfficientNet-Lite0 and MiniLM towers end to end, images {record['image_input']}")
+    same_work = (f"the towers of config `{record['config']}` (a copy before either steps: {trunks}, "
+                 f"{record['trainable_parameters']:,} trainable parameters with the logit scale), batches of "
+                 f"{record['batch']} real Twemoji image-caption pairs, {record['distinct_batches']} distinct batches "
+                 f"cycled by both; first-step loss {check_text(record['loss_check'])}; after the rounds the two sides' "
+                 f"weights are apart by {record['weights_gap_after']:.1e} of the distance ours moved from the start "
+                 f"(`||ours - peer|| / ||ours - start||`)"
+                 + ("; under bf16 the two trainings differ by design: open_clip computes its loss under autocast "
+                    "(bf16 logits), ours in fp32" if record["precision"] == "bf16" else ""))
+    title = f"image_text: our CLIP step vs open_clip's training loop ({record['device']}, {record['precision']})"
+    note = None
+    if "profile" in record:
+        note = (f"\nWhere the time goes (`torch.profiler` over {record['steps_per_round']} more steps per side: CPU "
+                f"self time of the {PROFILE_ROWS} largest operators). " + (where_text(record) if record["frozen_trunks"] else "")
+                + "\n\n" + profile_table(record["profile"]))
+    return comparison_section(record, title, same_work, note=note)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="contrasuite bench image_text", description=__doc__.splitlines()[0])
+    parser.add_argument("--config", default="reduced_align", help="a configs/image_text/ name (a plain CLIP step)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--precision", choices=sorted(TOLERANCE), default="fp32", help="bf16: autocast on both sides")
+    parser.add_argument("--profile", action="store_true", help="add both sides' operator profile (torch.profiler) to the record")
+    peer_flags(parser, RECORD, LEVERS, batches=4, steps=20, peer="open_clip's train_one_epoch")
+    parser.set_defaults(clock=None, output=None)  # resolved below, from the device and precision
+    args = parser.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.exit(2, "contrasuite bench image_text: --device cuda but torch.cuda.is_available() is False\n")
+    args.clock = args.clock or ("wall" if args.device == "cuda" else "cpu")  # a process waiting on a GPU: not its CPU time
+    named = [*run_variant(args), *(lever for lever in LEVERS if getattr(args, lever))]
+    args.output = args.output or RECORD.with_name("_".join([RECORD.stem, *named]) + ".json")
+    return peer_main(args, argv, run, render)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
