@@ -13,6 +13,9 @@ MOVED: dict[str, dict[str, str]] = {
     "code_search": {"optim.warmup_steps": "config.optim.warmup: {steps: N}"},
     "image_ssl": {"optim.warmup_epochs": "config.optim.warmup: {epochs: N}",
                   "optim.schedule_epochs": "config.optim.schedule: {name: cosine, end: {epochs: N}}"},
+    "metric_learning": {"optim.head_lr": "config.optim.groups: {head: {lr: X}, objective: {lr: X}}",
+                        "optim.schedule_epochs": "config.optim.schedule: {name: cosine, end: {epochs: N}}",
+                        "sampler.batch_size": "config.batch_size"},
 }
 """Issue 43 moved every domain's optimizer and schedule settings to ``config.optim`` (contrasuite.core.task.optim)
 and every batch size to ``config.batch_size``."""

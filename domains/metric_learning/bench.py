@@ -68,7 +68,7 @@ def peer_loop(task: Any) -> tuple[Callable[[tuple[torch.Tensor, torch.Tensor]], 
     model = copy.deepcopy(task.train_model)  # before any step: the same weights as ours
     twin = dict(zip(map(id, task.train_model.parameters()), model.parameters()))
     groups = []
-    for group in task.optimizer.param_groups:
+    for group in task.optimizers()["model"].param_groups:
         params = [twin[id(p)] for p in group["params"] if id(p) in twin]  # the objective's own (none here) are not the net's
         if params:
             groups.append({"params": params, "lr": group["lr"], "weight_decay": group["weight_decay"]})
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         batches = list(islice(task.batches(0), args.batches))
         ours = our_step(task)
         peer_step, peer_desc = peer_loop(task)
-        levers = pull_levers(task, task.optimizer, fused=args.fused_adamw, compile=args.compile)
+        levers = pull_levers(task, task.optimizers()["model"], fused=args.fused_adamw, compile=args.compile)
         torch.manual_seed(1)
         first_ours = ours(batches[0])  # the first step of each: same weights, same batch (and a warm-up)
         torch.manual_seed(1)

@@ -29,7 +29,7 @@ BASELINES = {
 }
 """Untrained references: (config loss, overrides); evaluated like the trained runs, nothing trained."""
 METRICS = ("recall@1", "recall@2", "recall@4", "recall@8", "map@r")
-QUICK = ("run.max_steps=2", "config.data.image_size=32", "config.data.max_classes=8", "config.sampler.batch_size=8",
+QUICK = ("run.max_steps=2", "config.data.image_size=32", "config.data.max_classes=8", "config.batch_size=8",
          "config.eval.batch_size=32")
 """``--quick``: two steps on the first 8 classes at 32 px (the untrained arms stay untrained)."""
 DESCRIPTION = {
@@ -113,15 +113,15 @@ def protocol(records: list[dict[str, Any]], overrides: Sequence[str] = ()) -> st
     trained_part = f"blocks {c.model.freeze_blocks}-15" if c.model.freeze_blocks else "the network"
     head = f"a {c.model.embedding_dim}-d linear head" if c.model.embedding_dim else "no head"
     groups = "; a base emoji's skin-tone classes share a batch" if c.sampler.whole_groups else ""
-    schedule = " with cosine decay" if c.optim.schedule_epochs else ""
-    classes = c.sampler.batch_size // c.sampler.m_per_class
+    schedule = " with cosine decay" if c.optim.schedule.name == "cosine" else ""
+    classes = c.batch_size // c.sampler.m_per_class
     return (
         f"{c.data.image_size}x{c.data.image_size} images, EfficientNet-Lite0 "
         f"{'with its ImageNet weights' if c.model.pretrained else 'randomly initialised'}, {frozen}{cached} "
         f"({'with' if c.data.augment else 'no'} augmentation), {trained_part} and {head} trained"
         f"{' with frozen BatchNorm statistics' if c.model.freeze_bn else ''} for {run.epochs} epochs{batches}{steps} "
-        f"({c.sampler.batch_size} images = {classes} classes x {c.sampler.m_per_class}{groups}), AdamW {_rate(c.optim.lr)} "
-        f"(head {_rate(c.optim.head_lr)}){schedule}, {run.precision}, validation "
+        f"({c.batch_size} images = {classes} classes x {c.sampler.m_per_class}{groups}), AdamW {_rate(c.optim.lr)} "
+        f"(head {_rate(c.optim.groups['head'].lr)}){schedule}, {run.precision}, validation "
         f"{'every epoch' if run.eval_every_epochs == 1 else f'every {run.eval_every_epochs} epochs'}; "
         f"{c.data.train_fraction:.0%} of the base emoji train ({c.data.val_fraction:.0%} of those held out to select "
         "the checkpoint by validation Recall@1), the rest test"

@@ -33,9 +33,9 @@ class MPerClassBatches:
         groups: Sequence[Hashable] | None = None,
     ) -> None:
         if m < 1:
-            raise ConfigValueError(f"sampler.m_per_class must be >= 1, got {m}")
+            raise ConfigValueError(f"config.sampler.m_per_class must be >= 1, got {m}")
         if batch_size % m:
-            raise ConfigValueError(f"sampler.batch_size ({batch_size}) must be a multiple of sampler.m_per_class ({m})")
+            raise ConfigValueError(f"config.batch_size ({batch_size}) must be a multiple of config.sampler.m_per_class ({m})")
         if groups is not None and len(groups) != len(labels):
             raise ValueError(f"{len(groups)} group names for {len(labels)} images")
         by_class: dict[int, list[int]] = defaultdict(list)
@@ -52,7 +52,7 @@ class MPerClassBatches:
         self.classes_per_batch = batch_size // m
         if self.classes_per_batch > len(classes):
             raise ConfigValueError(
-                f"sampler.batch_size / m_per_class = {self.classes_per_batch} classes per batch, "
+                f"config.batch_size / config.sampler.m_per_class = {self.classes_per_batch} classes per batch, "
                 f"but the training split has only {len(classes)} classes"
             )
         self.epoch = 0

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +21,7 @@ from torch import Tensor, nn
 from contrasuite.core.distributed import batch_shard, distributed_objective
 from contrasuite.core.task.config_fields import ObjectiveConfig, bounded, objective_field, one_of
 from contrasuite.core.task.errors import ConfigValueError, SetupError
+from contrasuite.core.task.optim import GroupConfig, OptimConfig, build_optimization, optim_field
 from contrasuite.core.task.protocol import SmokeSettings, StepContext, TaskContext
 from contrasuite.domains.archives import cache_root
 from contrasuite.domains.disk_cache import load_or_compute
@@ -81,18 +81,7 @@ class ModelConfig:
 
 
 @dataclass
-class OptimConfig:
-    lr: float = bounded(1e-4, gt=0)
-    head_lr: float = bounded(1e-3, gt=0)
-    weight_decay: float = bounded(1e-4, ge=0)
-    schedule_epochs: int = bounded(0, ge=0)
-    """Cosine decay of both learning rates to 0 over this many epochs (configs: ``${run.epochs}``); 0: constant."""
-
-
-@dataclass
 class SamplerConfig:
-    batch_size: int = bounded(64, gt=0)
-    """The global batch; under W processes each rank trains on a contiguous ``batch_size / W`` of it."""
     m_per_class: int = bounded(2, ge=1)
     whole_groups: bool = False
     """Put all classes of a group (emoji: a base emoji and its skin-tone variants) in the same batch."""
@@ -108,17 +97,16 @@ class EvalConfig:
 class MetricLearningConfig:
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
+    batch_size: int = bounded(64, gt=0)
+    """The global batch (``batch_size / sampler.m_per_class`` classes); under W processes each rank trains on a
+    contiguous ``batch_size / W`` of it."""
+    optim: OptimConfig = optim_field(name="adamw", lr=1e-4, weight_decay=1e-4,
+                                     groups={"head": GroupConfig(lr=1e-3), "objective": GroupConfig(lr=1e-3)})
+    """AdamW over the parts ``head``, ``backbone`` (its trainable blocks, at ``optim.lr``) and ``objective`` (learned
+    parameters of the loss) (:mod:`contrasuite.core.task.optim`)."""
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
     objective: ObjectiveConfig = objective_field({"name": "multi_similarity"})
     eval: EvalConfig = field(default_factory=EvalConfig)
-
-
-def cosine_factor(step: int, total: int) -> float:
-    """Learning-rate factor: cosine from 1 to 0 over ``total`` steps, then 0; constant 1 when ``total`` is 0."""
-    if total <= 0:
-        return 1.0
-    return 0.5 * (1.0 + math.cos(math.pi * min(step, total) / total))
 
 
 def plain(value: Any) -> Any:
@@ -134,7 +122,7 @@ class MetricLearningTask:
     """Deep metric learning on retrieval benchmarks (see the module docstring)."""
 
     config_class = MetricLearningConfig
-    smoke = SmokeSettings("config.sampler.batch_size", 8, ("config.data.max_classes=24", "config.eval.batch_size=64"))
+    smoke = SmokeSettings("config.batch_size", 8, ("config.data.max_classes=24", "config.eval.batch_size=64"))
     extra_objectives = PML_TERMS
 
     def setup(self, ctx: TaskContext) -> None:
@@ -164,24 +152,17 @@ class MetricLearningTask:
         self.model = EmbeddingNet(m.embedding_dim, m.pretrained, m.freeze_blocks, m.freeze_bn).to(self.device)
         self.train_model = ctx.wrap(FromStem(self.model) if m.cache_frozen else self.model)
         self.objective = MetricObjective(plain(cfg.objective.terms)).to(self.device)
-        head = list(self.model.head.parameters())
-        body = [p for p in self.model.backbone.parameters() if p.requires_grad]
-        groups = [{"params": head, "lr": cfg.optim.head_lr}]
-        if body:
-            groups.append({"params": body, "lr": cfg.optim.lr})
-        params = groups + [{"params": list(self.objective.parameters()), "lr": cfg.optim.head_lr}]
-        self.optimizer = torch.optim.AdamW([g for g in params if g["params"]], weight_decay=cfg.optim.weight_decay)
         train = self.splits.train
         class_groups = train.groups if cfg.sampler.whole_groups and train.groups else None
         share = ctx.world_size * cfg.sampler.m_per_class
-        if ctx.world_size > 1 and cfg.sampler.batch_size % share:
-            raise SetupError(f"config.sampler.batch_size={cfg.sampler.batch_size} must be a multiple of {share} (the "
+        if ctx.world_size > 1 and cfg.batch_size % share:
+            raise SetupError(f"config.batch_size={cfg.batch_size} must be a multiple of {share} (the "
                              f"{ctx.world_size} processes x config.sampler.m_per_class), so each rank holds whole classes")
-        self.sampler = MPerClassBatches(
-            train.labels, cfg.sampler.m_per_class, cfg.sampler.batch_size, ctx.seed, class_groups
-        )
-        total = cfg.optim.schedule_epochs * len(self.sampler)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda step: cosine_factor(step, total))
+        self.sampler = MPerClassBatches(train.labels, cfg.sampler.m_per_class, cfg.batch_size, ctx.seed, class_groups)
+        parts = [("head", self.model.head.parameters()),
+                 ("backbone", [p for p in self.model.backbone.parameters() if p.requires_grad]),
+                 ("objective", self.objective.parameters())]
+        self.optimization = build_optimization(cfg.optim, {"model": parts}, len(self.sampler))
         self.cache: dict[str, Tensor] = {}
         if cfg.model.cache_frozen:
             self.cache = {name: self._cached_stem(name) for name in self.sets}
@@ -193,10 +174,10 @@ class MetricLearningTask:
         return {"model": self.model, "objective": self.objective}
 
     def optimizers(self) -> Mapping[str, torch.optim.Optimizer]:
-        return {"model": self.optimizer}
+        return self.optimization.optimizers
 
     def schedulers(self) -> Mapping[str, Any]:
-        return {"model": self.scheduler}
+        return self.optimization.schedulers
 
     def batches(self, epoch: int) -> Iterator[tuple[Tensor, Tensor]]:
         self.sampler.set_epoch(epoch)

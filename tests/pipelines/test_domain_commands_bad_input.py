@@ -128,7 +128,7 @@ def test_a_truncated_stem_cache_is_rebuilt(tmp_path, capsys):
             "run.epochs=1", "run.max_steps=1", "run.progress=false", "run.precision=fp32", "run.device=cpu",
             f"run.output_root={tmp_path / 'runs'}", f"config.data.cache_dir={cache}", "config.data.image_size=32",
             "config.data.augment=false", "config.model.freeze_blocks=5", "config.model.cache_frozen=true",
-            "config.model.embedding_dim=16", "config.sampler.m_per_class=2", "config.sampler.batch_size=4",
+            "config.model.embedding_dim=16", "config.sampler.m_per_class=2", "config.batch_size=4",
             "config.eval.batch_size=16"]
     assert main(argv) == 0
     stem = sorted((cache / "metric_learning" / "stems").glob("*.pt"))[0]

@@ -49,7 +49,7 @@ def _torchrun(args, env, cwd, timeout=240):
 
 
 CUB = ["config.model.pretrained=false", "config.data.image_size=32", "config.data.val_fraction=0.25",
-       "config.sampler.m_per_class=3", "config.sampler.batch_size=6"]
+       "config.sampler.m_per_class=3", "config.batch_size=6"]
 
 
 @pytest.mark.parametrize("preload", ["true", "false"])  # images in memory, or read by the DataLoader
@@ -76,8 +76,8 @@ def test_metric_learning_shards_must_hold_whole_classes(tmp_path):
 
     data = make_tiny_cub(tmp_path / "data")
     loaded = load_config(ROOT / "configs" / "metric_learning" / "cub200_multi_similarity.yaml",
-                         [*CUB[:-1], "config.sampler.batch_size=3"], data_root=str(data))
-    with pytest.raises(SetupError, match=r"config.sampler.batch_size=3 must be a multiple of 6"):
+                         [*CUB[:-1], "config.batch_size=3"], data_root=str(data))
+    with pytest.raises(SetupError, match=r"config.batch_size=3 must be a multiple of 6"):
         _tasks(loaded, data, tmp_path, 2)
 
 

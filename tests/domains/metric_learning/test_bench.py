@@ -13,7 +13,7 @@ def test_against_peer_writes_a_record_with_both_timings_and_equal_first_losses(e
     out, page = tmp_path / "ml.json", tmp_path / "page.md"
     args = ["--against", "peer", "--batches", "1", "--steps", "1", "--repeats", "1", "--threads", "1",
             "--data-root", str(emoji_root), "--override", "config.data.max_classes=8",
-            "--override", "config.sampler.batch_size=8", "--override", f"config.data.cache_dir={cache_dir}",
+            "--override", "config.batch_size=8", "--override", f"config.data.cache_dir={cache_dir}",
             "--output", str(out)]
     assert bench.main(args) == 0
     record = json.loads(out.read_text())
@@ -30,7 +30,7 @@ def test_against_peer_writes_a_record_with_both_timings_and_equal_first_losses(e
 def test_the_fused_adamw_lever_is_named_and_gets_its_own_section(emoji_root, cache_dir, tmp_path):
     out, page = tmp_path / "ml.json", tmp_path / "page.md"
     args = ["--batches", "1", "--steps", "1", "--repeats", "1", "--data-root", str(emoji_root), "--fused-adamw",
-            "--override", "config.data.max_classes=8", "--override", "config.sampler.batch_size=8",
+            "--override", "config.data.max_classes=8", "--override", "config.batch_size=8",
             "--override", f"config.data.cache_dir={cache_dir}", "--output", str(out)]
     assert bench.main(args) == 0
     record = json.loads(out.read_text())

@@ -1,9 +1,11 @@
 """Every shipped config trains a few steps on a tiny subset through the engine; retrieve on its run."""
 
 import json
+import math
 from pathlib import Path
 
 import pytest
+import torch
 from PIL import Image
 
 from contrasuite.pipelines import trainer
@@ -19,7 +21,7 @@ def tiny_overrides(path: Path, tmp: Path, cache: Path) -> list[str]:
     return [
         "run.epochs=1", "run.max_steps=2", "run.progress=false", f"run.health_every_steps={health}",
         f"run.output_root={tmp}", f"config.data.cache_dir={cache}", "config.data.image_size=32",
-        "config.data.max_classes=6", f"config.sampler.batch_size={2 * m}", "config.eval.batch_size=16",
+        "config.data.max_classes=6", f"config.batch_size={2 * m}", "config.eval.batch_size=16",
     ]
 
 
@@ -39,6 +41,28 @@ def test_config_trains_and_evaluates(path, tmp_path_factory, cache_dir, emoji_ro
         assert set(metrics) == {"recall@1", "recall@2", "recall@4", "recall@8", "map@r"}
         assert all(0.0 <= v <= 100.0 for v in metrics.values())  # percent
     assert (run_dir / "epoch_seconds.jsonl").is_file() or max_steps is not None
+
+
+def test_the_optimizer_of_a_shipped_config_follows_its_optim_section(tmp_path, cache_dir, emoji_root):
+    """emoji_multi_similarity: AdamW, the head at its group's lr, the trainable backbone blocks at optim.lr, one weight
+    decay; every lr decays on a cosine to 0 at run.epochs (computed here from the config)."""
+    path = next(p for p in CONFIGS if p.stem == "emoji_multi_similarity")
+    loaded = load_config(path, [*tiny_overrides(path, tmp_path, cache_dir), "run.epochs=3"], data_root=str(emoji_root))
+    run = trainer.Trainer(loaded)
+    task, o = run.task, loaded.config.optim
+    opt = task.optimizers()["model"]
+    head, backbone = opt.param_groups  # the multi-similarity loss learns nothing: no objective group
+    assert isinstance(opt, torch.optim.AdamW)
+    assert head["params"] == list(task.model.head.parameters()) and head["initial_lr"] == o.groups["head"].lr
+    assert backbone["params"] == [p for p in task.model.backbone.parameters() if p.requires_grad]
+    assert backbone["initial_lr"] == o.lr and head["weight_decay"] == backbone["weight_decay"] == o.weight_decay
+    end = loaded.run.epochs * len(task.sampler)
+    for s in range(end + 2):
+        for group in (head, backbone):
+            want = group["initial_lr"] * 0.5 * (1 + math.cos(math.pi * min(s, end) / end))
+            assert group["lr"] == pytest.approx(want, rel=1e-12, abs=1e-15)
+        task.schedulers()["model"].step()
+    run.close()
 
 
 def test_retrieve_prints_top_matches_and_writes_strip(tmp_path, cache_dir, emoji_root, capsys):

@@ -55,7 +55,7 @@ def test_a_sample_is_the_same_wherever_the_epoch_resumes(tmp_path):
 def _run(tiny_cub, tmp_path, workers, *extra):
     overrides = ["run.epochs=3", "run.progress=false", "run.deterministic=true", f"run.output_root={tmp_path}",
                  "config.data.preload=false", "config.data.augment=true", f"config.data.workers={workers}",
-                 "config.data.image_size=32", "config.sampler.m_per_class=2", "config.sampler.batch_size=4",
+                 "config.data.image_size=32", "config.sampler.m_per_class=2", "config.batch_size=4",
                  "config.eval.batch_size=16", "config.model.pretrained=false", *extra]
     return trainer.train(load_config(CONFIG, overrides, data_root=str(tiny_cub)))
 

@@ -26,7 +26,7 @@ FORMATS = ("onnx", "torchscript", "safetensors")
 def tiny_run(config: str, tmp: Path, cache: Path, data_root: Path, *extra: str) -> Path:
     overrides = ["run.epochs=1", "run.max_steps=2", "run.progress=false", "run.health_every_steps=0",
                  f"run.output_root={tmp}", f"config.data.cache_dir={cache}", "config.data.image_size=32",
-                 "config.data.max_classes=6", "config.sampler.batch_size=4", "config.eval.batch_size=16", *extra]
+                 "config.data.max_classes=6", "config.batch_size=4", "config.eval.batch_size=16", *extra]
     torch.manual_seed(0)
     run_dir = Trainer(load_config(CONFIGS / config, overrides, data_root=str(data_root))).fit()
     evaluate(run_dir)

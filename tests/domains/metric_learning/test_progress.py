@@ -19,7 +19,7 @@ def test_decoding_stem_cache_and_embedding_stages_are_bars(cache_dir, emoji_root
         return iterable
 
     tiny = [f"config.data.cache_dir={cache_dir}", "config.data.image_size=32", "config.data.max_classes=6",
-            "config.eval.batch_size=4", "config.sampler.batch_size=4"]
+            "config.eval.batch_size=4", "config.batch_size=4"]
     loaded = load_config(CONFIG, tiny, data_root=str(emoji_root))
     task = setup_task(MetricLearningTask(), loaded.config, device=torch.device("cpu"), data_root=emoji_root,
                       progress=progress)

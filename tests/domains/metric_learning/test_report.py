@@ -50,7 +50,7 @@ def test_the_protocol_text_comes_from_the_config():
     loaded = load_config(ROOT / "configs" / "metric_learning" / "emoji_multi_similarity.yaml", [])
     text = report.protocol([])
     assert f"for {loaded.run.epochs} epochs" in text and f"{loaded.config.data.image_size}x" in text
-    longer = report.protocol([], ["run.epochs=9", "config.sampler.batch_size=32"])
+    longer = report.protocol([], ["run.epochs=9", "config.batch_size=32"])
     assert "for 9 epochs" in longer and "(32 images = 16 classes x 2" in longer
 
 

@@ -36,7 +36,7 @@ def test_all_classes_visited_over_an_epoch():
 
 
 def test_bad_sizes_name_the_key():
-    with pytest.raises(ValueError, match="multiple of sampler.m_per_class"):
+    with pytest.raises(ValueError, match=r"config\.batch_size \(8\) must be a multiple of config\.sampler\.m_per_class"):
         MPerClassBatches(LABELS, m=3, batch_size=8)
     with pytest.raises(ValueError, match="only 11 classes"):
         MPerClassBatches(LABELS, m=1, batch_size=12)
