@@ -4,6 +4,11 @@
 same with GradCache (:mod:`contrasuite.core.gradcache`) for batches too large to backpropagate at once.
 After every update the weights are checked: an update that made them non-finite cannot be skipped
 (the old weights are gone), so it always raises, under ``run.non_finite=skip`` too.
+
+Per optimizer and step the checks read three values to the host, each because a decision needs it: the
+loss's finiteness (backward or not), the gradients' global norm (logged; step or not; clip or not) and the
+finiteness of the updated weights' norms (fail or not). Each is one fused pass over its tensors
+(``torch._foreach_norm``); no pass runs whose result is known (a clip that would multiply by 1).
 """
 
 from __future__ import annotations
@@ -23,12 +28,29 @@ class NonFiniteStepError(FloatingPointError):
     """A non-finite loss or gradient under ``run.non_finite=stop``."""
 
 
-def _finite_everywhere(value: Tensor) -> bool:
-    """True when ``value`` is finite on every rank (ranks must agree to skip, or DDP would hang)."""
-    flag = torch.isfinite(value.detach()).all().to(torch.int32).reshape(1)
-    if dist.is_initialized() and dist.get_world_size() > 1:
-        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+def _finite_everywhere(value: Tensor, read: float | None = None) -> bool:
+    """True when ``value`` is finite on every rank (ranks must agree to skip, or DDP would hang).
+
+    ``read``: a 0-d ``value`` already read to the host, which one process decides on without reading it again.
+    """
+    several_ranks = dist.is_initialized() and dist.get_world_size() > 1
+    if read is not None and not several_ranks:
+        return math.isfinite(read)
+    finite = torch.isfinite(value.detach()).all()
+    if not several_ranks:
+        return bool(finite)
+    flag = finite.to(torch.int32).reshape(1)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
     return bool(flag.item())
+
+
+def _scales_by_one(norm: Tensor, read: float, max_norm: float) -> bool:
+    """True when ``clip_grad_norm_(.., max_norm)`` would multiply every gradient by exactly 1 (a no-op).
+
+    Its coefficient ``min(1, max_norm / (norm + 1e-6))`` is computed in ``norm``'s dtype, 3 to 4 roundings of at
+    most ``eps / 2`` each; ``(read + 1e-6) * (1 + 4 eps) <= max_norm`` keeps it at or above 1 despite them.
+    """
+    return math.isfinite(read) and (read + 1e-6) * (1 + 4 * torch.finfo(norm.dtype).eps) <= max_norm
 
 
 class Step:
@@ -133,11 +155,13 @@ class Step:
         if self._scaler is not None:
             self._scaler.unscale_(optimizer)
         params = [p for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
-        norm = self._clip(params)
-        self.stats[f"grad_norm/{name}"] = float(norm)
-        if self._scaler is None and not _finite_everywhere(norm):
-            self._fail(name, f"gradient norm {float(norm)}", optimizer)
+        norm = nn.utils.get_total_norm([p.grad for p in params])  # unclipped: logged and checked
+        read = float(norm)
+        self.stats[f"grad_norm/{name}"] = read
+        if self._scaler is None and not _finite_everywhere(norm, read):
+            self._fail(name, f"gradient norm {read}", optimizer)
             return
+        self._clip(params, norm, read)
         if self._scaler is not None:
             self._scaler.step(optimizer)  # skips the update itself when fp16 gradients overflowed
             self._scaler_stepped = True
@@ -148,24 +172,26 @@ class Step:
             self._schedulers[name].step()
         optimizer.zero_grad(set_to_none=True)
 
-    def _clip(self, params: Sequence[Tensor]) -> Tensor:
-        """Clip by ``grad_clip_value`` then ``grad_clip``; returns the unclipped global norm (checked, logged)."""
-        if not params:
-            return torch.zeros(())
-        if not self._grad_clip_value:
-            return nn.utils.clip_grad_norm_(params, self._grad_clip or math.inf)
-        norm = nn.utils.clip_grad_norm_(params, math.inf)  # before clamping, which would hide an infinite gradient
-        if _finite_everywhere(norm):
-            nn.utils.clip_grad_value_(params, self._grad_clip_value)
-            if self._grad_clip:
-                nn.utils.clip_grad_norm_(params, self._grad_clip)
-        return norm
+    def _clip(self, params: Sequence[Tensor], norm: Tensor, read: float) -> None:
+        """Clip by ``grad_clip_value`` then ``grad_clip``, given the gradients' global ``norm`` (``read`` on the host).
+
+        Clamping elements follows a finite norm only (it would hide an infinite gradient); a norm clip whose
+        coefficient is 1 is skipped (:func:`_scales_by_one`), the others are ``clip_grad_norm_``'s own.
+        """
+        if self._grad_clip_value:
+            if math.isfinite(read):
+                nn.utils.clip_grad_value_(params, self._grad_clip_value)
+                if self._grad_clip:
+                    nn.utils.clip_grad_norm_(params, self._grad_clip)
+        elif self._grad_clip and not _scales_by_one(norm, read, self._grad_clip):
+            nn.utils.clip_grads_with_norm_(params, self._grad_clip, norm)
 
     def _check_weights(self, name: str, params: Sequence[Tensor]) -> None:
         """Raise when the update just made a weight non-finite, or so large that its norm overflows."""
         if not params:
             return
-        norms = torch.stack(torch._foreach_norm([p.detach() for p in params])).float()
+        with torch.no_grad():
+            norms = torch.stack(torch._foreach_norm(list(params)))
         if _finite_everywhere(norms):
             return
         bad = params[int((~torch.isfinite(norms)).nonzero()[0])] if not torch.isfinite(norms).all() else params[0]

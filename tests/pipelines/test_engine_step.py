@@ -95,3 +95,45 @@ def test_optimize_cached_equals_optimize():
     step.optimize_cached("net", model, [x[:3], x[3:7], x[7:]], loss_fn)
     ref_step.optimize("net", loss_fn(ref_model(x)))
     torch.testing.assert_close(model.weight, ref_model.weight)
+
+
+def test_non_finite_loss_and_weights_are_named():
+    model, _, _, step = _setup()
+    loss = model(torch.randn(2, 4)).sum()
+    terms = {"0:infonce": loss * float("nan"), "1:l1": loss}
+    with pytest.raises(NonFiniteStepError, match=r"step 5 \(epoch 0\), optimizer 'net': non-finite loss \[nan\] "
+                                                  r"from terms \['0:infonce'\]"):
+        step.optimize("net", sum(terms.values()), terms=terms)
+    model, opt, _, step = _setup(non_finite="skip")  # an update cannot be skipped, whatever run.non_finite says
+    step._param_names = {id(model.bias): "model.bias"}
+    opt.param_groups[0]["params"] = [model.bias]
+    opt.param_groups[0]["lr"] = float("inf")
+    with pytest.raises(NonFiniteStepError, match=r"the update made the weights non-finite \(model.bias, gradient norm"):
+        step.optimize("net", model(torch.randn(2, 4)).sum())
+
+
+def _with_grads(grads):
+    params = [nn.Parameter(torch.zeros_like(g)) for g in grads]
+    for p, g in zip(params, grads):
+        p.grad = g.clone()
+    return params
+
+
+def _bits(t):
+    return t.view(torch.int16 if t.dtype == torch.bfloat16 else torch.int32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_grad_clip_scales_exactly_as_clip_grad_norm(dtype):
+    """Skipping a clip that multiplies by 1 changes no bit: every max_norm around the norm gives torch's gradients."""
+    torch.manual_seed(0)
+    model = nn.Linear(64, 32).to(dtype)
+    model(torch.randn(16, 64, dtype=dtype)).pow(2).sum().backward()
+    grads = [p.grad for p in model.parameters()]
+    norm = nn.utils.get_total_norm(grads)
+    for rel in [k * 1e-3 for k in range(-20, 21)] + [k * 1e-7 for k in range(-20, 21)]:
+        max_norm = float(norm) * (1 + rel)
+        ours, reference = _with_grads(grads), _with_grads(grads)
+        _setup(grad_clip=max_norm)[3]._clip(ours, norm, float(norm))
+        nn.utils.clip_grad_norm_(reference, max_norm)
+        assert all(torch.equal(_bits(p.grad), _bits(r.grad)) for p, r in zip(ours, reference)), rel
