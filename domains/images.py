@@ -5,19 +5,24 @@ Every domain decodes images through :func:`open_image`: PIL's many exception typ
 empty or non-image file become one :class:`UnreadableImage` (a ``CorruptData``) that names the file,
 which the CLI reports in one line with exit code 2. Every domain then converts through :func:`to_rgb8`
 (or :func:`to_grey8`): PIL's own ``convert("RGB")`` clips a 16-bit, 32-bit or float image at 255 instead of scaling it.
+
+The inference commands (``upscale``, ``translate``, ``retrieve``) check their inputs with :func:`require_image`
+(one input: a :class:`DataError`, exit 2) and :func:`readable_images` (a folder: each unreadable file skipped with
+one warning line naming it, and a count).
 """
 
 from __future__ import annotations
 
 import io
+import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import numpy as np
 from PIL import Image
 
-from contrasuite.core.task.errors import CorruptData
+from contrasuite.core.task.errors import CorruptData, DataError
 
 HIGH_DEPTH_MODES = frozenset({"I;16", "I;16L", "I;16B", "I;16N", "I", "F"})
 """Single-channel modes with more than 8 bits, which PIL's ``convert`` clips at 255."""
@@ -117,3 +122,36 @@ def read_rgb_array(path: Path, size: int | None = None) -> np.ndarray:
     """The image file at ``path`` as :func:`rgb_on_white` returns it; a bad file raises DataError naming it."""
     with open_image(path) as image:
         return rgb_on_white(image, size)
+
+
+def image_problem(path: Path) -> str | None:
+    """Why ``path`` is not a readable image (PIL's own words), or None when it decodes."""
+    try:
+        open_image(path).close()
+    except UnreadableImage as err:
+        return err.reason
+    return None
+
+
+def require_image(path: Path, what: str) -> Path:
+    """``path`` if it is a readable image, else a DataError naming it (``what``: the argument's name)."""
+    problem = image_problem(path) if path.is_file() else "no such file"
+    if problem:
+        raise DataError(f"{what} {path} is not a readable image: {problem}")
+    return path
+
+
+def readable_images(paths: Sequence[Path], command: str) -> list[Path]:
+    """The readable images of ``paths``; a warning line for each other one and a count at the end."""
+    kept = []
+    for path in paths:
+        problem = image_problem(path)
+        if problem:
+            print(f"contrasuite {command}: skipping {path}: not a readable image ({problem})", file=sys.stderr)
+        else:
+            kept.append(path)
+    if len(kept) < len(paths):
+        print(f"contrasuite {command}: skipped {len(paths) - len(kept)} of {len(paths)} files", file=sys.stderr)
+    if not kept:
+        raise DataError(f"none of the {len(paths)} input files is a readable image")
+    return kept

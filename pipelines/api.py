@@ -12,7 +12,7 @@ the rest of a domain never imports the engine. What is here:
   :class:`Effect`: a paper's claim and the arms that measure it, for ``EFFECTS`` (the effects table);
 - running the project's own commands in child processes (the runner trains this way): :data:`ROOT`,
   :func:`run_cli`, :func:`thread_env`;
-- inputs and devices: :func:`readable_images`, :func:`require_image`, :func:`pick_device`;
+- devices: :func:`pick_device`;
 - a task outside the trainer (benchmarks, a report's evaluation): :func:`setup_task`, and
   :class:`StepRunner` for its training steps as the trainer makes them;
 - :func:`write_output`: a benchmark's rows as JSON; :func:`mean_std`: a results table's cell;
@@ -36,7 +36,6 @@ from contrasuite.pipelines.cli_runs import ROOT, run_cli, thread_env
 from contrasuite.pipelines.compare import Arm, Comparison, main as compare_main
 from contrasuite.pipelines.effects import Effect
 from contrasuite.pipelines.config import ConfigError, default_data_root, load_config
-from contrasuite.pipelines.image_inputs import readable_images, require_image
 from contrasuite.pipelines.precision import pick_device
 from contrasuite.pipelines.run_dir import logged_per_epoch, write_json
 from contrasuite.pipelines.standalone import StepRunner, setup_task
@@ -45,7 +44,7 @@ from contrasuite.pipelines.tables import difference, mean_std
 __all__ = [
     "Arm", "Comparison", "Effect", "compare_main", "difference",
     "ROOT", "CheckpointError", "ConfigError", "StepRunner", "load_checkpoint", "default_data_root", "load_config",
-    "logged_per_epoch", "mean_std", "pick_device", "readable_images", "require_image", "run_cli", "thread_env",
+    "logged_per_epoch", "mean_std", "pick_device", "run_cli", "thread_env",
     "write_json", "write_output", "setup_task",
     # --against peer benches (contrasuite.pipelines.bench.against_peer)
     "RECORDS", "alternate", "check_text", "comparison_section", "cpu_task", "heading", "machine_lines", "our_step",

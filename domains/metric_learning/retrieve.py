@@ -21,10 +21,11 @@ from PIL import Image, ImageDraw
 from contrasuite.core.task.errors import DataError, one_line
 from contrasuite.domains.checkpoint_fit import fitting, require_task
 from contrasuite.domains.exporting import export_folder
+from contrasuite.domains.images import readable_images, require_image
 from contrasuite.domains.init_from import checkpoint_file
 from contrasuite.domains.metric_learning.images import read_rgb
 from contrasuite.domains.metric_learning.inference import Embedder
-from contrasuite.pipelines.api import CheckpointError, load_checkpoint, load_config, readable_images, require_image
+from contrasuite.pipelines.api import CheckpointError, load_checkpoint, load_config
 
 COMMAND = "retrieve"
 

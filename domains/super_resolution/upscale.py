@@ -20,11 +20,11 @@ from PIL import Image
 
 from contrasuite.domains.checkpoint_fit import fitting, require_task
 from contrasuite.domains.exporting import export_folder, load_exported
-from contrasuite.domains.images import GREY_MODES, open_image, to_rgb8
+from contrasuite.domains.images import GREY_MODES, open_image, readable_images, require_image, to_rgb8
+from contrasuite.domains.init_from import checkpoint_file
 from contrasuite.domains.super_resolution.inference import upscale
 from contrasuite.domains.super_resolution.networks import EDSR
-from contrasuite.domains.init_from import checkpoint_file
-from contrasuite.pipelines.api import load_checkpoint, load_config, pick_device, readable_images, require_image
+from contrasuite.pipelines.api import load_checkpoint, load_config, pick_device
 
 COMMAND = "upscale"
 

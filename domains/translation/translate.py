@@ -22,11 +22,12 @@ from torch import nn
 from contrasuite.core.task.errors import DataError, one_line
 from contrasuite.domains.checkpoint_fit import fitting, require_task
 from contrasuite.domains.exporting import export_folder, load_exported
+from contrasuite.domains.images import readable_images
 from contrasuite.domains.init_from import checkpoint_file
 from contrasuite.domains.translation.data import list_images, read_rgb, to_float, to_uint8
 from contrasuite.domains.translation.export import generator_from_config, trained_generator
 from contrasuite.domains.translation.networks import translate_any_size
-from contrasuite.pipelines.api import CheckpointError, load_checkpoint, load_config, pick_device, readable_images
+from contrasuite.pipelines.api import CheckpointError, load_checkpoint, load_config, pick_device
 
 COMMAND = "translate"
 
