@@ -13,6 +13,8 @@ MOVED: dict[str, dict[str, str]] = {
     "code_search": {"optim.warmup_steps": "config.optim.warmup: {steps: N}"},
     "image_ssl": {"optim.warmup_epochs": "config.optim.warmup: {epochs: N}",
                   "optim.schedule_epochs": "config.optim.schedule: {name: cosine, end: {epochs: N}}"},
+    "image_text": {"lr": "config.optim.lr", "weight_decay": "config.optim.weight_decay",
+                   "trunk_lr_scale": "config.optim.groups: {trunk: {lr_scale: X}}"},
     "metric_learning": {"optim.head_lr": "config.optim.groups: {head: {lr: X}, objective: {lr: X}}",
                         "optim.schedule_epochs": "config.optim.schedule: {name: cosine, end: {epochs: N}}",
                         "sampler.batch_size": "config.batch_size"},

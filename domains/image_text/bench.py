@@ -163,7 +163,7 @@ def open_clip_args(task: Any, precision: str, device: torch.device) -> argparse.
 
     cfg = task.cfg
     args = parse_args(["--precision", OPEN_CLIP_PRECISION[precision], "--batch-size", str(cfg.batch_size),
-                       "--lr", str(cfg.lr), "--wd", str(cfg.weight_decay), "--skip-scheduler"])
+                       "--lr", str(cfg.optim.lr), "--wd", str(cfg.optim.weight_decay), "--skip-scheduler"])
     args.device, args.rank, args.local_rank, args.world_size, args.distributed = str(device), 0, 0, 1, False
     args.distill, args.wandb = False, False
     return args
@@ -183,7 +183,7 @@ def peer_loop(task: Any, precision: str, device: torch.device) -> tuple[Callable
     model = OpenCLIPTowers(copy.deepcopy(task.model, twin), term.logit_scale, task.frozen).to(device)
     twin[id(term.logit_scale)] = model.logit_scale  # deepcopy's memo: each of our tensors -> its copy
     groups = [{"params": [twin[id(p)] for p in group["params"]], "lr": group["lr"], "weight_decay": group["weight_decay"]}
-              for group in task.opt.param_groups]
+              for group in task.optimizers()["model"].param_groups]
     optimizer = torch.optim.AdamW(groups, lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps)
     loss = open_clip.create_loss(args)
     last: dict[str, Tensor] = {}
@@ -252,15 +252,15 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         batches = list(islice(task.batches(0), args.batches))
         peer_batches = [peer_batch(task, b) for b in batches]
         ours = seeded(our_step(task, device, args.precision))
-        levers = pull_levers(task, task.opt, fused=args.fused_adamw)
+        levers = pull_levers(task, task.optimizers()["model"], fused=args.fused_adamw)
         peer = {id(b): p for b, p in zip(batches, peer_batches)}
         theirs = seeded(lambda batch: peer_step(peer[id(batch)]))  # on its tensors of the same batch
 
-        start = [w.clone() for w in trained(task.opt)]
+        start = [w.clone() for w in trained(task.optimizers()["model"])]
         first_ours = ours(batches[0])  # the first step of each: same weights, same batch (and a warm-up)
         first_peer = float(theirs(batches[0]))
         rounds = alternate({"ours": ours, "peer": theirs}, batches, args.repeats, args.steps, synced_clocks(device))
-        gap = weights_gap(start, trained(task.opt), trained(peer_optimizer))
+        gap = weights_gap(start, trained(task.optimizers()["model"]), trained(peer_optimizer))
         profiles = {name: profile(side, batches, args.steps, device) for name, side in
                     (("ours", ours), ("peer", theirs))} if args.profile else None
     m, images = task.cfg.model, peer_batches[0][0]
@@ -268,7 +268,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
            "config": args.config, "overrides": list(args.override), "batch": len(batches[0]["rows"]),
            "frozen_trunks": bool(task.frozen), "image_input": list(images.shape[1:]), "embed_dim": m.embed_dim,
            "text_segments": m.text_segments, "extra_image_stages": list(m.extra_image_stages),
-           "trainable_parameters": sum(p.numel() for g in task.opt.param_groups for p in g["params"]),
+           "trainable_parameters": sum(p.numel() for g in task.optimizers()["model"].param_groups for p in g["params"]),
            "distinct_batches": len(batches), "weights_gap_after": gap, **({"profile": profiles} if profiles else {})}
     measured = outcome(first_ours, first_peer, rounds, args.clock, tolerance=TOLERANCE[args.precision])
     return peer_record(SECTION, args, argv, LEVERS, levers, own, measured)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from contrasuite.core.task.config_fields import ObjectiveConfig, bounded, objective_field, one_of
+from contrasuite.core.task.optim import GroupConfig, OptimConfig, optim_field
 from contrasuite.domains.image_text.models import ModelConfig
 from contrasuite.domains.image_text.negatives import NegativesConfig
 
@@ -65,12 +66,12 @@ class ImageTextConfig:
     batch_size: int = bounded(256, gt=0)
     """The global batch: under W processes every rank builds all of it, embeds its contiguous part and
     scores the gathered whole (the task's module docstring)."""
-    lr: float = bounded(1e-3, gt=0)
-    weight_decay: float = bounded(0.01, ge=0)
+    optim: OptimConfig = optim_field(name="adamw", lr=1e-3, weight_decay=0.01, groups={"trunk": GroupConfig(lr_scale=0.1)})
+    """AdamW over the parts ``model`` (heads and towers that train), ``objective`` (a learned logit scale) and
+    ``trunk`` (pretrained layers that train, ``model.train_image_stages``: by default at 0.1 x ``optim.lr``)
+    (:mod:`contrasuite.core.task.optim`)."""
     ema: float = bounded(0.0, ge=0, lt=1)
     """Decay of a weight average of the model that evaluation uses (0: off; ``contrasuite.domains.averaging``)."""
-    trunk_lr_scale: float = bounded(0.1, ge=0)
-    """Learning rate of pretrained layers that train (``model.train_image_stages``), relative to ``lr``."""
     gradcache_chunks: int = bounded(0, ge=0)
     eval_batch_size: int = bounded(512, gt=0)
     cache_dir: Optional[str] = None

@@ -69,7 +69,7 @@ class ModelConfig:
     grid: int = 2
     train_image_stages: int = 0
     """pretrained_towers: the last K of EfficientNet-Lite0's 7 stages (with its 1x1 head convolution) train
-    with the image head, at ``lr * trunk_lr_scale``; the layers before them are the trunk (frozen and
+    with the image head, at the lr of ``config.optim.groups.trunk`` (0.1 x ``optim.lr``); the layers before them are the trunk (frozen and
     cached under ``freeze_trunks``). 0: the whole network is the trunk."""
     extra_image_stages: list[int] = field(default_factory=list)
     """pretrained_towers: EfficientNet-Lite0 stages (0-6) whose outputs are also pooled to ``grid x grid``

@@ -43,6 +43,7 @@ from torch import Tensor, nn
 
 from contrasuite.core.distributed import average_gradients_over_ranks, distributed_objective, rank_part
 from contrasuite.core.objectives import ObjectiveSum
+from contrasuite.core.task.optim import build_optimization
 from contrasuite.core.task.protocol import SmokeSettings, StepContext, TaskContext, shown
 from contrasuite.domains.averaging import check_decay, start_average, update_average
 from contrasuite.domains.image_text.captions import normalise
@@ -103,18 +104,17 @@ class ImageTextTask:
         self.text_row = {t: i for i, t in enumerate(texts_all)}
         self.text_features = trunk_features(self.model, cfg.model, cfg.cache_dir, self.styles, texts_all,
                                             cfg.eval_batch_size, ctx.autocast, ctx.progress, ctx.rank) if self.frozen else None
-        self.opt = torch.optim.AdamW(self._param_groups(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.optimization = build_optimization(cfg.optim, {"model": self._parts()}, self.steps_per_epoch)
 
-    def _param_groups(self) -> list[dict[str, Any]]:
-        """Trainable parameters; pretrained top layers (:class:`TopAndHead` ``top``) at ``lr * trunk_lr_scale``."""
+    def _parts(self) -> list[tuple[str, list[nn.Parameter]]]:
+        """Trainable parameters of ``model`` and ``objective``, then the pretrained top layers (:class:`TopAndHead`
+        ``top``) as the part ``trunk``."""
         head = self.model.image_head
-        pretrained = {id(p) for p in head.top.parameters()} if isinstance(head, TopAndHead) else set()
-        params = [p for m in (self.model, self.objective) for p in m.parameters() if p.requires_grad]
-        groups = [{"params": [p for p in params if id(p) not in pretrained]}]
-        if pretrained:
-            top_lr = self.cfg.lr * self.cfg.trunk_lr_scale
-            groups.append({"params": [p for p in params if id(p) in pretrained], "lr": top_lr})
-        return groups
+        top = {id(p) for p in head.top.parameters()} if isinstance(head, TopAndHead) else set()
+        trained = {name: [p for p in module.parameters() if p.requires_grad]
+                   for name, module in (("model", self.model), ("objective", self.objective))}
+        return [*((name, [p for p in params if id(p) not in top]) for name, params in trained.items()),
+                ("trunk", [p for params in trained.values() for p in params if id(p) in top])]
 
     # ---------------------------------------------------------------- embedding
     def _images_in(self, style: StyleData, rows: list[int]) -> Tensor:
@@ -150,10 +150,16 @@ class ImageTextTask:
         return {"model": self.model, "objective": self.objective, **average}
 
     def optimizers(self) -> Mapping[str, torch.optim.Optimizer]:
-        return {"model": self.opt}
+        return self.optimization.optimizers
 
     def schedulers(self) -> Mapping[str, Any]:
-        return {}
+        return self.optimization.schedulers
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Batches of :meth:`batches`: the training pairs in global batches, a last one of fewer than two dropped."""
+        full, rest = divmod(len(self.splits["train"]), self.cfg.batch_size)
+        return full + (rest >= 2)
 
     def batches(self, epoch: int) -> Iterator[dict]:
         """Train pairs in a ``(seed, epoch)`` order, each with its sampled negatives, as one block.

@@ -76,7 +76,7 @@ def test_a_changed_setting_misses_the_cache(tmp_path, emoji_root, monkeypatch):
     for overrides, seed, trunk, generated in [
         (["config.model.image_size=32"], 0, ["image_features"], 0),  # an image setting: the image trunk only
         (["config.model.text_segments=1"], 0, ["text_features"], 0),  # a text setting: the text trunk only
-        (["config.lr=0.01"], 0, [], 0),  # a setting neither depends on: both read back
+        (["config.optim.lr=0.01"], 0, [], 0),  # a setting neither depends on: both read back
         (["config.negatives.per_operation=1"], 0, ["image_features", "text_features"], 1),  # other negatives
         ([], 1, ["image_features", "text_features"], 0),  # other trunk weights
     ]:

@@ -129,9 +129,9 @@ def test_trained_image_stages_get_their_own_learning_rate(tmp_path, emoji_root):
                  "config.model.pretrained_trunks=false", "config.model.image_size=64", "run.precision=fp32",
                  f"config.cache_dir={tmp_path / 'cache'}", "config.model.train_image_stages=1",
                  "config.model.extra_image_stages=[]",  # the reduced configs pool extra stages; not with this
-                 "config.lr=0.01", "config.trunk_lr_scale=0.5"]
+                 "config.optim.lr=0.01", "config.optim.groups={trunk: {lr_scale: 0.5}}"]
     task = Trainer(load_config(CONFIGS / "reduced_pairs.yaml", overrides, data_root=str(emoji_root))).task
-    heads, top = task.opt.param_groups
+    heads, top = task.optimizers()["model"].param_groups
     top_ids = {id(p) for p in task.model.image_head.top.parameters()}
     assert top["lr"] == 0.005 and heads["lr"] == 0.01 and {id(p) for p in top["params"]} == top_ids
     assert not top_ids & {id(p) for p in heads["params"]}
@@ -143,7 +143,7 @@ def test_trained_image_stages_get_their_own_learning_rate(tmp_path, emoji_root):
     loss = task.objective(task._embed_images(images), task._embed_texts(task._texts_in(step["texts"])),
                           pos_mask=step["pos_mask"])
     loss.backward()
-    task.opt.step()
+    task.optimizers()["model"].step()
     assert all(not torch.equal(a, b) for a, b in zip(task.model.image_head.top.parameters(), before))
 
 
