@@ -39,7 +39,7 @@ HEADLINE = ("i2t_r1", "i2t_r5", "i2t_r10", "t2i_r1", "t2i_r5", "t2i_r10", "comp_
 _GNM = ("GNM (Sahin et al., WACV 2024, arXiv 2311.03964; poster, ViT-B/32 CLIP fine-tuned on 82,010 generated COCO "
         "variations): Winoground text/image/group 30.75/11.0/8.75 -> 34.25/12.5/10.0")
 _OURS = ("frozen EfficientNet-Lite0 + MiniLM trunks, heads trained 15 + 10 epochs on Twemoji, held-out emoji groups "
-         "(split seed 0), last checkpoint")
+         "(split seed 0), last checkpoint; hard-negative weight and counts tuned on validation (clip_tuning)")
 _NONE = "none: the GNM code fine-tunes OpenAI CLIP ViT-B/32 on its generated COCO set, which is not available here"
 EFFECTS = (
     Effect("Hard negatives, text side (edited captions)", _GNM + " (edited captions and images together)", PAGE,
