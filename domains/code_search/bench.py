@@ -32,8 +32,10 @@ the order alternating; the ratio of a round is peer time / our time (process CPU
 the record goes to ``--output`` and ``--report`` renders it into ``docs/results/bench_pipelines.md``.
 ``--fused-adamw`` is a bench-only lever (not what the pipeline runs): our AdamW groups switched to
 ``fused=True`` (the shipped task uses PyTorch's CPU default, the per-tensor loop); its record gets its own section.
+``--profile`` adds both sides' operators (``torch.profiler`` over ``--steps`` more steps per side and step kind,
+the sides in turn) to the record; the section's "where the time goes" paragraph shows them beside what they are.
 
-    contrasuite bench code_search --against peer --threads 1
+    contrasuite bench code_search --against peer --threads 1 --profile
     contrasuite bench code_search --against peer --report
     contrasuite bench code_search --batch 1024 --chunk 32          # a GPU
     contrasuite bench code_search --batch 64 --chunk 16 --steps 1  # a small CPU check
@@ -69,8 +71,8 @@ from contrasuite.domains.code_search.encoder import BiEncoder, EncoderConfig, re
 from contrasuite.domains.code_search.mine import iter_functions, summary
 from contrasuite.domains.hugging_face import local_models_only
 from contrasuite.pipelines.api import (
-    RECORDS, alternate, cpu_task, heading, machine_lines, our_step, ours_text, outcome, peer_flags, peer_main,
-    peer_record, plain_loop_step, pull_levers, round_cells,
+    RECORDS, alternate, checks_text, cpu_task, heading, machine_lines, our_step, ours_text, outcome, peer_flags, peer_main,
+    peer_record, plain_loop_step, profile_note, profile_sides, profile_table, pull_levers, round_cells,
 )
 
 EMBED_MODES = ("embed", "sentence-transformers")
@@ -208,6 +210,19 @@ SECTION = "code_search"
 RECORD = RECORDS / "code_search_peer.json"
 LEVERS = {"fused_adamw": "our AdamW with fused=True"}
 """The bench-only lever (module docstring)."""
+WHERE = (
+    "both steps run the same MiniLM-L6 encoder on the same tokens (its linear layers' `addmm` and `mm`, forward and "
+    "backward, attention's `bmm` and `_softmax`, dropout's `bernoulli_`, `gelu`, layer norm), nearly all of either "
+    "step, and the same AdamW (PyTorch's CPU default, a per-tensor loop: `sqrt`, `lerp_`, `addcdiv_`, `addcmul_`); the "
+    "tokenizers' Python work is in the rounds' times, not in the tables. Over these few profiled steps the same "
+    "kernels' rows differ between the sides by the machine's load (a side's large rows rise or fall together), not "
+    "by the code; under GradCache the two implementations also run their chunks' backward passes differently. "
+    "Beyond these, ours runs the engine's checks (`pipelines/step.py`): one `_foreach_norm` over the gradients "
+    "(their global norm, logged and checked finite) and one over the updated weights (checked finite), each the "
+    "one read of its tensors; no pass multiplies the gradients when nothing clips. So at the same model and "
+    "precision the ratio stays near 1: 1.3x would need ours to leave out work the peer's step does. The first "
+    "table is the plain step's.")
+"""What the operators of either step are (the profiles' tables give their times)."""
 
 
 def _peer_overrides(args: argparse.Namespace, chunk: int) -> list[str]:
@@ -278,6 +293,7 @@ def _comparison(args: argparse.Namespace, chunk: int, run_dir: Path) -> dict[str
     ours(batches[0])  # a warm-up step each
     peer_step(batches[0])
     rounds = alternate({"ours": ours, "peer": peer_step}, batches, args.repeats, args.steps)
+    profiles = profile_sides({"ours": ours, "peer": peer_step}, batches, args.steps) if args.profile else None
     enc = task.cfg.encoder
     return {
         "step": f"GradCache, chunk {chunk}" if chunk else "plain", "grad_cache_chunk": chunk,
@@ -286,6 +302,7 @@ def _comparison(args: argparse.Namespace, chunk: int, run_dir: Path) -> dict[str
         "peer": peer_desc, "batch": int(task.cfg.batch_size), "max_query_length": enc.max_query_length,
         "max_code_length": enc.max_code_length, "model": enc.model, "distinct_batches": len(batches),
         **outcome(ours_first, theirs_first, rounds, args.clock, dropout="off"),
+        **({"profile": profiles} if profiles else {}),
     }
 
 
@@ -326,6 +343,10 @@ def render_peer(record: dict[str, Any]) -> str:
               "| step | round | ours | peer | ours (wall) | peer (wall) | peer / ours |", "|---|---|---|---|---|---|---|"]
     lines += [f"| {c['step']} | {i + 1} | {round_cells(r, clock, 1000, 0)} |"
               for c in record["comparisons"] for i, r in enumerate(c["rounds"])]
+    if not record["levers"] or "profile" in first:
+        lines.append(profile_note(record, WHERE, first.get("profile")))
+        lines += [f"\n{c['step']}: {checks_text(c['profile'])}\n\n{profile_table(c['profile'])}"
+                  for c in record["comparisons"][1:] if "profile" in c]
     return "\n".join(lines)
 
 
@@ -352,7 +373,7 @@ def _parser() -> argparse.ArgumentParser:
     peer.add_argument("--config", default="code_search/reduced_infonce", help="our side's config")
     peer.add_argument("--mined", default="smoke", help="the named mined set both sides train on")
     peer.add_argument("--grad-cache-chunk", type=int, default=8, help="GradCache chunk = CachedMNRL mini-batch (0: no GradCache row)")
-    peer_flags(peer, RECORD, LEVERS, batches=6)
+    peer_flags(peer, RECORD, LEVERS, batches=6, profile=True)
     return parser
 
 

@@ -20,9 +20,11 @@ The peer's views are made by our task's augmentation of the same batch (same see
 ours, so both steps do the same data work. The first step of each side, from the same weights on the same
 views, gives the equal-work check (``loss_check``). Then ``--repeats`` rounds of ``--steps`` steps per side,
 the order alternating between rounds; a round's ratio is peer time / our time (above 1: ours is faster),
-the headline the median over rounds with the smallest and largest. ``--clock cpu`` (default) is this
-process's CPU time; both clocks are kept in the record (``--output``), which ``--report`` renders into its
-section of ``docs/results/bench_pipelines.md``.
+the headline the median over rounds with the smallest and largest. ``--clock cpu`` (default) is this process's CPU
+time; both clocks are kept in the record (``--output``), which ``--report`` renders into its section of
+``docs/results/bench_pipelines.md``. ``--profile`` adds both sides' operators (``torch.profiler`` over ``--steps``
+more steps per side, the sides in turn) to the record; the section's "where the time goes" paragraph shows them
+beside what they are.
 
 Levers (bench-only, not what the pipeline runs; the peer stays as lightly's examples run it):
 ``--channels-last`` (our network's weights in channels-last memory format), ``--fused-sgd`` (our SGD groups
@@ -33,7 +35,7 @@ with levers names them and is rendered as its own section.
 lightly is installed with ``pip install --no-deps lightly``: its ``hydra-core`` requirement would downgrade
 omegaconf, the project's config library, and the loss and heads import neither hydra nor lightning.
 
-    contrasuite bench image_ssl --against peer --threads 1
+    contrasuite bench image_ssl --against peer --threads 1 --profile
     contrasuite bench image_ssl --report
 """
 
@@ -51,7 +53,7 @@ from torch import nn
 
 from contrasuite.pipelines.api import (
     RECORDS, ROOT, alternate, check_text, comparison_section, cpu_task, our_step, ours_text, outcome, peer_flags,
-    peer_main, peer_record, plain_loop_step, pull_levers,
+    peer_main, peer_record, plain_loop_step, profile_note, profile_sides, pull_levers,
 )
 
 SECTION = "image_ssl"
@@ -59,6 +61,18 @@ RECORD = RECORDS / "image_ssl_peer.json"
 LEVERS = {"channels_last": "our weights channels-last", "fused_sgd": "our SGD with fused=True",
           "compile": "our network under torch.compile"}
 """The bench-only levers (module docstring), in the order a section names them."""
+WHERE = (
+    "both steps run the same ResNet-18 and projection head on the same views (the convolutions' "
+    "`mkldnn_convolution` and `convolution_backward`, batch norm, ReLU as `clamp_min_` and `threshold_backward`, "
+    "`copy_`), nearly all of either step, and the same SGD (PyTorch's CPU default, a per-tensor loop: `add_`, "
+    "`mul_`); the two NT-Xent losses are small operators on 512 embeddings. Rows of the same kernels differ between "
+    "the sides by the machine's load over the profiled step, not by the code. Only ours runs the engine's checks "
+    "(`pipelines/step.py`): one `_foreach_norm` over the gradients (their global norm, logged and checked finite) "
+    "and one over the updated weights (checked finite), each the one read of its tensors; no pass multiplies the "
+    "gradients when nothing clips. So at the same network and precision the ratio stays near 1: 1.3x would need "
+    "ours to leave out work the peer's step does. The levers section measures what channels-last weights, fused "
+    "SGD and compiling the network give.")
+"""What the operators of either step are (the profile's table gives their times)."""
 
 
 class LightlySimCLR(nn.Module):
@@ -119,11 +133,13 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
                                                                                compile=args.compile)
         first_ours, first_peer = ours(batches[0]), peer_step(batches[0])  # also each side's warm-up
         rounds = alternate({"ours": ours, "peer": peer_step}, batches, args.repeats, args.steps)
+        profiles = profile_sides({"ours": ours, "peer": peer_step}, batches, args.steps) if args.profile else None
     m = task.cfg.model
     own = {"ours": ours_text(f"image_ssl/{args.config} (run.precision=fp32)", levers), "peer": peer_desc,
            "config": args.config, "overrides": overrides, "encoder": m.encoder, "head": [m.proj_hidden, m.proj_dim],
            "batch": int(task.cfg.batch_size), "image_size": int(task.cfg.data.image_size),
-           "data": f"{task.data_source}, {len(task.train_images)}-image training subset", "distinct_batches": len(batches)}
+           "data": f"{task.data_source}, {len(task.train_images)}-image training subset", "distinct_batches": len(batches),
+           **({"profile": profiles} if profiles else {})}
     return peer_record(SECTION, args, argv, LEVERS, levers, own, outcome(first_ours, first_peer, rounds, args.clock))
 
 
@@ -134,8 +150,9 @@ def render(record: dict[str, Any]) -> str:
         f"our weights before either steps), batch {record['batch']} (two views: {2 * record['batch']} images of "
         f"{record['image_size']} px per step), {record['data']}, {record['distinct_batches']} distinct batches, "
         f"our augmentation inside both steps; first-step loss {check_text(record['loss_check'])}")
+    note = None if record.get("levers") and "profile" not in record else profile_note(record, WHERE)
     return comparison_section(record, "image_ssl: our SimCLR step vs lightly", same_work, unit="s", digits=2,
-                              steps="step(s)")
+                              steps="step(s)", note=note)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -144,7 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--config", default="infonce", help="a configs/image_ssl/ name (run.precision=fp32 is set)")
     parser.add_argument("--batch", type=int, default=256, help="config.batch_size")
     parser.add_argument("--subset", type=int, default=2560, help="config.data.train_subset (images loaded)")
-    peer_flags(parser, RECORD, LEVERS, batches=4, steps=1, peer="lightly's SimCLR loop")
+    peer_flags(parser, RECORD, LEVERS, batches=4, steps=1, peer="lightly's SimCLR loop", profile=True)
     return peer_main(parser.parse_args(argv), argv, run, render)
 
 

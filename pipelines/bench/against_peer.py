@@ -10,8 +10,9 @@ on the same batch from the same weights as the equal-work check (:func:`loss_che
 rounds, the order of the sides alternating so both share whatever load the machine has; a round's ratio is peer
 time / our time (above 1: ours is faster), summarized by :func:`summarize`. The record (JSON, ``--output``;
 :func:`peer_record`) holds the bench's own fields, :func:`settings`, the measurements (:func:`outcome`) and
-:func:`machine`; ``--report`` (:func:`peer_main`) renders it into its section of :data:`PAGE`
-(:func:`write_section`; :func:`comparison_section` for a one-comparison record), a page never typed by hand.
+:func:`machine` (and with ``--profile``, both sides' operators: :func:`profile_sides`); ``--report``
+(:func:`peer_main`) renders it into its section of :data:`PAGE` (:func:`write_section`; :func:`comparison_section`
+for a one-comparison record), a page never typed by hand.
 """
 
 from __future__ import annotations
@@ -40,6 +41,12 @@ PAGE = ROOT / "docs" / "results" / "bench_pipelines.md"
 LOSS_TOLERANCE = 1e-4
 """Largest relative difference of the two first-batch losses for a comparison to count as equal work."""
 CLOCKS: dict[str, Callable[[], float]] = {"cpu": time.process_time, "wall": time.perf_counter}
+PROFILE_ROWS = 8
+"""A profile table's rows: the operators of largest time on either side, then as many of largest difference."""
+CHECK_OPS = ("aten::_foreach_norm", "aten::linalg_vector_norm", "aten::stack", "aten::isfinite", "aten::all",
+             "aten::_local_scalar_dense")
+"""The operators of the engine's per-step checks (``pipelines/step.py``): the norms of the gradients and of the
+updated weights, and their finiteness read to the host."""
 PAGE_HEAD = """# Pipelines against their official code or closest peer (issue 41)
 
 Each section is rendered from a kept record under `docs/results/records/bench_pipelines/` by the bench's
@@ -173,6 +180,35 @@ def outcome(first_ours: float, first_peer: float, rounds: list[dict[str, Any]], 
     return {"loss_check": loss_check(first_ours, first_peer, **check), "rounds": rounds, **summarize(rounds, clock)}
 
 
+def profile_sides(sides: dict[str, Callable[[Any], Any]], batches: list, steps: int,
+                  device: torch.device = CPU) -> dict[str, dict[str, Any]]:
+    """``torch.profiler`` over ``steps`` more steps of each of ``sides``, one step each in turn, the order alternating
+    as in :func:`alternate` (so both share the machine's load), cycling ``batches``: per side, each operator's self
+    time on the CPU thread (the profiler's wall time, not process CPU time) in ms per step (``ops``) and their sum
+    (``cpu_self_ms``); on a GPU also the kernels' time per step (``cuda_kernel_ms``)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    ops: dict[str, dict[str, float]] = {name: {} for name in sides}
+    kernels = dict.fromkeys(sides, 0.0)
+    for i in range(steps):
+        for name in list(sides) if i % 2 == 0 else list(sides)[::-1]:
+            with profile(activities=[ProfilerActivity.CPU] + [ProfilerActivity.CUDA] * cuda) as prof:
+                sides[name](batches[i % len(batches)])
+                if cuda:
+                    torch.cuda.synchronize(device)
+            for e in prof.key_averages():
+                if e.self_cpu_time_total > 0:
+                    ops[name][e.key] = ops[name].get(e.key, 0.0) + e.self_cpu_time_total / 1000 / steps
+                kernels[name] += e.self_device_time_total / 1000 / steps
+    out = {}
+    for name, times in ops.items():
+        rounded = {op: round(ms, 4) for op, ms in times.items()}
+        out[name] = {"cpu_self_ms": sum(rounded.values()), **({"cuda_kernel_ms": kernels[name]} if cuda else {}),
+                     "ops": rounded}
+    return out
+
+
 # -- the record -------------------------------------------------------------------------------------------
 
 def run_variant(args: argparse.Namespace) -> list[str]:
@@ -278,6 +314,49 @@ def comparison_section(record: dict[str, Any], title: str, same_work: str, unit:
     return "\n".join(lines + ([] if note is None else [note]))
 
 
+def profile_table(profiles: dict[str, dict[str, Any]], rows: int = PROFILE_ROWS) -> str:
+    """Markdown of :func:`profile_sides`'s ``ours`` and ``peer``: the ``rows`` operators of largest CPU self time on
+    either side, then the ``rows`` others of largest difference, each side's ms per step (``-``: not run on that
+    side) and ours minus peer; then all operators together (and the GPU kernels when profiled on a GPU)."""
+    ours, peer = profiles["ours"]["ops"], profiles["peer"]["ops"]
+    ops = ours.keys() | peer.keys()
+    top = sorted(ops, key=lambda op: -max(ours.get(op, 0), peer.get(op, 0)))[:rows]
+    top += sorted(ops - set(top), key=lambda op: -abs(ours.get(op, 0) - peer.get(op, 0)))[:rows]
+    lines = ["| operator | ours ms/step | peer ms/step | ours - peer |", "|---|---|---|---|"]
+    for op in top:
+        cells = [f"{side[op]:.2f}" if op in side else "-" for side in (ours, peer)]
+        lines.append(f"| `{op}` | {cells[0]} | {cells[1]} | {ours.get(op, 0) - peer.get(op, 0):+.2f} |")
+    totals = [("all operators", "cpu_self_ms"), ("CUDA kernels (GPU time)", "cuda_kernel_ms")]
+    for label, key in totals:
+        if key in profiles["ours"]:
+            mine, theirs = profiles["ours"][key], profiles["peer"][key]
+            lines.append(f"| {label} | {mine:.2f} | {theirs:.2f} | {mine - theirs:+.2f} |")
+    return "\n".join(lines)
+
+
+def checks_text(profiles: dict[str, dict[str, Any]]) -> str:
+    """How much of our step the engine's checks take: the CPU self time of :data:`CHECK_OPS`, ours beyond the
+    peer's (an operator the peer runs more of counts 0), per step and as a share of all our operators."""
+    ours, peer = profiles["ours"]["ops"], profiles["peer"]["ops"]
+    extra = sum(max(0.0, ours.get(op, 0) - peer.get(op, 0)) for op in CHECK_OPS)
+    return (f"The operators of the engine's checks ({', '.join(f'`{op}`' for op in CHECK_OPS)}), ours beyond the "
+            f"peer's: {extra:.2f} ms per step, {100 * extra / profiles['ours']['cpu_self_ms']:.2f}% of our operators' "
+            "time.")
+
+
+def profile_note(record: dict[str, Any], where: str, profiles: dict[str, dict[str, Any]] | None = None) -> str:
+    """The section's "where the time goes" paragraph: ``where`` (the bench's words) and, when the record holds a
+    profile (``profiles``, else the record's ``profile``), :func:`checks_text` and its :func:`profile_table`."""
+    profiles = profiles or record.get("profile")
+    if not profiles:
+        return f"\nWhere the time goes: {where}"
+    steps = record["steps_per_round"]
+    return (f"\nWhere the time goes (`torch.profiler` over {steps} more step{'s' * (steps != 1)} per side after the "
+            f"rounds, the sides in turn; each operator's self time on this thread, in wall time, so another job on "
+            f"the machine inflates it; the {PROFILE_ROWS} largest on either side, then the {PROFILE_ROWS} largest "
+            f"differences): {where}\n\n{checks_text(profiles)}\n\n{profile_table(profiles)}")
+
+
 def write_section(page: Path, name: str, text: str) -> None:
     """Replace the section between ``<!-- section:name -->`` markers of ``page`` in place, or add it: a variant's
     section (``base+variant``, e.g. a lever's) after the last section of its base's family (the base and its
@@ -304,12 +383,13 @@ def write_section(page: Path, name: str, text: str) -> None:
 # -- the command ------------------------------------------------------------------------------------------
 
 def peer_flags(parser: Any, record: Path, levers: dict[str, str], batches: int,
-               steps: int | None = None, peer: str = "the peer's loop") -> None:
+               steps: int | None = None, peer: str = "the peer's loop", profile: bool = False) -> None:
     """The flags every ``--against peer`` bench has, on ``parser`` (or an argument group): ``--override``, ``--batches``
     (default ``batches``), ``--repeats``, ``--clock``, a switch ``--<lever>`` for each of ``levers`` (name: what it
     does), ``--output`` (default ``record``), ``--report`` and ``--page``. With ``steps``, for a bench that has no
     other mode, first ``--against`` (``peer``, the default: ``peer`` in words), ``--data-root``, ``--steps`` (default
-    ``steps``) and ``--threads`` (default 1)."""
+    ``steps``) and ``--threads`` (default 1). With ``profile``, ``--profile`` (:func:`profile_sides` into the
+    record)."""
     if steps is not None:
         parser.add_argument("--against", choices=("peer",), default="peer", help=f"peer: {peer}")
         parser.add_argument("--data-root", default=os.environ.get("CONTRASUITE_DATA"))
@@ -319,6 +399,9 @@ def peer_flags(parser: Any, record: Path, levers: dict[str, str], batches: int,
     parser.add_argument("--batches", type=int, default=batches, help="distinct batches of epoch 0 both sides cycle through")
     parser.add_argument("--repeats", type=int, default=3, help="alternating rounds (--steps steps per side each)")
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="cpu")
+    if profile:
+        parser.add_argument("--profile", action="store_true",
+                            help="add both sides' operators (torch.profiler over --steps more steps) to the record")
     for name, what in levers.items():
         parser.add_argument(f"--{name.replace('_', '-')}", action="store_true", help=f"lever: {what} (bench-only)")
     parser.add_argument("--output", type=Path, default=record, help="the JSON record")

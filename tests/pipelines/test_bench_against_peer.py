@@ -1,7 +1,8 @@
 """pipelines/bench/against_peer.py: alternating timed rounds, the ratios, the equal-work check and the page sections."""
 
 from contrasuite.pipelines.bench.against_peer import (
-    PAGE_HEAD, alternate, loss_check, plain_loop_step, rounds_table, summarize, write_section,
+    PAGE_HEAD, alternate, checks_text, loss_check, plain_loop_step, profile_sides, profile_table, rounds_table,
+    summarize, write_section,
 )
 
 
@@ -61,6 +62,24 @@ def test_plain_loop_step_trains_and_returns_the_loss():
         step = plain_loop_step(model, optimizer, lambda batch: model(batch).pow(2).mean(), zero_grad_first=first)
         losses = [step(x) for _ in range(3)]
         assert losses[0] > losses[1] > losses[2]
+
+
+def test_profile_sides_and_table_show_the_largest_operators_and_what_only_one_side_runs():
+    import torch
+
+    x = torch.randn(64, 64)
+    profiles = profile_sides({"ours": lambda b: (b @ b).norm(), "peer": lambda b: b @ b}, [x], steps=2)
+    assert {"aten::mm", "aten::linalg_vector_norm"} <= profiles["ours"]["ops"].keys()
+    assert "aten::linalg_vector_norm" not in profiles["peer"]["ops"]
+    assert profiles["ours"]["cpu_self_ms"] == sum(profiles["ours"]["ops"].values())
+    fake = {"ours": {"cpu_self_ms": 10.0, "ops": {"conv": 8.0, "norm": 0.5, "tiny": 0.01}},
+            "peer": {"cpu_self_ms": 9.6, "ops": {"conv": 7.9, "add": 0.1, "tiny": 0.01}}}
+    lines = profile_table(fake, rows=1).splitlines()
+    assert lines[2:] == ["| `conv` | 8.00 | 7.90 | +0.10 |",  # the largest, then the largest difference
+                         "| `norm` | 0.50 | - | +0.50 |", "| all operators | 10.00 | 9.60 | +0.40 |"]
+    checks = {"ours": {"cpu_self_ms": 100.0, "ops": {"aten::_foreach_norm": 1.0, "aten::linalg_vector_norm": 0.6}},
+              "peer": {"cpu_self_ms": 99.0, "ops": {"aten::linalg_vector_norm": 0.1, "aten::stack": 0.3}}}
+    assert "ours beyond the peer's: 1.50 ms per step, 1.50% of our operators' time" in checks_text(checks)
 
 
 def test_write_section_makes_the_page_replaces_in_place_appends_and_puts_a_lever_after_its_base(tmp_path):

@@ -14,7 +14,7 @@ def test_against_peer_records_both_timings_and_equal_first_losses(tiny_model, mi
             "--grad-cache-chunk", "2", "--override", f"config.encoder.model={tiny_model}",
             "--override", f"config.data.folder={mined}", "--override", "config.batch_size=4",
             "--override", "config.data.train_limit=0", "--override", "config.data.val_limit=0",
-            "--override", "config.data.test_limit=0", "--output", str(out)]
+            "--override", "config.data.test_limit=0", "--output", str(out), "--profile"]
     assert bench.main(argv) == 0
     record = json.loads(out.read_text())
     plain, cached = record["comparisons"]
@@ -26,6 +26,7 @@ def test_against_peer_records_both_timings_and_equal_first_losses(tiny_model, mi
     assert bench.main(["--report", "--output", str(out), "--page", str(page)]) == 0
     text = page.read_text()
     assert "<!-- section:code_search -->" in text and f"**{cached['ratio_median']:.2f}**" in text
+    assert text.count("| all operators |") == 2 and "GradCache, chunk 2: The operators of the engine's checks" in text
 
 
 def test_fused_adamw_lever_gets_its_own_section(tiny_model, mined, tmp_path):

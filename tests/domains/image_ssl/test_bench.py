@@ -13,16 +13,18 @@ def test_against_peer_writes_a_record_with_both_timings_and_equal_first_losses(t
     out, page = tmp_path / "ssl.json", tmp_path / "page.md"
     argv = ["--against", "peer", "--batch", "8", "--subset", "20", "--batches", "1", "--steps", "1", "--repeats", "1",
             "--threads", "1", "--data-root", str(tiny_cifar), "--override", "config.data.source=python",
-            "--override", "config.data.test_subset=10", "--output", str(out)]
+            "--override", "config.data.test_subset=10", "--output", str(out), "--profile"]
     assert bench.main(argv) == 0
     record = json.loads(out.read_text())
     assert record["batch"] == 8 and record["encoder"] == "resnet18_cifar" and record["precision"] == "fp32"
+    assert "aten::_foreach_norm" in record["profile"]["ours"]["ops"]  # the engine's checks, ours only
     (row,) = record["rounds"]
     assert row["ours_cpu_s"] > 0 and row["peer_cpu_s"] > 0 and row["ratio"] == record["ratio_median"]
     assert record["loss_check"]["equal"], record["loss_check"]  # same weights, views and loss: the same work
     assert bench.main(["--report", "--output", str(out), "--page", str(page)]) == 0
     text = page.read_text()
     assert "<!-- section:image_ssl -->" in text and f"**{record['ratio_median']:.2f}**" in text
+    assert "The operators of the engine's checks" in text and "| all operators |" in text
 
 
 def test_levers_are_named_and_keep_the_same_first_loss(tiny_cifar, tmp_path):
