@@ -98,7 +98,7 @@ def _parser() -> argparse.ArgumentParser:
 def measure(mode: str, precision: str, args: argparse.Namespace, device: torch.device, data_root: Path) -> dict[str, Any]:
     """Patches per second of one (mode, precision)."""
     cfg = SRConfig(scale=args.scale, contrastive=mode == "pcl", test_sets=[])
-    cfg.data.patch_size, cfg.data.batch_size = args.patch, args.batch
+    cfg.data.patch_size, cfg.batch_size = args.patch, args.batch
     cfg.data.steps_per_epoch = args.warmup + args.steps
     torch.manual_seed(0)
     task = setup_task(SuperResolutionTask(), cfg, device=device, precision=precision, data_root=data_root)
@@ -239,7 +239,7 @@ def against_official(args: argparse.Namespace, argv: Sequence[str]) -> dict[str,
                  "official/pcl_sisr/pcl_sisr.patch): Trainer.train() on a one-batch epoch, fp32 (the code has no autocast)"),
         "mode": args.mode, "config": config, "overrides": [*overrides, *args.override], "official_flags": flags,
         "scale": cfg.scale, "blocks": cfg.model.n_resblocks, "feats": cfg.model.n_feats, "patch": cfg.data.patch_size,
-        "batch": cfg.data.batch_size, "distinct_batches": len(batches),
+        "batch": cfg.batch_size, "distinct_batches": len(batches),
         "ours_parameters": {name: sum(p.numel() for p in m.parameters()) for name, m in
                             (("generator", task.generator), ("discriminator", getattr(task, "embedder", None))) if m is not None},
         "official_parameters": official_pcl.official_counts(trainer),

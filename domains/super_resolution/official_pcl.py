@@ -39,9 +39,9 @@ def official_flags(cfg: Any, mode: str, grad_clip_value: float | None, cuda: boo
     the positives and negatives, ``n_blur`` Gaussian-blur negatives and as many sharpened positives, ``--gclip``);
     ``--cpu`` unless ``cuda``."""
     flags = ["--model", "EDSR", "--scale", str(cfg.scale), "--patch_size", str(cfg.data.patch_size * cfg.scale),
-             "--batch_size", str(cfg.data.batch_size), "--n_resblocks", str(cfg.model.n_resblocks),
+             "--batch_size", str(cfg.batch_size), "--n_resblocks", str(cfg.model.n_resblocks),
              "--n_feats", str(cfg.model.n_feats), "--res_scale", f"{cfg.model.res_scale:g}", "--rgb_range", "1",
-             "--lr", f"{cfg.lr:g}", "--loss", "1*L1"]
+             "--lr", f"{cfg.optim.lr:g}", "--loss", "1*L1"]
     if mode == "pcl":
         f, weight = cfg.frequency, float(cfg.objective.terms[0].get("weight", 1.0))
         flags[-1] = f"1*L1+{weight:g}*CL-patchD"

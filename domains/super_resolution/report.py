@@ -48,7 +48,7 @@ PAPER_GAINS = (
     "27.57 -> 27.58 (B100); the largest gains are on Urban100 and Manga109 (not used here)."
 )
 QUICK = (
-    "run.epochs=1", "config.data.steps_per_epoch=2", "config.data.batch_size=2", "config.data.patch_size=8",
+    "run.epochs=1", "config.data.steps_per_epoch=2", "config.batch_size=2", "config.data.patch_size=8",
     "config.data.max_train_images=20", "config.data.val_crop=16", "config.model.n_resblocks=1", "config.model.n_feats=8",
     "config.discriminator.channel_divisor=16", "config.test_sets=[Set5]",
 )
@@ -56,7 +56,7 @@ PAGES = {False: "super_resolution", True: "super_resolution_finetune"}
 CONFIGS = "configs/super_resolution/"
 SCRATCH = {"l1": "EDSR-baseline, L1", "pcl": "EDSR-baseline, L1 + contrastive (PCL-SR)"}
 PRETRAIN = "pretrain"
-PRETRAIN_OVERRIDES = ("run.epochs=30", "config.cosine_steps=3000")
+PRETRAIN_OVERRIDES = ("run.epochs=30", "config.optim.schedule={name: cosine, end: {steps: 3000}}")
 """30 x 100 steps with the learning rate decayed to 0 on a cosine over them: converged at its floor."""
 FINETUNE = {
     "finetune_x2_l1": "fine-tuned, L1 only (the control)",
@@ -169,14 +169,20 @@ def bicubic_section(bic: Mapping[str, float], sets: Sequence[str]) -> list[str]:
     return lines
 
 
-def describe(record: Mapping[str, Any]) -> str:
-    """The training protocol of a record's config, in words."""
-    loaded = load_config(ROOT / record["config"], [o for o in record["overrides"] if "{after}" not in o])
+def describe(arm: Arm, quick: bool) -> str:
+    """The training protocol of ``arm`` (its config and overrides as declared today, with :data:`QUICK` when ``quick``),
+    in words. A current record was made under it; the record's own overrides may use keys that moved since."""
+    loaded = load_config(ROOT / arm.config, [o for o in (*arm.overrides, *(QUICK if quick else ())) if "{after}" not in o])
     run, cfg = loaded.run, loaded.config
     return (f"EDSR-baseline-shaped network ({cfg.model.n_resblocks} residual blocks, {cfg.model.n_feats} channels) trained "
             f"**from scratch** on {cfg.data.train_set} (every {cfg.data.val_every}th image held out for validation) for "
-            f"{run.epochs} x {cfg.data.steps_per_epoch} steps of {cfg.data.batch_size} LR patches of {cfg.data.patch_size} px, "
-            f"lr {cfg.lr:g}, {run.precision}")
+            f"{run.epochs} x {cfg.data.steps_per_epoch} steps of {cfg.batch_size} LR patches of {cfg.data.patch_size} px, "
+            f"lr {cfg.optim.lr:g}, {run.precision}")
+
+
+def _arm(finetune: bool, name: str) -> Arm:
+    """The arm ``name`` of the fine-tuning (``finetune``) or the from-scratch comparison."""
+    return next(a for a in arms(finetune) if a.name == name)
 
 
 def _cells(runs: list[dict[str, Any]], sets: Sequence[str]) -> str:
@@ -241,7 +247,7 @@ def render_finetune(records: list[dict[str, Any]], command: str, quick: bool) ->
     if pretrain:
         lines += [f"- The un-fine-tuned model (arm `{PRETRAIN}`, seed 0 only): `{pretrain[0]['config']} "
                   f"{' '.join(pretrain[0]['overrides'])}`, the learning rate decayed to 0 on a cosine over its steps; "
-                  f"{describe(pretrain[0])}."]
+                  f"{describe(_arm(True, PRETRAIN), quick)}."]
     lines += ["- Every seed of each fine-tuning arm starts from that one model's `best.pt` (`config.init_from`) with "
               "`configs/super_resolution/reduced_finetune_x2_<arm>.yaml` (lr 5e-5, cosine decay, gradient values clipped "
               "at 1, as the official scripts).",
@@ -271,7 +277,7 @@ def render_scratch(records: list[dict[str, Any]], command: str, quick: bool) -> 
     lines = _head("Super-resolution: EDSR-baseline with and without PCL-SR's contrastive term", PAGES[False], command,
                   quick)
     if runs:
-        lines += [f"- x2, configs `{CONFIGS}reduced_x2_{{l1,pcl}}.yaml`: {describe(runs[0])}. The paper instead "
+        lines += [f"- x2, configs `{CONFIGS}reduced_x2_{{l1,pcl}}.yaml`: {describe(_arm(False, runs[0]['arm']), quick)}. The paper instead "
                   "fine-tunes DIV2K-trained models for 600 epochs with HR patch 192 (the `--finetune` page)."]
     lines += ["", "| method | seeds | " + " | ".join(f"{s} PSNR | {s} SSIM" for s in sets) + " |",
               "|---|---|" + "---|---|" * len(sets)]

@@ -16,8 +16,12 @@ One training step (``contrastive: true``), in a fixed order through ``step.optim
 The objective is any core objective built from ``config.objective.terms`` (default InfoNCE, t = 1
 as in the paper, weight 0.02: the paper's ``1*L1 + 5*CL`` on the 0-255 scale is ``L1 + 5/255 CL`` on
 the ``[0, 1]`` scale used here). ``contrastive: false`` is plain EDSR-baseline with L1. PCL-SR's protocol fine-tunes a trained model:
-``init_from`` (a run folder or checkpoint: its generator's weights), ``cosine_steps`` (cosine decay of
-both learning rates) and ``run.grad_clip_value`` (the official ``--gclip 1``).
+``init_from`` (a run folder or checkpoint: its generator's weights), ``optim.schedule: {name: cosine, ...}``
+(cosine decay of both learning rates) and ``run.grad_clip_value`` (the official ``--gclip 1``).
+
+``config.optim`` (:mod:`contrasuite.core.task.optim`) builds Adam for each optimizer: ``discriminator`` (the part
+``discriminator``) and ``generator`` (the parts ``generator`` and ``objective``, a learnable objective's
+parameters); ``groups: {discriminator: {lr: 1.0e-4}}`` gives D its own rate.
 
 ``evaluate("val")`` measures PSNR/SSIM on Y on held-out T91 crops (checkpoint selection);
 ``evaluate("test")`` on Set5, Set14, B100 (``config.test_sets``).
@@ -38,6 +42,7 @@ from contrasuite.core.distributed import batch_shard, distributed_objective
 from contrasuite.core.objectives import ObjectiveSum
 from contrasuite.core.task.config_fields import ObjectiveConfig, bounded, objective_field, one_of
 from contrasuite.core.task.errors import ConfigValueError, SetupError
+from contrasuite.core.task.optim import OptimConfig, build_optimization, optim_field
 from contrasuite.core.task.protocol import SmokeSettings, StepContext, TaskContext
 from contrasuite.core.task.seeding import seeded_generator
 from contrasuite.domains.image_loading import EpochBatches, epoch_batches, image_loader
@@ -59,9 +64,6 @@ class DataConfig:
     train_set: str = "T91"
     patch_size: int = bounded(48, ge=4)
     """LR patch side (EDSR: 48; the HR patch is ``scale`` times larger)."""
-    batch_size: int = bounded(16, gt=0)
-    """The global batch: under W processes each rank super-resolves a contiguous ``batch_size / W`` of the
-    patches one process would draw (L1 then equals the one-process loss; the contrastive term is per rank)."""
     steps_per_epoch: int = bounded(1000, ge=1)
     val_every: int = bounded(10, ge=2)
     """Every ``val_every``-th training image (sorted by name) is held out for validation."""
@@ -91,7 +93,6 @@ class ModelConfig:
 class DiscriminatorConfig:
     embed_layer: int = 4
     channel_divisor: int = bounded(1, ge=1)
-    lr: float = bounded(1e-4, gt=0)
 
 
 @dataclass
@@ -99,12 +100,14 @@ class SRConfig:
     """``config:`` section of a super-resolution run."""
 
     scale: int = one_of(2, (2, 3, 4))
+    batch_size: int = bounded(16, gt=0)
+    """The global batch of LR patches: under W processes each rank super-resolves a contiguous ``batch_size / W`` of
+    the patches one process would draw (L1 then equals the one-process loss; the contrastive term is per rank)."""
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
-    lr: float = bounded(1e-4, gt=0)
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
-    milestones: list[int] = field(default_factory=list)
-    """Steps at which both learning rates are halved (EDSR: every 200k)."""
+    optim: OptimConfig = optim_field(name="adam", lr=1e-4)
+    """Module docstring; EDSR halves both rates every 200k steps: ``schedule: {name: step, every: {steps: 200000},
+    gamma: 0.5}``."""
     contrastive: bool = True
     in_batch_negatives: bool = True
     """Other images' positives and negatives are negatives too; false: each image's own negatives only (official)."""
@@ -115,9 +118,6 @@ class SRConfig:
     """``joint``: one discriminator pass over SR, positives and negatives; ``per_group``: one pass per group."""
     init_from: Optional[str] = None
     """A run folder (its best.pt, else last.pt) or checkpoint whose generator weights start this run."""
-    cosine_steps: int = bounded(0, ge=0)
-    """> 0: cosine decay of both learning rates to ``min_lr`` over this many steps (``milestones`` unused)."""
-    min_lr: float = bounded(0.0, ge=0)
     discriminator: DiscriminatorConfig = field(default_factory=DiscriminatorConfig)
     frequency: FrequencyConfig = field(default_factory=FrequencyConfig)
     objective: ObjectiveConfig = objective_field({"name": "infonce", "weight": 0.02, "temperature": 1.0})
@@ -135,14 +135,14 @@ class SuperResolutionTask:
     """See the module docstring."""
 
     config_class = SRConfig
-    smoke = SmokeSettings("config.data.batch_size", 2, ("config.data.max_train_images=40", "config.data.val_every=4",
+    smoke = SmokeSettings("config.batch_size", 2, ("config.data.max_train_images=40", "config.data.val_every=4",
                                                         "config.data.steps_per_epoch=2", "config.test_sets=[Set5]"))
 
     def setup(self, ctx: TaskContext) -> None:
         cfg: SRConfig = ctx.config
         self.cfg, self.ctx, self.device = cfg, ctx, ctx.device
-        if cfg.data.batch_size % ctx.world_size:
-            raise SetupError(f"config.data.batch_size={cfg.data.batch_size} must be divisible by the "
+        if cfg.batch_size % ctx.world_size:
+            raise SetupError(f"config.batch_size={cfg.batch_size} must be divisible by the "
                              f"{ctx.world_size} processes (it is the global batch)")
         self.loader = None
         if cfg.data.train_folder:
@@ -160,9 +160,8 @@ class SuperResolutionTask:
         self.generator = ctx.wrap(EDSR(cfg.scale, cfg.model.n_resblocks, cfg.model.n_feats, cfg.model.res_scale).to(self.device))
         if cfg.init_from:
             load_weights(cfg.init_from, {"generator": self.generator})
-        self._optimizers: dict[str, torch.optim.Optimizer] = {}
         self._modules: dict[str, nn.Module] = {"generator": self.generator}
-        betas = tuple(cfg.betas)
+        parts: dict[str, list[tuple[str, Any]]] = {}
         if cfg.contrastive:
             d = WaveletDiscriminator(cfg.discriminator.embed_layer, cfg.discriminator.channel_divisor).to(self.device)
             self.embedder = d
@@ -171,17 +170,11 @@ class SuperResolutionTask:
             self.objective = ObjectiveSum(cfg.objective.terms).to(self.device)
             self._modules["discriminator"] = self.discriminator
             self._modules["objective"] = self.objective
-            self._optimizers["discriminator"] = torch.optim.Adam(self.discriminator.parameters(), lr=cfg.discriminator.lr, betas=betas)
+            parts["discriminator"] = [("discriminator", self.discriminator.parameters())]
         # A learnable objective (SigLIP's scale and bias, ...) trains with the generator.
-        g_params = list(self.generator.parameters()) + (list(self.objective.parameters()) if cfg.contrastive else [])
-        self._optimizers["generator"] = torch.optim.Adam(g_params, lr=cfg.lr, betas=betas)
-        self._schedulers = {k: self._scheduler(o) for k, o in self._optimizers.items()}
-
-    def _scheduler(self, optimizer: torch.optim.Optimizer) -> torch.optim.lr_scheduler.LRScheduler:
-        cfg = self.cfg
-        if cfg.cosine_steps:
-            return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=cfg.cosine_steps, eta_min=cfg.min_lr)
-        return torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=list(cfg.milestones), gamma=0.5)
+        parts["generator"] = [("generator", self.generator.parameters()),
+                              ("objective", self.objective.parameters() if cfg.contrastive else [])]
+        self.optimization = build_optimization(cfg.optim, parts, cfg.data.steps_per_epoch)
 
     def _val_crop(self, img: Tensor) -> tuple[Tensor, Tensor]:
         s, c = self.cfg.scale, self.cfg.data.val_crop
@@ -196,10 +189,10 @@ class SuperResolutionTask:
         return self._modules
 
     def optimizers(self) -> Mapping[str, torch.optim.Optimizer]:
-        return self._optimizers
+        return self.optimization.optimizers
 
     def schedulers(self) -> Mapping[str, Any]:
-        return self._schedulers
+        return self.optimization.schedulers
 
     def _log(self, message: str) -> None:
         """A line on stderr from rank 0 only (every rank reads the same training set)."""
@@ -235,7 +228,7 @@ class SuperResolutionTask:
     def _disk_batches(self, epoch: int) -> list[list[int]]:
         """Image indices of each step's global batch (one random image per patch)."""
         gen = self._epoch_generator(epoch)
-        n, bs = len(self.loader.dataset), self.cfg.data.batch_size
+        n, bs = len(self.loader.dataset), self.cfg.batch_size
         return [torch.randint(n, (bs,), generator=gen).tolist() for _ in range(self.cfg.data.steps_per_epoch)]
 
     def batches(self, epoch: int) -> Iterator[tuple[Tensor, Tensor]]:
@@ -244,9 +237,9 @@ class SuperResolutionTask:
                 yield lr.float() / 255.0, hr.float() / 255.0
             return
         gen = self._epoch_generator(epoch)
-        part = batch_shard(self.cfg.data.batch_size, self.ctx.rank, self.ctx.world_size)
+        part = batch_shard(self.cfg.batch_size, self.ctx.rank, self.ctx.world_size)
         for _ in range(self.cfg.data.steps_per_epoch):
-            yield self.sampler.batch(self.cfg.data.batch_size, gen, part)
+            yield self.sampler.batch(self.cfg.batch_size, gen, part)
 
     # -- training -------------------------------------------------------------------------------
 
@@ -254,8 +247,8 @@ class SuperResolutionTask:
         """``(positives [P, B, ...] with HR first, negatives [K, B, ...])``, no gradient; drawn from
         ``(seed, step)`` for the whole global batch, this rank's images kept (as in one process)."""
         gen = seeded_generator(self.ctx.seed, "variants", step)
-        part = batch_shard(self.cfg.data.batch_size, self.ctx.rank, self.ctx.world_size)
-        draws = frequency.Draws(gen, self.cfg.data.batch_size, part)
+        part = batch_shard(self.cfg.batch_size, self.ctx.rank, self.ctx.world_size)
+        draws = frequency.Draws(gen, self.cfg.batch_size, part)
         with torch.no_grad():
             pos = torch.cat([hr[None], frequency.positives(hr, self.cfg.frequency, draws)])
             neg = frequency.negatives(hr, lr, self.cfg.scale, self.cfg.frequency, draws)

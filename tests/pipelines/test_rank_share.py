@@ -86,7 +86,7 @@ def test_super_resolution_shards_are_the_one_process_batch(tmp_path):
     if not (data / "sr").exists():
         pytest.skip(f"SR data not found under {data}/sr")
     loaded = load_config(ROOT / "configs" / "super_resolution" / "reduced_x2_l1.yaml",
-                         ["config.data.batch_size=4", "config.data.steps_per_epoch=2", "config.data.max_train_images=20",
+                         ["config.batch_size=4", "config.data.steps_per_epoch=2", "config.data.max_train_images=20",
                           "config.model.n_resblocks=1", "config.model.n_feats=8", "config.test_sets=[Set5]"],
                          data_root=str(data))
     (one,), two = _tasks(loaded, data, tmp_path, 1), _tasks(loaded, data, tmp_path, 2)

@@ -50,7 +50,7 @@ def _specs(tmp: Path) -> dict[str, list[str]]:
         "metric_learning": ["metric_learning/cub200_multi_similarity", f"run.data_root={cub}",
                             "config.model.pretrained=false", "config.data.image_size=32", "config.data.val_fraction=0.25",
                             "config.sampler.m_per_class=3", "config.batch_size=6"],
-        "super_resolution": ["super_resolution/reduced_x2_pcl", "config.data.batch_size=4", "config.data.steps_per_epoch=3",
+        "super_resolution": ["super_resolution/reduced_x2_pcl", "config.batch_size=4", "config.data.steps_per_epoch=3",
                              "config.data.max_train_images=12", "config.model.n_resblocks=1", "config.model.n_feats=8",
                              "config.test_sets=[Set5]"],
         "translation": ["translation/reduced_cut_emoji", *TINY, "config.data.batch_size=2", "config.data.steps_per_epoch=3",

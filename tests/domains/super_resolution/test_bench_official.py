@@ -15,7 +15,7 @@ from contrasuite.domains.super_resolution import bench
 OFFICIAL = Path(os.environ.get("CONTRASUITE_PCL_SISR", bench.OFFICIAL))
 TINY = ["--device", "cpu", "--batches", "1", "--steps", "1", "--repeats", "1", "--threads", "1",
         "--override", "config.data.max_train_images=20", "--override", "config.data.patch_size=8",
-        "--override", "config.data.batch_size=2", "--override", "config.model.n_resblocks=2",
+        "--override", "config.batch_size=2", "--override", "config.model.n_resblocks=2",
         "--override", "config.model.n_feats=8"]
 
 

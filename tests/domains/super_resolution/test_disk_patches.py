@@ -42,7 +42,7 @@ def test_patches_stay_aligned_under_every_flip_and_rotation(folders):
 def _run(folders, tmp_path, workers, *extra):
     overrides = ["run.epochs=2", "run.progress=false", "run.deterministic=true", f"run.output_root={tmp_path}",
                  f"config.data.train_folder={folders / 'hr'}", f"config.data.workers={workers}", "config.data.patch_size=12",
-                 "config.data.batch_size=2", "config.data.steps_per_epoch=3", "config.data.val_every=4", "config.data.val_crop=16",
+                 "config.batch_size=2", "config.data.steps_per_epoch=3", "config.data.val_every=4", "config.data.val_crop=16",
                  "config.model.n_resblocks=1", "config.model.n_feats=8", "config.test_sets=[Set5]", *extra]
     return trainer.train(load_config(CONFIG, overrides))
 

@@ -16,7 +16,7 @@ from contrasuite.pipelines.trainer import Trainer, evaluate
 
 CONFIG = Path(__file__).resolve().parents[3] / "configs" / "super_resolution" / "reduced_x2_l1.yaml"
 TINY = ["run.epochs=1", "run.precision=fp32", "run.progress=false", "config.data.steps_per_epoch=2",
-        "config.data.batch_size=2", "config.data.patch_size=8", "config.data.max_train_images=20",
+        "config.batch_size=2", "config.data.patch_size=8", "config.data.max_train_images=20",
         "config.data.val_crop=16", "config.model.n_resblocks=1", "config.model.n_feats=8", "config.test_sets=[Set5]"]
 
 

@@ -63,7 +63,7 @@ def test_scratch_page_has_table_spread_and_gains():
 def test_arms_and_effects():
     assert [a.name for a in arms(False)] == ["l1", "pcl"]
     finetune = {a.name: a for a in arms(True)}
-    assert finetune["pretrain"].after is None and finetune["pretrain"].overrides == ("run.epochs=30", "config.cosine_steps=3000")
+    assert finetune["pretrain"].after is None and finetune["pretrain"].overrides == ("run.epochs=30", "config.optim.schedule={name: cosine, end: {steps: 3000}}")
     assert all(a.after == "pretrain" and a.overrides == ("config.init_from={after}",) and a.checkpoint == "best"
                for n, a in finetune.items() if n != "pretrain")
     for effect in EFFECTS:

@@ -73,7 +73,7 @@ def test_folder_patches_leave_out_small_images_or_refuse_naming_the_folder(tmp_p
 
 def _train(tmp_path: Path, *overrides: str) -> int:
     return main(["train", str(CONFIG), f"run.output_root={tmp_path / 'runs'}", "run.progress=false", "run.epochs=1",
-                 f"config.data.patch_size={PATCH}", "config.data.batch_size=2", "config.data.steps_per_epoch=1",
+                 f"config.data.patch_size={PATCH}", "config.batch_size=2", "config.data.steps_per_epoch=1",
                  "config.model.n_resblocks=1", "config.model.n_feats=8", "config.test_sets=[Set5]", *overrides])
 
 

@@ -6,13 +6,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from contrasuite.core.task.optim import Length, OptimConfig, ScheduleConfig
 from contrasuite.core.task.protocol import TaskContext
 from contrasuite.domains.super_resolution.task import SRConfig, SuperResolutionTask
 
 
 def tiny_config(**changes) -> SRConfig:
     cfg = SRConfig()
-    cfg.data.patch_size, cfg.data.batch_size, cfg.data.steps_per_epoch = 8, 3, 2
+    cfg.data.patch_size, cfg.batch_size, cfg.data.steps_per_epoch = 8, 3, 2
     cfg.data.max_train_images, cfg.data.val_crop = 20, 16
     cfg.model.n_resblocks, cfg.model.n_feats = 2, 8
     cfg.discriminator.channel_divisor = 16
@@ -152,8 +153,9 @@ def test_init_from_loads_the_generator_and_cosine_decays(sr_data_root, tmp_path)
     (tmp_path / "run" / "checkpoints").mkdir(parents=True)
     torch.save({"modules": {"generator": source.generator.state_dict()}}, tmp_path / "run" / "checkpoints" / "last.pt")
     torch.manual_seed(1)  # a different initialisation, overwritten by init_from
+    cosine = OptimConfig(name="adam", lr=1e-4, schedule=ScheduleConfig("cosine", end=Length(steps=4), min_lr=1e-6))
     task = SuperResolutionTask()
-    task.setup(TaskContext(config=tiny_config(init_from=str(tmp_path / "run"), cosine_steps=4, min_lr=1e-6),
+    task.setup(TaskContext(config=tiny_config(init_from=str(tmp_path / "run"), optim=cosine),
                            device=torch.device("cpu"), precision="fp32", run_dir=tmp_path, data_root=sr_data_root, seed=0))
     for a, b in zip(task.generator.state_dict().values(), source.generator.state_dict().values()):
         torch.testing.assert_close(a, b)
