@@ -343,7 +343,7 @@ def render_peer(record: dict[str, Any]) -> str:
               "| step | round | ours | peer | ours (wall) | peer (wall) | peer / ours |", "|---|---|---|---|---|---|---|"]
     lines += [f"| {c['step']} | {i + 1} | {round_cells(r, clock, 1000, 0)} |"
               for c in record["comparisons"] for i, r in enumerate(c["rounds"])]
-    if not record["levers"] or "profile" in first:
+    if not record.get("levers") or "profile" in first:
         lines.append(profile_note(record, WHERE, first.get("profile")))
         lines += [f"\n{c['step']}: {checks_text(c['profile'])}\n\n{profile_table(c['profile'])}"
                   for c in record["comparisons"][1:] if "profile" in c]
