@@ -99,8 +99,8 @@ PAIR = "translation/single_image_monet_etretat"
 def make_task(setting: str, variant: str, data_root: Path, run_dir: Path, device: torch.device,
               precision: str) -> TranslationTask:
     crop, batch, ngf, blocks, ndf, patches, layers = SETTINGS[setting]
-    cfg = TranslationConfig()
-    cfg.data = DataConfig(kind="folders", path=PAIR, crop_size=crop, batch_size=batch, steps_per_epoch=10_000)
+    cfg = TranslationConfig(batch_size=batch)
+    cfg.data = DataConfig(kind="folders", path=PAIR, crop_size=crop, steps_per_epoch=10_000)
     cfg.generator.ngf, cfg.generator.n_blocks, cfg.discriminator.ndf = ngf, blocks, ndf
     cfg.nce.num_patches, cfg.nce.layers = patches, layers
     for k, v in VARIANTS[variant].items():
@@ -209,8 +209,8 @@ def official_options(task: TranslationTask, mode: str, device: torch.device, che
             "--lambda_NCE", str(cfg.nce.weight), "--nce_idt", str(cfg.nce.identity),
             "--flip_equivariance", str(cfg.nce.flip_equivariance),
             "--nce_includes_all_negatives_from_minibatch", str(cfg.nce.negatives == "batch"),
-            "--lr", str(cfg.lr), "--beta1", str(cfg.betas[0]), "--beta2", str(cfg.betas[1]),
-            "--batch_size", str(cfg.data.batch_size), "--crop_size", str(cfg.data.crop_size),
+            "--lr", str(cfg.optim.lr), "--beta1", str(cfg.optim.betas[0]), "--beta2", str(cfg.optim.betas[1]),
+            "--batch_size", str(cfg.batch_size), "--crop_size", str(cfg.data.crop_size),
             "--display_id", "0", "--no_html"]
 
 

@@ -48,7 +48,6 @@ class DataConfig:
     max_side: int = bounded(1024, ge=1)
     crop_size: int = bounded(64, ge=4)
     flip: bool = True
-    batch_size: int = bounded(1, gt=0)
     steps_per_epoch: Optional[int] = None
     """Default: one pass over the larger training set."""
     split_seed: int = 0

@@ -46,12 +46,12 @@ LABEL = {
 METRICS = (("psnr", "PSNR (dB)", 1.0, True), ("ssim", "SSIM", 1.0, True),
            ("fd", "FD (Lite0)", 1.0, False), ("kid", "KID x 1000 (Lite0)", 1000.0, False))
 QUICK = (  # a few engine steps at tiny size, any translation config
-    "run.epochs=1", "run.log_every_steps=1", "config.data.steps_per_epoch=2", "config.data.batch_size=1",
+    "run.epochs=1", "run.log_every_steps=1", "config.data.steps_per_epoch=2", "config.batch_size=1",
     "config.data.crop_size=32", "config.data.max_side=96", "config.data.max_train_images=4", "config.data.test_images=8",
     "config.data.val_images=6", "config.data.eval_crops=2", "config.generator.ngf=4", "config.generator.n_blocks=2",
     "config.nce.layers=[0,4,8,12,13]", "config.nce.num_patches=16", "config.discriminator.ndf=4",
-    "config.eval.max_images=4", "config.eval.feature_size=32", "config.eval.kid_subsets=2", "config.n_epochs=1",
-    "config.n_epochs_decay=1",
+    "config.eval.max_images=4", "config.eval.feature_size=32", "config.eval.kid_subsets=2",
+    "config.optim.schedule={start: {epochs: 1}, end: {epochs: 2}}",
 )
 
 _PROTOCOL = "reduced emoji protocol (600 steps of batch 4, ngf/ndf 32), checkpoint picked on validation KID"

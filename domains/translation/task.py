@@ -18,7 +18,7 @@ One training step, through ``step.optimize`` in a fixed order:
    generator's backward left in it; its ``optimize`` call passes a zero-valued loss tied to its
    parameters, so the engine's checks, clipping and scheduler apply to it like to any optimizer.
 
-Several processes (``torchrun``): data-parallel CUT. ``data.batch_size`` is the global batch and each
+Several processes (``torchrun``): data-parallel CUT. ``batch_size`` is the global batch and each
 rank translates its contiguous shard of it; every gradient of G, D and the head is averaged over ranks
 by hooks during backward (DDP cannot wrap them: G is also called through ``encode`` and the head several
 times before one backward), so the ranks keep equal weights and the three optimizers keep their order.
@@ -26,8 +26,11 @@ PatchNCE's negatives stay within each image, so the split changes nothing there.
 flips, DiffAugment transforms and patch locations.
 
 CUT: ``nce.weight = 1``, identity on. FastCUT: ``nce.weight = 10``, identity off, flip equivariance.
-GAN alone: ``nce.weight = 0`` (no head). Adam(lr 2e-4, betas 0.5/0.999) for all three, constant for
-``n_epochs`` then linearly to 0 over ``n_epochs_decay`` (per step here; CUT steps per epoch).
+GAN alone: ``nce.weight = 0`` (no head). ``config.optim`` (:mod:`contrasuite.core.task.optim`) builds the three
+optimizers, ``discriminator``, ``generator`` and ``head`` (the parts ``head`` and ``objective``), from one config:
+Adam(lr 2e-4, betas 0.5/0.999), constant for CUT's ``n_epochs`` then linearly to 0 at ``n_epochs + n_epochs_decay``
+(``schedule: {name: linear, start: {epochs: n_epochs}, end: {epochs: n_epochs + n_epochs_decay}}``; per step here,
+CUT steps per epoch).
 With ``ema > 0`` an exponential moving average of the generator's weights, ``theta_ema <- ema *
 theta_ema + (1 - ema) * theta`` after every generator step (not in CUT; Karras et al. 2018;
 :mod:`~contrasuite.domains.averaging`), is what ``evaluate``, ``translate`` and ``contrasuite
@@ -57,6 +60,7 @@ from contrasuite.core.distributed import average_gradients_over_ranks, batch_sha
 from contrasuite.core.objectives import ObjectiveSum
 from contrasuite.core.task.config_fields import ObjectiveConfig, bounded, objective_field, one_of
 from contrasuite.core.task.errors import ConfigValueError, SetupError
+from contrasuite.core.task.optim import Length, OptimConfig, ScheduleConfig, build_optimization, optim_field
 from contrasuite.core.task.protocol import SmokeSettings, StepContext, TaskContext, shown
 from contrasuite.core.task.seeding import seeded_generator
 from contrasuite.domains.archives import cache_root, emoji_style_dirs
@@ -142,12 +146,11 @@ class TranslationConfig:
     diagnostic, emoji data only; not CUT; 0: off)."""
     ema: float = bounded(0.0, ge=0, lt=1)
     """Decay of the generator's weight average used for evaluation and translation (0: off, the paper)."""
-    lr: float = bounded(2e-4, gt=0)
-    betas: list[float] = field(default_factory=lambda: [0.5, 0.999])
-    n_epochs: int = bounded(200, ge=0)
-    """Epochs at the initial learning rate."""
-    n_epochs_decay: int = bounded(200, ge=0)
-    """Epochs of linear decay to 0 after ``n_epochs``."""
+    batch_size: int = bounded(1, gt=0)
+    """The global batch of (A, B) image pairs."""
+    optim: OptimConfig = optim_field(name="adam", lr=2e-4, betas=[0.5, 0.999], schedule=ScheduleConfig(
+        "linear", start=Length(epochs=200), end=Length(epochs=400)))
+    """The module docstring; CUT's schedule: the lr held for 200 epochs, then linearly to 0 at 400."""
     eval: EvalConfig = field(default_factory=EvalConfig)
 
 
@@ -188,14 +191,14 @@ class TranslationTask:
     """See the module docstring."""
 
     config_class = TranslationConfig
-    smoke = SmokeSettings("config.data.batch_size", 1, ("config.data.max_train_images=8", "config.data.test_images=4",
+    smoke = SmokeSettings("config.batch_size", 1, ("config.data.max_train_images=8", "config.data.test_images=4",
                                                         "config.data.val_images=4", "config.eval.max_images=4",
                                                         "config.eval.kid_subsets=2"))
 
     def setup(self, ctx: TaskContext) -> None:
         cfg: TranslationConfig = ctx.config
-        if cfg.data.batch_size % ctx.world_size:
-            raise SetupError(f"config.data.batch_size={cfg.data.batch_size} must be divisible by the {ctx.world_size} "
+        if cfg.batch_size % ctx.world_size:
+            raise SetupError(f"config.batch_size={cfg.batch_size} must be divisible by the {ctx.world_size} "
                              "processes (it is the global batch)")
         self.cfg, self.ctx, self.device = cfg, ctx, ctx.device
         self.loader = None
@@ -206,34 +209,27 @@ class TranslationTask:
                                                 cfg.discriminator.antialias).to(self.device)
         self.augment = DiffAugment(cfg.discriminator.augment)
         self.layers = list(cfg.nce.layers) if cfg.nce.layers is not None else default_nce_layers(cfg.generator.n_blocks)
-        betas = tuple(cfg.betas)
         self._modules: dict[str, nn.Module] = {"generator": self.generator, "discriminator": self.discriminator}
         check_decay(cfg.ema)
         self.generator_ema = None
         if cfg.ema > 0:
             self.generator_ema = start_average(build_generator(cfg).to(self.device), self.generator)
             self._modules["generator_ema"] = self.generator_ema
-        self._optimizers: dict[str, torch.optim.Optimizer] = {
-            "discriminator": torch.optim.Adam(self.discriminator.parameters(), lr=cfg.lr, betas=betas),
-            "generator": torch.optim.Adam(self.generator.parameters(), lr=cfg.lr, betas=betas),
-        }
+        parts: dict[str, list[tuple[str, Any]]] = {"discriminator": [("discriminator", self.discriminator.parameters())],
+                                                   "generator": [("generator", self.generator.parameters())]}
         if cfg.nce.weight > 0:
             channels = [self.generator.channels[i] for i in self.layers]
             self.head = PatchHead(channels, cfg.nce.head_dim, cfg.nce.use_mlp).to(self.device)
             self.objective = ObjectiveSum(objective_terms(cfg.objective.terms, cfg.nce.patch_norm)).to(self.device)
             self._modules |= {"head": self.head, "objective": self.objective}
-            head_params = list(self.head.parameters()) + list(self.objective.parameters())
-            if head_params:
-                self._optimizers["head"] = torch.optim.Adam(head_params, lr=cfg.lr, betas=betas)
+            head = [("head", list(self.head.parameters())), ("objective", list(self.objective.parameters()))]
+            if any(params for _, params in head):
+                parts["head"] = head
         if ctx.world_size > 1:  # data-parallel CUT (module docstring)
             for name in ("generator", "discriminator", "head", "objective"):
                 if name in self._modules:
                     average_gradients_over_ranks(self._modules[name])
-        total = self.steps_per_epoch * (cfg.n_epochs + cfg.n_epochs_decay)
-        constant = self.steps_per_epoch * cfg.n_epochs
-        decay = max(1, total - constant)
-        factor = lambda i: max(0.0, 1.0 - max(0, i - constant) / decay)  # noqa: E731
-        self._schedulers = {k: torch.optim.lr_scheduler.LambdaLR(o, factor) for k, o in self._optimizers.items()}
+        self.optimization = build_optimization(cfg.optim, parts, self.steps_per_epoch)
         self._step = 0
         self._features: nn.Module | None = None
         self._real_cache: dict[str, np.ndarray] = {}
@@ -276,7 +272,7 @@ class TranslationTask:
                 self.loader = image_loader(dataset, sampler, dc.workers, self.device)
             has_test = (root / "testA").is_dir() and (root / "testB").is_dir()
             self._eval_sets = (folder("testA"), folder("testB")) if has_test else (self.train_a, self.train_b)
-        bs = dc.batch_size
+        bs = self.cfg.batch_size
         self.steps_per_epoch = dc.steps_per_epoch or max(1, -(-max(len(self.train_a), len(self.train_b)) // bs))
 
     def _epoch_generator(self, epoch: int) -> torch.Generator:
@@ -286,7 +282,7 @@ class TranslationTask:
     def _disk_batches(self, epoch: int) -> list[list[int]]:
         """Indices into train A + train B per step, interleaved ``[a0, b0, a1, b1, ...]`` so that a rank's
         contiguous shard holds its pairs: a pass over A in a seeded order, B drawn at random."""
-        bs, n_a = self.cfg.data.batch_size, len(self.train_a)
+        bs, n_a = self.cfg.batch_size, len(self.train_a)
         gen = self._epoch_generator(epoch)
         order = torch.randperm(n_a, generator=gen)
         steps = []
@@ -305,10 +301,11 @@ class TranslationTask:
         gen = self._epoch_generator(epoch)
         order = torch.randperm(len(self.train_a), generator=gen)
         paired = self.cfg.lambda_paired > 0
-        part = batch_shard(dc.batch_size, self.ctx.rank, self.ctx.world_size)
+        bs = self.cfg.batch_size
+        part = batch_shard(bs, self.ctx.rank, self.ctx.world_size)
         for i in range(self.steps_per_epoch):
-            ia = [int(order[(i * dc.batch_size + j) % len(order)]) for j in range(dc.batch_size)]
-            ib = torch.randint(0, len(self.train_b), (dc.batch_size,), generator=gen).tolist()
+            ia = [int(order[(i * bs + j) % len(order)]) for j in range(bs)]
+            ib = torch.randint(0, len(self.train_b), (bs,), generator=gen).tolist()
             sources = [torch.cat([self.train_a[k], self.train_a_target[k]]) if paired else self.train_a[k] for k in ia]
             a = torch.stack([D.random_crop(x, dc.crop_size, dc.flip, gen) for x in sources])
             b = torch.stack([D.random_crop(self.train_b[k], dc.crop_size, dc.flip, gen) for k in ib])
@@ -321,10 +318,10 @@ class TranslationTask:
         return self._modules
 
     def optimizers(self) -> Mapping[str, torch.optim.Optimizer]:
-        return self._optimizers
+        return self.optimization.optimizers
 
     def schedulers(self) -> Mapping[str, Any]:
-        return self._schedulers
+        return self.optimization.schedulers
 
     def state_dict(self) -> dict[str, Any]:
         return {"step": self._step}
@@ -398,8 +395,8 @@ class TranslationTask:
         step.optimize("generator", loss_g, terms=terms)
         if self.generator_ema is not None:
             update_average(self.generator_ema, self.generator, self.cfg.ema)
-        if "head" in self._optimizers:
-            tie = sum(p.sum() for g in self._optimizers["head"].param_groups for p in g["params"]) * 0.0
+        if "head" in self.optimizers():
+            tie = sum(p.sum() for g in self.optimizers()["head"].param_groups for p in g["params"]) * 0.0
             step.optimize("head", tie)
         self._step = step.step + 1
         out["loss"] = float(loss_g.detach())

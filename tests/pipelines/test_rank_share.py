@@ -124,7 +124,7 @@ def test_translation_trains_data_parallel_on_two_processes(cli_env, tmp_path):
     """CUT on 2 gloo ranks: a global batch of 2, one image per rank; the engine's check that the ranks'
     G, D and head weights stay equal passes at every checkpoint, and the run finishes."""
     out = _torchrun(["train", "translation/reduced_cut_emoji", f"run.output_root={tmp_path}", "run.max_steps=3",
-                     "run.checkpoint_every_steps=1", "run.progress=false", "config.data.batch_size=2",
+                     "run.checkpoint_every_steps=1", "run.progress=false", "config.batch_size=2",
                      "config.data.max_train_images=8", "config.data.val_images=4", "config.eval.max_images=4",
                      "config.eval.kid_subsets=2"], cli_env, tmp_path, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]

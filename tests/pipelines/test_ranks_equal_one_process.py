@@ -53,7 +53,7 @@ def _specs(tmp: Path) -> dict[str, list[str]]:
         "super_resolution": ["super_resolution/reduced_x2_pcl", "config.batch_size=4", "config.data.steps_per_epoch=3",
                              "config.data.max_train_images=12", "config.model.n_resblocks=1", "config.model.n_feats=8",
                              "config.test_sets=[Set5]"],
-        "translation": ["translation/reduced_cut_emoji", *TINY, "config.data.batch_size=2", "config.data.steps_per_epoch=3",
+        "translation": ["translation/reduced_cut_emoji", *TINY, "config.batch_size=2", "config.data.steps_per_epoch=3",
                         f"config.data.cache_dir={tmp / 'emoji_cache'}"],
     }
 

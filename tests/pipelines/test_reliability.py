@@ -156,7 +156,7 @@ def test_engine_ranges_fail_at_load_naming_the_key(toy_yaml, override, key):
     ("metric_learning/emoji_multi_similarity.yaml", "config.batch_size=0", "config.batch_size: must be > 0"),
     ("image_text/reduced_align.yaml", "config.batch_size=0", "config.batch_size: must be > 0"),
     ("super_resolution/reduced_x2_l1.yaml", "config.batch_size=0", "config.batch_size: must be > 0"),
-    ("translation/reduced_cut_emoji.yaml", "config.data.batch_size=0", "config.data.batch_size: must be > 0"),
+    ("translation/reduced_cut_emoji.yaml", "config.batch_size=0", "config.batch_size: must be > 0"),
 ])
 def test_domain_ranges_and_choices_fail_in_validate_configs(tmp_path, capsys, config, override, message):
     from pathlib import Path

@@ -50,6 +50,34 @@ def test_shipped_configs_exist():
             "cut_horse2zebra", "fastcut_horse2zebra", "single_image_monet_etretat"} <= {p.stem for p in CONFIGS}
 
 
+def test_the_optimizers_of_a_shipped_config_follow_its_optim_section(data_root, cache, tiny_overrides, tmp_path):
+    """reduced_cut_emoji: Adam with the config's lr and betas for the discriminator, the generator and the head (with
+    the objective); each lr held until the schedule's start, then linear to 0 at its end (computed here from the
+    config, in epochs of the task's steps)."""
+    config = next(p for p in CONFIGS if p.stem == "reduced_cut_emoji")
+    own_schedule = [o for o in tiny_overrides if not o.startswith("config.optim")]
+    loaded = load_config(config, [*own_schedule, f"run.output_root={tmp_path}", f"config.data.cache_dir={cache}"],
+                         data_root=str(data_root))
+    trainer = Trainer(loaded)
+    task, o = trainer.task, loaded.config.optim
+    optimizers = task.optimizers()
+    assert list(optimizers) == ["discriminator", "generator", "head"]
+    params = {"discriminator": list(task.discriminator.parameters()), "generator": list(task.generator.parameters()),
+              "head": [*task.head.parameters(), *task.objective.parameters()]}
+    for name, opt in optimizers.items():
+        (group,) = opt.param_groups
+        assert isinstance(opt, torch.optim.Adam) and group["params"] == params[name]
+        assert group["initial_lr"] == o.lr and group["betas"] == tuple(o.betas)
+    start, end = (round(length.epochs * task.steps_per_epoch) for length in (o.schedule.start, o.schedule.end))
+    assert 0 < start < end
+    for s in range(end + 2):
+        want = o.lr * (1 - min(1, max(0, (s - start) / (end - start))))
+        for name, opt in optimizers.items():
+            assert opt.param_groups[0]["lr"] == pytest.approx(want, rel=1e-12, abs=1e-18), (name, s)
+            task.schedulers()[name].step()
+    trainer.close()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.stem)
 def test_config_trains_and_validates(config, data_root, folder_pair, cache, tiny_overrides, tmp_path):

@@ -57,8 +57,8 @@ class RecordingStep:
 
 def tiny_task(tmp_path: Path, data_root: Path, cache: Path, ema: float = 0.0, progress: Progress = no_progress,
               **nce) -> TranslationTask:
-    cfg = TranslationConfig(ema=ema)
-    cfg.data = DataConfig(batch_size=2, crop_size=32, max_train_images=6, test_images=20, val_images=10,
+    cfg = TranslationConfig(ema=ema, batch_size=2)
+    cfg.data = DataConfig(crop_size=32, max_train_images=6, test_images=20, val_images=10,
                           cache_dir=str(cache))
     cfg.generator.ngf, cfg.generator.n_blocks = 4, 2
     cfg.discriminator.ndf = 4
