@@ -48,7 +48,7 @@ from omegaconf import OmegaConf
 
 from contrasuite.core.task.errors import CorruptData, DataError, OneProcessOnly, one_line
 from contrasuite.core.task.precision import AUTOCAST_DTYPES
-from contrasuite.core.task.protocol import SmokeSettings
+from contrasuite.core.task.protocol import BATCH_KEY, SmokeSettings
 from contrasuite.pipelines import distributed
 from contrasuite.pipelines.config import (
     ConfigError, config_root, find_config, is_fragment, load_config, shipped_configs,
@@ -128,14 +128,14 @@ def measure(path: Path, workdir: Path, *, data_root: str | None = None, device: 
     began = time.perf_counter()
     try:
         full = load_config(path, data_root=data_root)
-        settings: SmokeSettings = getattr(full.task_class, "smoke", None) or SmokeSettings(None)
-        key = settings.batch_key
-        full_batch = OmegaConf.select(OmegaConf.create(full.resolved), key) if key else None
-        live = settings.live_batch(full.config) if settings.live_batch else full_batch
+        settings: SmokeSettings = getattr(full.task_class, "smoke", None) or SmokeSettings(full_batch=True)
+        key = None if settings.full_batch else BATCH_KEY
+        shipped_batch = OmegaConf.select(OmegaConf.create(full.resolved), key) if key else None
+        live = settings.live_batch(full.config) if settings.live_batch else shipped_batch
         batch = -(-settings.batch // world) * world  # a global batch: a whole number of samples per rank
         sync_off = world > 1 and torch.device(device).type == "cpu" and full.run.sync_batchnorm
         note = SYNC_BN_OFF if sync_off else ""
-        used = batch if key and smoke_batch else full_batch
+        used = batch if key and smoke_batch else shipped_batch
         overrides = [*RUN_OVERRIDES, f"run.max_steps={steps}", f"run.device={device}", f"run.output_root={workdir}",
                      *([f"run.precision={precision}"] if precision else []),
                      *(_subsets(settings, used) if subset else ()),

@@ -152,23 +152,28 @@ def hook(task: Any, name: str) -> Callable[..., Any] | None:
     return getattr(task, name, None)
 
 
+BATCH_KEY = "config.batch_size"
+"""Where every task that trains on batches keeps its global batch (a full-batch task has none)."""
+
+
 @dataclass(frozen=True)
 class SmokeSettings:
     """How ``contrasuite smoke`` shrinks a full-scale config to two CPU steps: the data, never the model.
 
     A task class declares ``smoke = SmokeSettings(...)`` (optional; without it the config runs with
-    only ``run.max_steps=2``). The smoke run takes ``batch`` samples per step under ``batch_key`` (None:
-    a full-batch task), applies ``overrides`` (subsets, a tiny evaluation, GradCache off so every sample's
-    activations are alive at once), and scales the measured activation memory per sample to
+    only ``run.max_steps=2``). The smoke run sets :data:`BATCH_KEY` to ``batch`` samples per step (not
+    for a ``full_batch`` task), applies ``overrides`` (subsets, a tiny evaluation, GradCache off so every
+    sample's activations are alive at once), and scales the measured activation memory per sample to
     ``live_batch(full_config)``: the samples whose activations one backward of the full config holds
     (the global batch, or a GradCache chunk of it).
     """
 
-    batch_key: str | None
     batch: int = 4
     overrides: tuple[str, ...] = ()
     live_batch: Callable[[Any], int] | None = None
-    """Full config -> samples alive in one backward (None: the value at ``batch_key``)."""
+    """Full config -> samples alive in one backward (None: ``config.batch_size``)."""
     holds_a_batch: tuple[str, ...] = ()
     """Keys of ``overrides`` that size a training subset: raised to twice the batch when a run keeps the config's
     own larger batch (``smoke --as-shipped``), so the subset holds a batch (a class-balanced one rounds down)."""
+    full_batch: bool = False
+    """The task trains on all its data at every step (graphs): it has no ``config.batch_size`` to shrink."""

@@ -113,7 +113,7 @@ class CodeSearchTask:
 
     config_class = CodeSearchConfig
     smoke = SmokeSettings(
-        "config.batch_size", 8,
+        8,
         ("config.data.folder=", "config.data.mined=smoke", "config.data.train_limit=64", "config.data.val_limit=32",
          "config.data.test_limit=32", "config.grad_cache_chunk=0", "config.eval.cosqa=false", "config.eval.batch_size=32"),
         live_batch=lambda cfg: cfg.grad_cache_chunk or cfg.batch_size,

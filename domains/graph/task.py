@@ -141,8 +141,8 @@ class GraphTask:
     """Full-batch heterogeneous graph contrastive learning (module docstring)."""
 
     config_class = GraphConfig
-    smoke = SmokeSettings(None, overrides=("config.probe.runs=1", "config.probe.cluster_runs=1", "config.val_probe_runs=1",
-                                           "config.probe.iterations=10"))
+    smoke = SmokeSettings(full_batch=True, overrides=("config.probe.runs=1", "config.probe.cluster_runs=1",
+                                                      "config.val_probe_runs=1", "config.probe.iterations=10"))
 
     def setup(self, ctx: TaskContext) -> None:
         cfg: GraphConfig = ctx.config

@@ -185,7 +185,7 @@ class ImageSSLTask:
 
     config_class = ImageSSLConfig
     smoke = SmokeSettings(
-        "config.batch_size", 8,
+        8,
         ("config.data.train_subset=100", "config.data.test_subset=50", "config.gradcache_chunk=0",
          "config.eval.linear_epochs=1", "config.eval.batch_size=64"),
         live_batch=lambda cfg: cfg.gradcache_chunk or cfg.batch_size, holds_a_batch=("config.data.train_subset",),

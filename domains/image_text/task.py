@@ -59,7 +59,7 @@ from contrasuite.domains.init_from import load_weights
 class ImageTextTask:
     config_class = ImageTextConfig
     smoke = SmokeSettings(
-        "config.batch_size", 8, ("config.data.limit=30", "config.gradcache_chunks=0", "config.eval_batch_size=64"),
+        8, ("config.data.limit=30", "config.gradcache_chunks=0", "config.eval_batch_size=64"),
         live_batch=lambda cfg: cfg.batch_size // cfg.gradcache_chunks if cfg.gradcache_chunks > 1 else cfg.batch_size,
     )
 

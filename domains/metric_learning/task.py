@@ -122,7 +122,7 @@ class MetricLearningTask:
     """Deep metric learning on retrieval benchmarks (see the module docstring)."""
 
     config_class = MetricLearningConfig
-    smoke = SmokeSettings("config.batch_size", 8, ("config.data.max_classes=24", "config.eval.batch_size=64"))
+    smoke = SmokeSettings(8, ("config.data.max_classes=24", "config.eval.batch_size=64"))
     extra_objectives = PML_TERMS
 
     def setup(self, ctx: TaskContext) -> None:

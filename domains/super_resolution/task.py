@@ -135,8 +135,8 @@ class SuperResolutionTask:
     """See the module docstring."""
 
     config_class = SRConfig
-    smoke = SmokeSettings("config.batch_size", 2, ("config.data.max_train_images=40", "config.data.val_every=4",
-                                                        "config.data.steps_per_epoch=2", "config.test_sets=[Set5]"))
+    smoke = SmokeSettings(2, ("config.data.max_train_images=40", "config.data.val_every=4",
+                              "config.data.steps_per_epoch=2", "config.test_sets=[Set5]"))
 
     def setup(self, ctx: TaskContext) -> None:
         cfg: SRConfig = ctx.config

@@ -191,9 +191,8 @@ class TranslationTask:
     """See the module docstring."""
 
     config_class = TranslationConfig
-    smoke = SmokeSettings("config.batch_size", 1, ("config.data.max_train_images=8", "config.data.test_images=4",
-                                                        "config.data.val_images=4", "config.eval.max_images=4",
-                                                        "config.eval.kid_subsets=2"))
+    smoke = SmokeSettings(1, ("config.data.max_train_images=8", "config.data.test_images=4", "config.data.val_images=4",
+                              "config.eval.max_images=4", "config.eval.kid_subsets=2"))
 
     def setup(self, ctx: TaskContext) -> None:
         cfg: TranslationConfig = ctx.config

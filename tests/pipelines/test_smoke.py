@@ -1,6 +1,7 @@
 """``contrasuite smoke``: a config builds its real model and data and takes two CPU steps; on several processes the
 ranks agree on each outcome. The sweep of every shipped config is ``test_shipped_configs_on_two_processes.py``."""
 
+import dataclasses
 import io
 import json
 import os
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from contrasuite.pipelines.config import config_root
+from contrasuite.pipelines.registry import known_tasks, resolve_task
 from contrasuite.pipelines.smoke import SmokeResult, agreed, full_scale_configs, main
 from tests.two_ranks import spawn_two
 
@@ -21,6 +23,15 @@ def test_full_scale_configs_leave_out_reduced_protocols_and_fragments():
             "metric_learning/emoji_full.yaml", "image_text/full_text_image_negatives.yaml"} <= names
     assert not any(n.startswith(("image_ssl/reduced", "graph/reduced/", "image_ssl/base/", "graph/datasets/"))
                    for n in names)
+
+
+def test_every_task_keeps_its_batch_at_config_batch_size_or_says_it_has_none():
+    """The smoke run sets config.batch_size of every task but a full-batch one (no key path per task)."""
+    for name in known_tasks():
+        task = resolve_task(name)
+        settings = getattr(task, "smoke", None)
+        has_batch = "batch_size" in {f.name for f in dataclasses.fields(task.config_class)}
+        assert settings is not None and has_batch != settings.full_batch, name
 
 
 def test_one_config_reports_its_model_and_an_estimate(tmp_path, capfd):
