@@ -6,6 +6,11 @@ candidates and code ``i`` as the positive (in-batch negatives). A term that acce
 (Soft-InfoNCE) receives ``sim [n, B]`` from ``config.prior`` (BM25 between queries, a SimCSE query
 encoder, or a frozen InfoNCE-trained model; :mod:`contrasuite.domains.code_search.priors`).
 
+``config.negatives`` adds negatives from a source registered in :mod:`contrasuite.core.negatives.sources`
+(:mod:`contrasuite.core.negatives.paired`): ``queue`` keeps the code embeddings of past steps as extra
+candidates of every query (a cross-batch memory; ``in_batch: false`` leaves them the only negatives),
+``mochi`` mixes each query's hardest queued codes, ``topk`` keeps each query's ``k`` hardest in-batch codes.
+
 ``grad_cache_chunk > 0`` runs the step with GradCache (the full-batch gradient, the activation memory
 of one chunk of pairs). ``evaluate("val")`` ranks the mined validation queries against all validation
 code (``mrr`` selects ``best.pt``); ``evaluate("test")`` does the same on the mined test split and, if
@@ -26,12 +31,14 @@ import torch
 from torch import Tensor
 
 from contrasuite.core.distributed import distributed_objective
+from contrasuite.core.negatives.paired import PairedNegatives, paired_negatives
 from contrasuite.core.objectives import ObjectiveSum
 from contrasuite.core.objectives.base import ContrastiveObjective
 from contrasuite.core.task.config_fields import ObjectiveConfig, bounded, objective_field, one_of
 from contrasuite.core.task.errors import ConfigValueError
 from contrasuite.core.task.optim import OptimConfig, build_optimization, optim_field
 from contrasuite.core.task.protocol import SmokeSettings, StepContext, TaskContext
+from contrasuite.core.task.seeding import derived_seed
 from contrasuite.domains.archives import cache_root
 from contrasuite.domains.code_search.data import (
     COSQA_CORPUS, COSQA_FOLDER, COSQA_QUERIES, PairSet, load_cosqa, load_split,
@@ -96,6 +103,9 @@ class CodeSearchConfig:
     objective: ObjectiveConfig = objective_field({"name": "infonce", "weight": 1.0, "temperature": 0.05})
     prior: dict[str, Any] = field(default_factory=lambda: {"name": "none"})
     """``{name: none|bm25|simcse|model, ...}``; see ``priors.build_prior``."""
+    negatives: dict[str, Any] = field(default_factory=dict)
+    """Extra negatives of each query ``{name: queue|mochi|topk|<registered>, in_batch: ..., ...}``
+    (:mod:`contrasuite.core.negatives.paired`; the queue holds past steps' code embeddings); empty: in-batch only."""
     optim: OptimConfig = optim_field(name="adamw", lr=2e-5, weight_decay=0.01)
     """AdamW over the one part ``encoder`` (:mod:`contrasuite.core.task.optim`)."""
     eval: EvalConfig = field(default_factory=EvalConfig)
@@ -145,8 +155,22 @@ class CodeSearchTask:
         if self.prior is not None and not self.objective.takes_prior:
             raise ConfigValueError(f"config.prior.name={cfg.prior.get('name')!r} but no objective term takes a prior "
                              f"(terms: {[t.get('name') for t in cfg.objective.terms]}); use soft_infonce")
+        self.negatives = self._negatives()
         self.optimization = build_optimization(cfg.optim, {"encoder": [("encoder", self.encoder.parameters())]},
                                                self.steps_per_epoch)
+
+    def _negatives(self) -> PairedNegatives | None:
+        """``config.negatives`` as a source over the code embeddings, checked against the prior and the encoder."""
+        negatives = paired_negatives(self.cfg.negatives, self.encoder.dim)
+        if negatives is None:
+            return None
+        if self.prior is not None:
+            raise ConfigValueError(f"config.negatives ({self.cfg.negatives.get('name')}) with config.prior "
+                                   f"({self.cfg.prior.get('name')}): the prior scores the batch's code only; use one of them")
+        if negatives.extrapolates:
+            raise ConfigValueError("config.negatives: Feature Transformation's positive extrapolation needs detached keys "
+                                   "(a momentum encoder), which code_search has not: set config.negatives.extrapolate=false")
+        return negatives.to(self.ctx.device)
 
     def _data_folder(self) -> Path:
         """``config.data.folder`` when set, else the named set ``config.data.mined`` (mined now if missing, with progress)."""
@@ -157,7 +181,9 @@ class CodeSearchTask:
                             rank=ctx.rank)
 
     def modules(self) -> Mapping[str, torch.nn.Module]:
-        return {"encoder": self.encoder}
+        if self.negatives is None:
+            return {"encoder": self.encoder}
+        return {"encoder": self.encoder, "negatives": self.negatives.module}
 
     def optimizers(self) -> Mapping[str, torch.optim.Optimizer]:
         return self.optimization.optimizers
@@ -188,12 +214,20 @@ class CodeSearchTask:
         c = enc.tokenize([self.train.code[i] for i in idx.tolist()], enc.max_length("code"))
         return {k: v.to(dev) for k, v in q.items()}, {k: v.to(dev) for k, v in c.items()}
 
-    def loss(self, queries: Tensor, codes: Tensor, batch: Tensor) -> Tensor:
+    def loss(self, queries: Tensor, codes: Tensor, batch: Tensor, step: StepContext | None = None) -> Tensor:
         """The configured terms for local ``queries [n, D]`` against every rank's ``codes`` of the global
-        ``batch`` (query ``i`` pairs with code ``i``), each term by its declared distributed behaviour."""
-        local = self._local(batch)
-        prior = None if self.prior is None else self.prior(local, batch).to(queries.device)
-        self.last_terms: dict[str, Tensor] = self.objective.parts(queries, codes, prior=prior, via=distributed_objective)
+        ``batch`` (query ``i`` pairs with code ``i``) and ``config.negatives``, each term by its declared
+        distributed behaviour; ``step`` seeds the negatives' draws (``None``: step 0)."""
+        kwargs: dict[str, Tensor] = {}
+        if self.negatives is not None:
+            epoch, index = (step.epoch, step.step) if step is not None else (0, 0)
+            self.last_codes = codes.detach()
+            ext = self.negatives(queries, codes, epoch=epoch, seed=derived_seed(self.ctx.seed, "negatives", index),
+                                 rank=self.ctx.rank, world=self.ctx.world_size)
+            queries, codes, kwargs = ext.anchors, ext.candidates, ext.objective_kwargs()
+        elif self.prior is not None:
+            kwargs = {"prior": self.prior(self._local(batch), batch).to(queries.device)}
+        self.last_terms: dict[str, Tensor] = self.objective.parts(queries, codes, via=distributed_objective, **kwargs)
         """This step's weighted objective terms, so a non-finite loss names its term."""
         return sum(self.last_terms.values())
 
@@ -203,13 +237,15 @@ class CodeSearchTask:
         if chunk:
             pieces = [self._tokens(local[s : s + chunk]) for s in range(0, len(local), chunk)]
             loss = step.optimize_cached("encoder", lambda p: (self.net(**p[0]), self.net(**p[1])), pieces,
-                                        lambda q, c: self.loss(q, c, batch))
+                                        lambda q, c: self.loss(q, c, batch, step))
         else:
             q_tok, c_tok = self._tokens(local)
             with step.autocast():
                 q, c = self.net(**q_tok), self.net(**c_tok)
-            loss = self.loss(q, c, batch)
+            loss = self.loss(q, c, batch, step)
             step.optimize("encoder", loss, terms=self.last_terms)
+        if self.negatives is not None:
+            self.negatives.update(self.last_codes)  # after the loss: this step's code embeddings join the queue
         # What each term reports of its last call, e.g. Soft-InfoNCE's share of negatives its prior flags
         # as likely false ones (``prior/0:soft_infonce.flagged_share``).
         states = {f"prior/{name}.{k}": v for name, term in zip(self.objective.names, self.objective.terms)

@@ -33,6 +33,7 @@ from torch import Tensor, nn
 
 from contrasuite.core.distributed import average_gradients_over_ranks, batch_shard, distributed_objective
 from contrasuite.core.metrics.probe import extract_features, knn_accuracy, linear_probe, stratified_split
+from contrasuite.core.negatives.paired import PairedNegatives, paired_negatives
 from contrasuite.core.objectives import ObjectiveSum
 from contrasuite.core.task.config_fields import bounded, one_of
 from contrasuite.core.task.config_fields import ObjectiveConfig as BaseObjectiveConfig
@@ -43,7 +44,6 @@ from contrasuite.core.task.seeding import derived_seed, seeded_generator
 from contrasuite.domains.image_ssl.augment import AugmentConfig, Normalize, TwoViewAugment
 from contrasuite.domains.image_ssl.data import CLASSES, folder_classes, load_cifar10, load_image_folder
 from contrasuite.domains.image_ssl.encoders import ENCODERS, SSLModel, build_encoder
-from contrasuite.domains.image_ssl.negatives import PairedNegatives, build_negative_source
 
 
 @dataclass
@@ -128,7 +128,7 @@ class ImageSSLConfig:
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     negatives: dict[str, Any] = field(default_factory=dict)
     """Extra negative source ``{name: queue|mochi|feature_transformation|topk|<registered>, in_batch: ..., ...}``
-    (``contrasuite.core.negatives.sources``); empty: in-batch only."""
+    (:mod:`contrasuite.core.negatives.paired`); empty: in-batch only."""
     optim: OptimConfig = optim_field(name="sgd", lr=0.12, momentum=0.9, weight_decay=5e-4, warmup=Length(epochs=10.0),
                                      groups={"objective": GroupConfig(weight_decay=0.0)})
     """The parts ``model`` (encoder and head) and ``objective`` (learned temperatures, logit scale and bias: no weight
@@ -218,7 +218,7 @@ class ImageSSLTask:
         self.objective = ObjectiveSum(cfg.objective.terms).to(ctx.device)
         if ctx.world_size > 1:
             average_gradients_over_ranks(self.objective)
-        self.negatives: PairedNegatives | None = build_negative_source(cfg.negatives, cfg.model.proj_dim)
+        self.negatives: PairedNegatives | None = paired_negatives(cfg.negatives, cfg.model.proj_dim)
         if self.negatives is not None:
             self.negatives.to(ctx.device)
             if cfg.objective.views != "paired":
@@ -362,8 +362,7 @@ class ImageSSLTask:
         if self.negatives is None:
             return self._terms(anchors, positives)
         ext = self.negatives(anchors, positives, epoch=epoch, seed=seed, rank=self.ctx.rank, world=self.ctx.world_size)
-        kwargs = {} if ext.neg_weight is None else {"neg_weight": ext.neg_weight}
-        return self._terms(ext.anchors, ext.candidates, **kwargs)
+        return self._terms(ext.anchors, ext.candidates, **ext.objective_kwargs())
 
     def _terms(self, anchors: Tensor, candidates: Tensor | None, **kwargs: Any) -> Tensor:
         """The weighted terms across ranks (each by its declared distributed behaviour), recorded for messages."""

@@ -42,6 +42,11 @@ def _specs(tmp: Path) -> dict[str, list[str]]:
         "code_search": ["code_search/reduced_infonce", f"config.data.folder={mined}", "config.data.train_limit=12",
                         "config.batch_size=4",
                         "config.data.val_limit=4", "config.data.test_limit=4", "config.eval.cosqa=false"],
+        # a queue of past code embeddings (core.negatives.paired): every rank holds the same queue, rank r's share
+        # queue[r::2] joins its candidates, so the gathered candidates hold each queued key once
+        "code_search_queue": ["code_search/reduced_infonce", f"config.data.folder={mined}", "config.data.train_limit=12",
+                              "config.batch_size=4", "config.negatives={name: queue, size: 8}",
+                              "config.data.val_limit=4", "config.data.test_limit=4", "config.eval.cosqa=false"],
         "image_ssl": ["image_ssl/reduced_infonce", "config.batch_size=8", "config.data.train_subset=30",
                       "config.data.test_subset=10", "config.model.width=8", "config.model.proj_hidden=16"],
         "image_text": ["image_text/reduced_text_image_negatives", "config.data.limit=40", "config.batch_size=8",
@@ -93,7 +98,7 @@ def _gap(a: dict, b: dict) -> tuple[float, float]:
 
 @pytest.mark.slow
 @pytest.mark.distributed
-@pytest.mark.parametrize("domain", ["code_search", "image_ssl", "image_text", "metric_learning", "super_resolution", "translation"])
+@pytest.mark.parametrize("domain", ["code_search", "code_search_queue", "image_ssl", "image_text", "metric_learning", "super_resolution", "translation"])
 def test_two_processes_end_with_the_one_process_parameters(trained, domain):
     one, two = (torch.load(trained / w / domain / "checkpoints" / "last.pt", weights_only=True) for w in ("w1", "w2"))
     assert one["position"]["global_step"] == two["position"]["global_step"] == 3

@@ -91,3 +91,42 @@ def test_pretrained_minilm_embeds_cosqa_queries_offline(monkeypatch):
     emb = enc.embed(["read a csv file into rows", "python read csv rows", "draw a circle on a canvas"], "query")
     assert emb.shape == (3, 384) and torch.allclose(emb.norm(dim=1), torch.ones(3), atol=1e-4)
     assert float(emb[0] @ emb[1]) > float(emb[0] @ emb[2])
+
+
+def test_a_queue_of_past_code_embeddings_joins_every_querys_candidates(make_task):
+    """``config.negatives: {name: queue}`` (core.negatives.paired): an empty queue leaves in-batch InfoNCE; once
+    this step's codes are queued, the loss is cross-entropy over ``[q.c_i, q.c_j, q.queue] / T``."""
+    import torch.nn.functional as F
+
+    task = make_task("reduced_infonce", ["config.negatives={name: queue, size: 8}"])
+    task.encoder.eval()
+    batch = next(iter(task.batches(0)))
+    q_tok, c_tok = task._tokens(batch)
+    with torch.no_grad():
+        q, c = F.normalize(task.encoder(**q_tok), dim=1), F.normalize(task.encoder(**c_tok), dim=1)
+        temperature = task.cfg.objective.terms[0]["temperature"]
+        target = torch.arange(len(q))
+        torch.testing.assert_close(task.loss(q, c, batch), F.cross_entropy(q @ c.T / temperature, target))
+        task.negatives.update(c.flip(0))
+        assert "negatives" in task.modules()  # the queue is checkpointed, so resume is exact
+        logits = q @ torch.cat([c, c.flip(0)]).T / temperature
+        torch.testing.assert_close(task.loss(q, c, batch), F.cross_entropy(logits, target))
+
+
+def test_negatives_with_a_prior_or_extrapolation_are_refused(make_task):
+    with pytest.raises(ValueError, match="config.negatives .queue. with config.prior .bm25."):
+        make_task("reduced_soft_bm25", ["config.negatives={name: queue, size: 8}"])
+    with pytest.raises(ValueError, match="config.negatives.extrapolate=false"):
+        make_task("reduced_infonce", ["config.negatives={name: feature_transformation, size: 8}"])
+    with pytest.raises(ValueError, match="config.negatives.name: unknown source 'memory_bank'"):
+        make_task("reduced_infonce", ["config.negatives={name: memory_bank}"])
+
+
+def test_a_run_with_a_queue_trains_through_the_engine_and_checkpoints_it(run_overrides, tmp_path):
+    from contrasuite.pipelines.checkpoint import load
+
+    config = CONFIGS[0].parent / "reduced_infonce.yaml"
+    run = trainer.train(load_config(config, run_overrides(tmp_path) + ["config.negatives={name: queue, size: 16}"]))
+    state = load(run / "checkpoints" / "last.pt")
+    assert int(state["modules"]["negatives"]["queue.filled"]) == 8  # two steps of four codes
+    assert trainer.evaluate(run)["metrics"]["mined_mrr"] > 0

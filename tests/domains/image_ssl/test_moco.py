@@ -5,10 +5,8 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.nn.functional as F
 
-from contrasuite.core.objectives import InfoNCE
-from contrasuite.domains.image_ssl.negatives import build_negative_source
+from contrasuite.core.negatives.paired import paired_negatives
 from contrasuite.domains.image_ssl.task import ModelConfig, ObjectiveConfig
 from contrasuite.pipelines import trainer
 from contrasuite.pipelines.config import load_config
@@ -34,26 +32,8 @@ def test_key_encoder_moves_by_ema_and_gets_no_gradient(tiny_cifar):
     assert task.negatives.source.queue.negatives().shape[0] == 16  # both views' keys were enqueued
 
 
-def test_queue_only_negatives_give_moco_logits():
-    """``in_batch: false``: the loss is CE over ``[q.k+, q.queue] / T`` (MoCo), not over the other positives."""
-    source = build_negative_source({"name": "queue", "size": 6, "in_batch": False}, dim=4)
-    q, k, queued = F.normalize(torch.randn(3, 5, 4), dim=2)
-    source.update(queued[:3], queued[3:])
-    ext = source(q, k, epoch=0, seed=0)
-    loss = InfoNCE(temperature=0.2, similarity="dot")(ext.anchors, ext.candidates, neg_weight=ext.neg_weight)
-    logits = torch.cat([(q * k).sum(1, keepdim=True), q @ source.source.queue.negatives().T], dim=1) / 0.2
-    torch.testing.assert_close(loss, F.cross_entropy(logits, torch.zeros(5, dtype=torch.long)))
 
 
-def test_queue_only_weights_zero_every_ranks_positives():
-    source = build_negative_source({"name": "queue", "size": 4, "in_batch": False}, dim=4)
-    q, k = F.normalize(torch.randn(2, 3, 4), dim=2)
-    source.update(k, k)
-    ext = source(q, k, epoch=0, seed=0, rank=1, world=2)
-    w = ext.neg_weight  # columns: rank 0 [3 positives, 2 queued], rank 1 [3 positives, 2 queued]
-    assert w.shape == (3, 10)
-    assert torch.equal(w[:, :3], torch.zeros(3, 3)) and torch.equal(w[:, 5:8], torch.eye(3))
-    assert torch.all(w[:, 3:5] == 1) and torch.all(w[:, 8:] == 1)
 
 
 def test_extrapolation_with_a_shared_encoder_is_refused(tiny_cifar):
@@ -62,7 +42,7 @@ def test_extrapolation_with_a_shared_encoder_is_refused(tiny_cifar):
         make_task(tiny_cifar, negatives={"name": "feature_transformation", "size": 16}, **shared)
     make_task(tiny_cifar, negatives={"name": "feature_transformation", "size": 16, "extrapolate": False}, **shared)
     with pytest.raises(ValueError, match="no negatives"):
-        build_negative_source({"name": "feature_transformation", "size": 0, "in_batch": False}, dim=4)
+        paired_negatives({"name": "feature_transformation", "size": 0, "in_batch": False}, dim=4)
 
 
 def test_key_encoder_needs_the_paired_form(tiny_cifar):

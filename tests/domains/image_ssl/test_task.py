@@ -8,11 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from contrasuite.core.negatives import mine_hard_negatives
 from contrasuite.core.objectives import InfoNCE
 from contrasuite.core.pairs import two_view
 from contrasuite.core.task.protocol import TaskContext
-from contrasuite.domains.image_ssl.negatives import build_negative_source
 from contrasuite.domains.image_ssl.task import (
     DataConfig, EvalConfig, ImageSSLConfig, ImageSSLTask, ModelConfig, ObjectiveConfig, _EpochBatches,
 )
@@ -127,55 +125,14 @@ def test_batch_larger_than_subset_names_the_keys(tiny_cifar):
         make_task(tiny_cifar, batch_size=64)
 
 
-def test_queue_source_appends_slices_and_enqueues():
-    source = build_negative_source({"name": "queue", "size": 8}, dim=4)
-    a, p = F.normalize(torch.randn(2, 3, 4), dim=2)
-    assert source(a, p, epoch=0, seed=0).candidates.shape == (3, 4)
-    source.update(a, p)
-    ext = source(a, p, epoch=0, seed=0)
-    assert ext.candidates.shape == (9, 4) and torch.equal(ext.candidates[:3], p)
-    halves = [source.source.queued(r, 2) for r in range(2)]
-    assert sum(len(h) for h in halves) == 6
 
 
-def test_mochi_adds_own_columns_with_zero_weight_elsewhere():
-    source = build_negative_source({"name": "mochi", "size": 8, "n_hard": 4, "s": 2, "s_prime": 1}, dim=4)
-    a, p = F.normalize(torch.randn(2, 3, 4), dim=2)
-    source.update(a, p)
-    ext = source(a, p, epoch=0, seed=1)
-    assert ext.candidates.shape == (3 + 6 + 3 * 3, 4)
-    w = ext.neg_weight
-    assert w.shape == (3, 18) and torch.all(w[:, :9] == 1)
-    assert torch.equal(w[:, 9:].sum(dim=1), torch.full((3,), 3.0))
-    again = source(a, p, epoch=0, seed=1)
-    assert torch.equal(again.candidates, ext.candidates)  # seeded mixing
 
 
-def test_feature_transformation_source_extrapolates_the_positive_pair():
-    source = build_negative_source({"name": "feature_transformation", "size": 8}, dim=4)
-    a, p = F.normalize(torch.randn(2, 3, 4), dim=2)
-    ext = source(a, p, epoch=0, seed=0)
-    assert ext.candidates.shape == (3, 4)
-    # lambda+ in [1, 2] moves both ends apart: the positive similarity cannot increase.
-    assert torch.all((ext.anchors * ext.candidates).sum(1) <= (a * p).sum(1) + 1e-6)
 
 
-def test_any_core_source_is_used_by_name_and_mining_stays_on_one_process():
-    source = build_negative_source({"name": "topk", "k": 2}, dim=4)
-    a, p = F.normalize(torch.randn(2, 3, 4), dim=2)
-    ext = source(a, p, epoch=0, seed=0)
-    assert torch.equal(ext.candidates, p) and torch.equal(ext.neg_weight, mine_hard_negatives(a, p, k=2).neg_weight)
-    with pytest.raises(ValueError, match="one process"):
-        source(a, p, epoch=0, seed=0, rank=0, world=2)
-    with pytest.raises(ValueError, match="no negatives"):
-        build_negative_source({"name": "topk", "in_batch": False}, dim=4)
 
 
-def test_negative_source_errors_name_the_key():
-    with pytest.raises(ValueError, match="config.negatives.name"):
-        build_negative_source({"name": "memory_bank"}, dim=4)
-    with pytest.raises(ValueError, match="queue"):
-        build_negative_source({"name": "queue", "sise": 3}, dim=4)
 
 
 def test_the_optimizer_of_a_shipped_config_follows_its_optim_section(tiny_cifar):

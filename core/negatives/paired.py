@@ -1,15 +1,14 @@
-"""Extra negatives for the paired form, from ``config.negatives: {name: ..., in_batch: ..., ...}``.
+"""A negative source on paired batches, from a domain's ``config.negatives: {name: ..., in_batch: ..., ...}``.
 
-Every source registered in :mod:`contrasuite.core.negatives.sources` is usable by name (``queue``,
-``mochi``, ``feature_transformation``, ``topk``); its parameters are the config keys besides ``name`` and
-``in_batch``. This module lays a source's output out over the ranks.
+Every domain whose step pairs anchor ``i`` with positive ``i`` (image_ssl's two views, code_search's
+query and code) takes extra negatives the same way: :func:`paired_negatives` builds any source
+registered in :mod:`contrasuite.core.negatives.sources` by name (its parameters are the config keys
+besides ``name`` and ``in_batch``), and :class:`PairedNegatives` lays its output out over the ranks in
+the core contract's ``(anchors, candidates, neg_weight)``, positive ``i`` at candidate ``i``:
 
-Each source turns (anchors = one view's projections, positives = the other view's) into the core
-contract's ``(anchors, candidates, neg_weight)`` with the positive of anchor ``i`` at candidate ``i``:
-
-* ``queue`` (MoCo, He et al. 2020): ``candidates = [positives; queue]``; after each step both views'
-  (normalised, detached) keys are enqueued. Keys are gathered over ranks, so every rank holds the
-  same queue; rank ``r`` appends the slice ``queue[r::W]``, so the gathered candidates hold every
+* ``queue`` (MoCo, He et al. 2020): ``candidates = [positives; queue]``; after each step the (detached)
+  keys are enqueued. Keys are gathered over ranks, so every rank holds the same queue; rank ``r``
+  appends the slice ``queue[r::W]``, so the candidates gathered by the distributed objective hold every
   queued key exactly once. ``in_batch: false`` keeps MoCo's logits ``[q.k+, q.queue]``: the other
   anchors' positives (of every rank) get ``neg_weight`` 0, so the queue holds the only negatives.
 * ``mochi`` (Kalantidis et al. 2020): the queue plus, after ``warmup_epochs``, ``s`` negative-negative
@@ -18,13 +17,13 @@ contract's ``(anchors, candidates, neg_weight)`` with the positive of anchor ``i
   ``neg_weight`` (the weighted InfoNCE family, DHEL).
 * ``feature_transformation`` (Zhu et al. 2021): positive extrapolation of (anchor, positive) and
   negative interpolation of the queued keys; mixed features are not renormalised, so pair it with a
-  ``similarity: dot`` objective on the (already normalised) projections to keep the paper's logits.
-  The official code runs it in MoCo: detached keys from a momentum encoder
-  (``config.model.key_momentum``) and ``in_batch: false``. With a shared encoder the extrapolated
-  key ``k^ = lambda k + (1 - lambda) q`` carries gradient, and every negative logit then pulls the
-  keys toward the negatives (the representation collapses).
+  ``similarity: dot`` objective on normalised embeddings to keep the paper's logits. Extrapolation
+  needs detached keys (a momentum encoder): with a shared encoder the extrapolated key carries gradient
+  and every negative logit pulls the keys toward the negatives.
+* ``topk``: a weight of 1 on each anchor's ``k`` hardest in-batch negatives, 0 on the others (one
+  process only: it weighs this rank's batch).
 
-Mixing draws come from a generator seeded by the step's augmentation seed, so resume is exact.
+Random draws come from a CPU generator seeded by the caller's step seed, so a resumed run repeats them.
 """
 
 from __future__ import annotations
@@ -36,9 +35,7 @@ import torch
 from torch import Tensor, nn
 
 from contrasuite.core.negatives.source import NegativeSource
-from contrasuite.core.negatives.sources import NEGATIVE_SOURCES
-from contrasuite.core.negatives.sources import build_negative_source as build_core_source
-
+from contrasuite.core.negatives.sources import NEGATIVE_SOURCES, build_negative_source
 from contrasuite.core.task.errors import ConfigValueError
 
 
@@ -50,10 +47,9 @@ class Extended:
     candidates: Tensor
     neg_weight: Tensor | None = None
 
-
-def _generator(seed: int) -> torch.Generator:
-    """A CPU generator: draws are made on the CPU, so they do not depend on the device."""
-    return torch.Generator().manual_seed(seed)
+    def objective_kwargs(self) -> dict[str, Tensor]:
+        """``{"neg_weight": ...}`` when some weight is not 1, else nothing."""
+        return {} if self.neg_weight is None else {"neg_weight": self.neg_weight}
 
 
 class PairedNegatives:
@@ -81,7 +77,8 @@ class PairedNegatives:
     def __call__(self, anchors: Tensor, positives: Tensor, *, epoch: int, seed: int, rank: int = 0,
                  world: int = 1) -> Extended:
         try:
-            out = self.source(anchors, positives, epoch=epoch, generator=_generator(seed), rank=rank, world=world)
+            out = self.source(anchors, positives, epoch=epoch, generator=torch.Generator().manual_seed(seed),
+                              rank=rank, world=world)
         except ValueError as err:
             raise ConfigValueError(f"config.negatives: {err}") from err
         local = out.inputs(anchors, positives)
@@ -102,12 +99,13 @@ class PairedNegatives:
         return Extended(local.anchors, local.candidates, torch.cat([weight if r == rank else remote for r in range(world)], dim=1))
 
     def update(self, *keys: Tensor) -> None:
-        """Enqueue the (normalised) projections of this step, after the loss."""
+        """Learn from this step's (normalised, detached) keys, after the loss: the queue enqueues them."""
         self.source.update(*keys)
 
 
-def build_negative_source(spec: Mapping[str, Any], dim: int) -> PairedNegatives | None:
-    """``{name: ..., in_batch: ..., **parameters}`` -> a source (``None`` for an empty mapping); errors name the key."""
+def paired_negatives(spec: Mapping[str, Any], dim: int) -> PairedNegatives | None:
+    """``config.negatives`` (``{name: ..., in_batch: ..., **parameters}``) -> a source for embeddings of
+    dimension ``dim`` (``None`` for an empty mapping); errors name the key."""
     if not spec:
         return None
     spec = dict(spec)
@@ -116,7 +114,7 @@ def build_negative_source(spec: Mapping[str, Any], dim: int) -> PairedNegatives 
     if name not in NEGATIVE_SOURCES:
         raise ConfigValueError(f"config.negatives.name: unknown source {name!r}; known: {sorted(NEGATIVE_SOURCES)}")
     try:
-        source = build_core_source(name, dim=dim, **spec)
+        source = build_negative_source(name, dim=dim, **spec)
     except ValueError as err:
         raise ConfigValueError(f"config.negatives ({name}): {err}") from None
     if not in_batch and not source.adds_columns:
