@@ -108,11 +108,17 @@ def replace_skin_tone(caption: str, item: EmojiItem | None, rng: random.Random, 
     return out[:k]
 
 
-def replace_gender(caption: str, item: EmojiItem | None, rng: random.Random, k: int) -> list[TextNegative]:
+def _swap_words(caption: str, pattern: re.Pattern, partner: Mapping[str, str], operation: str, rng: random.Random,
+                k: int) -> list[TextNegative]:
+    """Each word of ``pattern`` in the caption (its skin tones aside) replaced by its ``partner``, one negative a
+    word; ``k`` of them drawn at random."""
     head, tail = _split_tones(caption)
-    out = [TextNegative(_replace_at(head, m, _GENDER[m.group(1)]) + tail, "replace_gender")
-           for m in _GENDER_RE.finditer(head)]
+    out = [TextNegative(_replace_at(head, m, partner[m.group(1)]) + tail, operation) for m in pattern.finditer(head)]
     return rng.sample(out, k=min(k, len(out)))
+
+
+def replace_gender(caption: str, item: EmojiItem | None, rng: random.Random, k: int) -> list[TextNegative]:
+    return _swap_words(caption, _GENDER_RE, _GENDER, "replace_gender", rng, k)
 
 
 def swap_attributes(caption: str, item: EmojiItem | None, rng: random.Random, k: int) -> list[TextNegative]:
@@ -179,10 +185,7 @@ def change_direction(caption: str, item: EmojiItem | None, rng: random.Random, k
 
 
 def change_relation(caption: str, item: EmojiItem | None, rng: random.Random, k: int) -> list[TextNegative]:
-    head, tail = _split_tones(caption)
-    out = [TextNegative(_replace_at(head, m, _RELATION[m.group(1)]) + tail, "change_relation")
-           for m in _RELATION_RE.finditer(head)]
-    return rng.sample(out, k=min(k, len(out)))
+    return _swap_words(caption, _RELATION_RE, _RELATION, "change_relation", rng, k)
 
 
 def change_number(caption: str, item: EmojiItem | None, rng: random.Random, k: int) -> list[TextNegative]:
