@@ -59,25 +59,36 @@ _PROTOCOL = ("reduced emoji: 64 px, EfficientNet-Lite0 blocks 5-15 + 128-d head,
              "validation Recall@1")
 _BASELINE = "supcon"
 """The page's softmax baseline (SupCon-style InfoNCE with labels), against which the losses' claims are measured."""
+
+
+def _recall_effect(method: str, claim: str, arm: str, baseline: str, official: str) -> Effect:
+    """The claim ``claim`` of ``method``, measured as ``arm`` minus ``baseline`` in test Recall@1 on this page."""
+    return Effect(method, claim, PAGE, arm, baseline, "recall@1", _R1, _PROTOCOL, official=official)
+
+
 EFFECTS = (
-    Effect("Circle loss", "CUB-200 R@1 66.7 with BN-Inception 512-d, above MS loss's 65.7 (CVPR 2020, arXiv:2002.10857, "
-                          "Table 4; [memory, verify] in the research notes 3.1)",
-           PAGE, "circle", _BASELINE, "recall@1", _R1, _PROTOCOL,
-           official="no official code (docs/objectives/circle.md); ours gives PML CircleLoss's loss and gradients "
-                    "(tests), and pml_circle is an arm of the page"),
-    Effect("Circle loss (against MS loss)", "CUB-200 R@1 66.7 vs MS 65.7, BN-Inception 512-d (CVPR 2020, "
-                                            "arXiv:2002.10857, Table 4; [memory, verify] in the research notes 3.1)",
-           PAGE, "circle", "multi_similarity", "recall@1", _R1, _PROTOCOL,
-           official="no official code (docs/objectives/circle.md)"),
-    Effect("Multi-Similarity loss", "CUB-200 R@1 60.6 -> 65.7 over the previous state of the art, BN-Inception "
-                                    "512-d (abstract and official README, CVPR 2019, arXiv:1904.06627)",
-           PAGE, "multi_similarity", _BASELINE, "recall@1", _R1, _PROTOCOL,
-           official="the official MalongTech/research-ms-loss training is not run here; ours gives PML "
-                    "MultiSimilarityLoss + miner's loss and gradients (tests), and pml_multi_similarity is an arm"),
-    Effect("Hyperbolic pairwise CE", "CUB-200 R@1 85.6 with Hyp-ViT, ViT-S/16 (CVPR 2022, arXiv:2203.10833, as "
-                                     "listed on PapersWithCode; the paper's ablation rows not retrieved)",
-           PAGE, "hyperbolic", _BASELINE, "recall@1", _R1, _PROTOCOL,
-           official="the official htdt/hyp_metric training (ViT, GPU) is not run here"),
+    _recall_effect("Circle loss",
+                   "CUB-200 R@1 66.7 with BN-Inception 512-d, above MS loss's 65.7 (CVPR 2020, arXiv:2002.10857, "
+                   "Table 4; [memory, verify] in the research notes 3.1)",
+                   "circle", _BASELINE,
+                   official="no official code (docs/objectives/circle.md); ours gives PML CircleLoss's loss and "
+                            "gradients (tests), and pml_circle is an arm of the page"),
+    _recall_effect("Circle loss (against MS loss)",
+                   "CUB-200 R@1 66.7 vs MS 65.7, BN-Inception 512-d (CVPR 2020, arXiv:2002.10857, Table 4; "
+                   "[memory, verify] in the research notes 3.1)",
+                   "circle", "multi_similarity", official="no official code (docs/objectives/circle.md)"),
+    _recall_effect("Multi-Similarity loss",
+                   "CUB-200 R@1 60.6 -> 65.7 over the previous state of the art, BN-Inception 512-d (abstract and "
+                   "official README, CVPR 2019, arXiv:1904.06627)",
+                   "multi_similarity", _BASELINE,
+                   official="the official MalongTech/research-ms-loss training is not run here; ours gives PML "
+                            "MultiSimilarityLoss + miner's loss and gradients (tests), and pml_multi_similarity is "
+                            "an arm"),
+    _recall_effect("Hyperbolic pairwise CE",
+                   "CUB-200 R@1 85.6 with Hyp-ViT, ViT-S/16 (CVPR 2022, arXiv:2203.10833, as listed on "
+                   "PapersWithCode; the paper's ablation rows not retrieved)",
+                   "hyperbolic", _BASELINE,
+                   official="the official htdt/hyp_metric training (ViT, GPU) is not run here"),
 )
 """The claims this comparison measures (``contrasuite compare effects``): each loss against the page's baseline."""
 
