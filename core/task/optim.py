@@ -180,14 +180,28 @@ def param_groups(cfg: OptimConfig, parts: Parts, key: str = "config.optim") -> l
 
 
 def build_optimizer(cfg: OptimConfig, parts: Parts, key: str = "config.optim") -> torch.optim.Optimizer:
-    """The ``torch.optim`` optimizer ``cfg.name`` over ``parts``."""
+    """The ``torch.optim`` optimizer ``cfg.name`` over ``parts``, on the fused kernel (:func:`use_fused_kernel`)."""
     groups = param_groups(cfg, parts, key)
     if cfg.name == "sgd":
-        return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum)
+        return use_fused_kernel(torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum))
     if len(cfg.betas) != 2:
         raise ConfigValueError(f"{key}.betas: two values (beta1, beta2), got {list(cfg.betas)}")
     adam = torch.optim.Adam if cfg.name == "adam" else torch.optim.AdamW
-    return adam(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps)
+    return use_fused_kernel(adam(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps))
+
+
+def use_fused_kernel(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    """Each param group whose tensors are all floating point on the CPU or CUDA on PyTorch's fused kernel.
+
+    PyTorch's default on the CPU is a loop over the tensors; the fused kernel updates them in one pass, the same
+    update up to float rounding (docs/engine.md). Set after construction, so GradScaler keeps its unscale-then-step
+    path, and a checkpoint saved before this change resumes on its own kernel (``load_state_dict`` restores each
+    group's ``fused``).
+    """
+    for group in optimizer.param_groups:
+        if all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in group["params"]):
+            group.update(fused=True, foreach=False)
+    return optimizer
 
 
 @dataclass

@@ -30,8 +30,8 @@ the same lengths, loss, backward, AdamW and the same warm-up schedule); and our 
 on the first batch with dropout off, before training. Then ``--repeats`` rounds of ``--steps`` steps per side,
 the order alternating; the ratio of a round is peer time / our time (process CPU time by default, ``--clock``);
 the record goes to ``--output`` and ``--report`` renders it into ``docs/results/bench_pipelines.md``.
-``--fused-adamw`` is a bench-only lever (not what the pipeline runs): our AdamW groups switched to
-``fused=True`` (the shipped task uses PyTorch's CPU default, the per-tensor loop); its record gets its own section.
+Our AdamW runs on PyTorch's fused kernel, the pipeline's default (``core/task/optim.py``); the peer's on PyTorch's
+CPU default, the per-tensor loop.
 ``--profile`` adds both sides' operators (``torch.profiler`` over ``--steps`` more steps per side and step kind,
 the sides in turn) to the record; the section's "where the time goes" paragraph shows them beside what they are.
 
@@ -71,8 +71,9 @@ from contrasuite.domains.code_search.encoder import BiEncoder, EncoderConfig, re
 from contrasuite.domains.code_search.mine import iter_functions, summary
 from contrasuite.domains.hugging_face import local_models_only
 from contrasuite.pipelines.api import (
-    RECORDS, alternate, checks_text, cpu_task, heading, machine_lines, our_step, ours_text, outcome, peer_flags, peer_main,
-    peer_record, plain_loop_step, profile_note, profile_sides, profile_table, pull_levers, round_cells,
+    RECORDS, alternate, checks_text, cpu_task, heading, machine_lines, optimizer_kernel, our_step, ours_text, outcome,
+    peer_flags, peer_main, peer_record, plain_loop_step, profile_note, profile_sides, profile_table, round_cells,
+    where_words,
 )
 
 EMBED_MODES = ("embed", "sentence-transformers")
@@ -208,21 +209,20 @@ EMBED_HEADER = "| embedding | texts | batch | texts/s | seconds | max abs diff |
 
 SECTION = "code_search"
 RECORD = RECORDS / "code_search_peer.json"
-LEVERS = {"fused_adamw": "our AdamW with fused=True"}
-"""The bench-only lever (module docstring)."""
 WHERE = (
     "both steps run the same MiniLM-L6 encoder on the same tokens (its linear layers' `addmm` and `mm`, forward and "
     "backward, attention's `bmm` and `_softmax`, dropout's `bernoulli_`, `gelu`, layer norm), nearly all of either "
-    "step, and the same AdamW (PyTorch's CPU default, a per-tensor loop: `sqrt`, `lerp_`, `addcdiv_`, `addcmul_`); the "
-    "tokenizers' Python work is in the rounds' times, not in the tables. Over these few profiled steps the same "
+    "step, and {optimizer}; the tokenizers' Python work is in the rounds' times, not in the tables. Over these few profiled steps the same "
     "kernels' rows differ between the sides by the machine's load (a side's large rows rise or fall together), not "
     "by the code; under GradCache the two implementations also run their chunks' backward passes differently. "
     "Beyond these, ours runs the engine's checks (`pipelines/step.py`): one `_foreach_norm` over the gradients "
     "(their global norm, logged and checked finite) and one over the updated weights (checked finite), each the "
-    "one read of its tensors; no pass multiplies the gradients when nothing clips. So at the same model and "
-    "precision the ratio stays near 1: 1.3x would need ours to leave out work the peer's step does. The first "
-    "table is the plain step's.")
-"""What the operators of either step are (the profiles' tables give their times)."""
+    "one read of its tensors; no pass multiplies the gradients when nothing clips.")
+"""What the operators of either step are (the profiles' tables give their times), ``{optimizer}`` filled by
+:func:`where_words`."""
+LOOP_CLOSING = (" So at the same model and precision the ratio stays near 1: 1.3x would need ours to leave out work "
+                "the peer's step does.")
+"""The close of records made before the fused default."""
 
 
 def _peer_overrides(args: argparse.Namespace, chunk: int) -> list[str]:
@@ -289,7 +289,7 @@ def _comparison(args: argparse.Namespace, chunk: int, run_dir: Path) -> dict[str
     ours_first = _our_first_loss(task, batches[0])
     theirs_first = peer_first(batches[0])
     ours = our_step(task)
-    levers = pull_levers(task, task.optimizers()["encoder"], fused=args.fused_adamw)
+    kernel = optimizer_kernel(task.optimizers()["encoder"])
     ours(batches[0])  # a warm-up step each
     peer_step(batches[0])
     rounds = alternate({"ours": ours, "peer": peer_step}, batches, args.repeats, args.steps)
@@ -298,7 +298,7 @@ def _comparison(args: argparse.Namespace, chunk: int, run_dir: Path) -> dict[str
     return {
         "step": f"GradCache, chunk {chunk}" if chunk else "plain", "grad_cache_chunk": chunk,
         "ours": ours_text(args.config, detail=(f", config.grad_cache_chunk={chunk}" if chunk else "")
-                          + "".join(f", {lever} (bench-only lever)" for lever in levers)),
+                          + f", AdamW ({kernel} kernel)"), "ours_optimizer": kernel,
         "peer": peer_desc, "batch": int(task.cfg.batch_size), "max_query_length": enc.max_query_length,
         "max_code_length": enc.max_code_length, "model": enc.model, "distinct_batches": len(batches),
         **outcome(ours_first, theirs_first, rounds, args.clock, dropout="off"),
@@ -315,7 +315,7 @@ def against_peer(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any
     own = {"config": args.config, "mined": args.mined, "overrides": list(args.override), "comparisons": comparisons}
     # --precision and --device are the other mode's: the comparison runs fp32 on the CPU (cpu_task)
     cpu_fp32 = argparse.Namespace(**{**vars(args), "precision": "fp32", "device": "cpu"})
-    return peer_record(SECTION, cpu_fp32, argv, LEVERS, ["fused AdamW"] * args.fused_adamw, own)
+    return peer_record(SECTION, cpu_fp32, argv, {}, [], {**own, "ours_optimizer": comparisons[0]["ours_optimizer"]})
 
 
 def render_peer(record: dict[str, Any]) -> str:
@@ -344,7 +344,8 @@ def render_peer(record: dict[str, Any]) -> str:
     lines += [f"| {c['step']} | {i + 1} | {round_cells(r, clock, 1000, 0)} |"
               for c in record["comparisons"] for i, r in enumerate(c["rounds"])]
     if not record.get("levers") or "profile" in first:
-        lines.append(profile_note(record, WHERE, first.get("profile")))
+        where = where_words(record, WHERE, "AdamW", "`sqrt`, `lerp_`, `addcdiv_`, `addcmul_`", LOOP_CLOSING)
+        lines.append(profile_note(record, where + " The first table is the plain step's.", first.get("profile")))
         lines += [f"\n{c['step']}: {checks_text(c['profile'])}\n\n{profile_table(c['profile'])}"
                   for c in record["comparisons"][1:] if "profile" in c]
     return "\n".join(lines)
@@ -373,7 +374,7 @@ def _parser() -> argparse.ArgumentParser:
     peer.add_argument("--config", default="code_search/reduced_infonce", help="our side's config")
     peer.add_argument("--mined", default="smoke", help="the named mined set both sides train on")
     peer.add_argument("--grad-cache-chunk", type=int, default=8, help="GradCache chunk = CachedMNRL mini-batch (0: no GradCache row)")
-    peer_flags(peer, RECORD, LEVERS, batches=6, profile=True)
+    peer_flags(peer, RECORD, {}, batches=6, profile=True)
     return parser
 
 

@@ -26,11 +26,11 @@ time; both clocks are kept in the record (``--output``), which ``--report`` rend
 more steps per side, the sides in turn) to the record; the section's "where the time goes" paragraph shows them
 beside what they are.
 
-Levers (bench-only, not what the pipeline runs; the peer stays as lightly's examples run it):
-``--channels-last`` (our network's weights in channels-last memory format), ``--fused-sgd`` (our SGD groups
-switched to ``fused=True``; the shipped task uses PyTorch's CPU default, the per-tensor loop) and
-``--compile`` (our network under ``torch.compile``, CPU inductor, compiled during our first step). A record
-with levers names them and is rendered as its own section.
+Our SGD runs on PyTorch's fused kernel, the pipeline's default (``core/task/optim.py``); the peer's on PyTorch's
+CPU default, the per-tensor loop, as lightly's examples run it. Levers (bench-only, not what the pipeline runs):
+``--channels-last`` (our network's weights in channels-last memory format) and ``--compile`` (our network under
+``torch.compile``, CPU inductor, compiled during our first step). A record with levers names them and is rendered
+as its own section.
 
 lightly is installed with ``pip install --no-deps lightly``: its ``hydra-core`` requirement would downgrade
 omegaconf, the project's config library, and the loss and heads import neither hydra nor lightning.
@@ -52,27 +52,28 @@ import torch
 from torch import nn
 
 from contrasuite.pipelines.api import (
-    RECORDS, ROOT, alternate, check_text, comparison_section, cpu_task, our_step, ours_text, outcome, peer_flags,
-    peer_main, peer_record, plain_loop_step, profile_note, profile_sides, pull_levers,
+    RECORDS, ROOT, alternate, check_text, comparison_section, cpu_task, optimizer_kernel, our_step, ours_text, outcome,
+    peer_flags, peer_main, peer_record, plain_loop_step, profile_note, profile_sides, pull_levers, where_words,
 )
 
 SECTION = "image_ssl"
 RECORD = RECORDS / "image_ssl_peer.json"
-LEVERS = {"channels_last": "our weights channels-last", "fused_sgd": "our SGD with fused=True",
-          "compile": "our network under torch.compile"}
+LEVERS = {"channels_last": "our weights channels-last", "compile": "our network under torch.compile"}
 """The bench-only levers (module docstring), in the order a section names them."""
 WHERE = (
     "both steps run the same ResNet-18 and projection head on the same views (the convolutions' "
     "`mkldnn_convolution` and `convolution_backward`, batch norm, ReLU as `clamp_min_` and `threshold_backward`, "
-    "`copy_`), nearly all of either step, and the same SGD (PyTorch's CPU default, a per-tensor loop: `add_`, "
-    "`mul_`); the two NT-Xent losses are small operators on 512 embeddings. Rows of the same kernels differ between "
+    "`copy_`), nearly all of either step, and {optimizer}; the two NT-Xent losses are small operators on 512 embeddings. Rows of the same kernels differ between "
     "the sides by the machine's load over the profiled step, not by the code. Only ours runs the engine's checks "
     "(`pipelines/step.py`): one `_foreach_norm` over the gradients (their global norm, logged and checked finite) "
     "and one over the updated weights (checked finite), each the one read of its tensors; no pass multiplies the "
-    "gradients when nothing clips. So at the same network and precision the ratio stays near 1: 1.3x would need "
-    "ours to leave out work the peer's step does. The levers section measures what channels-last weights, fused "
-    "SGD and compiling the network give.")
-"""What the operators of either step are (the profile's table gives their times)."""
+    "gradients when nothing clips.")
+"""What the operators of either step are (the profile's table gives their times), ``{optimizer}`` filled by
+:func:`where_words`."""
+LOOP_CLOSING = (" So at the same network and precision the ratio stays near 1: 1.3x would need ours to leave out work "
+                "the peer's step does. The levers section measures what channels-last weights, fused SGD and compiling "
+                "the network give.")
+"""The close of records made before the fused default."""
 
 
 class LightlySimCLR(nn.Module):
@@ -129,13 +130,14 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         ours = our_step(task)
         if args.channels_last:
             task.model.to(memory_format=torch.channels_last)
-        levers = ["channels-last weights"] * args.channels_last + pull_levers(task, task.optimizers()["model"], fused=args.fused_sgd,
-                                                                               compile=args.compile)
+        levers = ["channels-last weights"] * args.channels_last + pull_levers(task, compile=args.compile)
         first_ours, first_peer = ours(batches[0]), peer_step(batches[0])  # also each side's warm-up
         rounds = alternate({"ours": ours, "peer": peer_step}, batches, args.repeats, args.steps)
         profiles = profile_sides({"ours": ours, "peer": peer_step}, batches, args.steps) if args.profile else None
     m = task.cfg.model
-    own = {"ours": ours_text(f"image_ssl/{args.config} (run.precision=fp32)", levers), "peer": peer_desc,
+    kernel = optimizer_kernel(task.optimizers()["model"])
+    own = {"ours": ours_text(f"image_ssl/{args.config} (run.precision=fp32)", levers, f", SGD ({kernel} kernel)"),
+           "ours_optimizer": kernel, "peer": peer_desc,
            "config": args.config, "overrides": overrides, "encoder": m.encoder, "head": [m.proj_hidden, m.proj_dim],
            "batch": int(task.cfg.batch_size), "image_size": int(task.cfg.data.image_size),
            "data": f"{task.data_source}, {len(task.train_images)}-image training subset", "distinct_batches": len(batches),
@@ -150,7 +152,8 @@ def render(record: dict[str, Any]) -> str:
         f"our weights before either steps), batch {record['batch']} (two views: {2 * record['batch']} images of "
         f"{record['image_size']} px per step), {record['data']}, {record['distinct_batches']} distinct batches, "
         f"our augmentation inside both steps; first-step loss {check_text(record['loss_check'])}")
-    note = None if record.get("levers") and "profile" not in record else profile_note(record, WHERE)
+    where = where_words(record, WHERE, "SGD", "`add_`, `mul_`", LOOP_CLOSING)
+    note = None if record.get("levers") and "profile" not in record else profile_note(record, where)
     return comparison_section(record, "image_ssl: our SimCLR step vs lightly", same_work, unit="s", digits=2,
                               steps="step(s)", note=note)
 

@@ -38,17 +38,15 @@ CPU) is this process's CPU time, ``wall`` (the default with ``--device cuda``, r
 (``torch.profiler`` over ``--steps`` more steps) to the record, which ``--report`` renders into the section's
 where-the-time-goes table in ``docs/results/bench_pipelines.md``.
 
-Lever (bench-only, not what the pipeline runs; the peer keeps PyTorch's default): ``--fused-adamw``, our AdamW's
-groups on the fused kernel (the shipped task uses PyTorch's default, on the CPU the per-tensor loop). A record with
-the lever, on a GPU or in bf16 has its own file (``image_text_peer[_cuda][_bf16][_fused_adamw].json`` unless
-``--output``) and section.
+Our AdamW runs on PyTorch's fused kernel, the pipeline's default (``core/task/optim.py``); the peer keeps PyTorch's
+default (on the CPU the per-tensor loop). A record on a GPU or in bf16 has its own file
+(``image_text_peer[_cuda][_bf16].json`` unless ``--output``) and section.
 
     contrasuite bench image_text --against peer --threads 1 --profile
     contrasuite bench image_text --against peer --threads 1 --precision bf16 --profile
     contrasuite bench image_text --against peer --device cuda --threads 0 --steps 50 --profile
     contrasuite bench image_text --against peer --device cuda --threads 0 --steps 50 --precision bf16 --profile
-    contrasuite bench image_text --against peer --threads 1 --fused-adamw --profile
-    contrasuite bench image_text --report [--device cuda] [--precision bf16] [--fused-adamw]  # or --output RECORD
+    contrasuite bench image_text --report [--device cuda] [--precision bf16]  # or --output RECORD
 """
 
 from __future__ import annotations
@@ -66,8 +64,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from contrasuite.pipelines.api import (
-    RECORDS, ROOT, alternate, check_text, comparison_section, cpu_task, our_step, ours_text, outcome, peer_flags,
-    peer_main, peer_record, peer_version, pull_levers, run_variant, synced_clocks,
+    RECORDS, ROOT, alternate, check_text, comparison_section, cpu_task, optimizer_kernel, our_step, ours_text, outcome,
+    peer_flags, peer_main, peer_record, peer_version, run_variant, synced_clocks,
 )
 
 SECTION = "image_text"
@@ -77,8 +75,6 @@ TOLERANCE = {"fp32": 1e-4, "bf16": 1e-2}
 OPEN_CLIP_PRECISION = {"fp32": "fp32", "bf16": "amp_bf16"}
 """open_clip's ``--precision`` for ours."""
 PROFILE_ROWS = 12
-LEVERS = {"fused_adamw": "our AdamW with fused=True"}
-"""The bench-only lever (module docstring)."""
 
 
 class OpenCLIPTowers(nn.Module):
@@ -252,7 +248,6 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         batches = list(islice(task.batches(0), args.batches))
         peer_batches = [peer_batch(task, b) for b in batches]
         ours = seeded(our_step(task, device, args.precision))
-        levers = pull_levers(task, task.optimizers()["model"], fused=args.fused_adamw)
         peer = {id(b): p for b, p in zip(batches, peer_batches)}
         theirs = seeded(lambda batch: peer_step(peer[id(batch)]))  # on its tensors of the same batch
 
@@ -264,14 +259,16 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         profiles = {name: profile(side, batches, args.steps, device) for name, side in
                     (("ours", ours), ("peer", theirs))} if args.profile else None
     m, images = task.cfg.model, peer_batches[0][0]
-    own = {"ours": ours_text(f"image_text/{args.config}", levers, f" ({args.precision}), AdamW"), "peer": peer_desc,
+    kernel = optimizer_kernel(task.optimizers()["model"])
+    own = {"ours": ours_text(f"image_text/{args.config}", detail=f" ({args.precision}), AdamW ({kernel} kernel)"),
+           "ours_optimizer": kernel, "peer": peer_desc,
            "config": args.config, "overrides": list(args.override), "batch": len(batches[0]["rows"]),
            "frozen_trunks": bool(task.frozen), "image_input": list(images.shape[1:]), "embed_dim": m.embed_dim,
            "text_segments": m.text_segments, "extra_image_stages": list(m.extra_image_stages),
            "trainable_parameters": sum(p.numel() for g in task.optimizers()["model"].param_groups for p in g["params"]),
            "distinct_batches": len(batches), "weights_gap_after": gap, **({"profile": profiles} if profiles else {})}
     measured = outcome(first_ours, first_peer, rounds, args.clock, tolerance=TOLERANCE[args.precision])
-    return peer_record(SECTION, args, argv, LEVERS, levers, own, measured)
+    return peer_record(SECTION, args, argv, {}, [], own, measured)
 
 
 def profile_table(profiles: dict[str, dict[str, Any]]) -> str:
@@ -295,7 +292,8 @@ def where_text(record: dict[str, Any]) -> str:
     """What the operators of a cached-features step are, for the record's precision and levers (the profile table
     gives their times)."""
     adamw = ("AdamW (ours on the fused kernel, `_fused_adamw_`; the peer on PyTorch's default, on the CPU its "
-             "per-tensor loop: `sqrt`, `div`, `lerp_`, `addcdiv_`, `addcmul_`, `mul_`)" if record["levers"] else
+             "per-tensor loop: `sqrt`, `div`, `lerp_`, `addcdiv_`, `addcmul_`, `mul_`)"
+             if record["levers"] or record.get("ours_optimizer") == "fused" else
              "AdamW (PyTorch's default on both, on the CPU its per-tensor loop: `sqrt`, `div`, `lerp_`, `addcdiv_`, "
              "`addcmul_`, `mul_`)")
     casts = (" Under bf16 autocast both also cast the weights and activations at every step (`copy_`)."
@@ -337,14 +335,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--precision", choices=sorted(TOLERANCE), default="fp32", help="bf16: autocast on both sides")
     parser.add_argument("--profile", action="store_true", help="add both sides' operator profile (torch.profiler) to the record")
-    peer_flags(parser, RECORD, LEVERS, batches=4, steps=20, peer="open_clip's train_one_epoch")
+    peer_flags(parser, RECORD, {}, batches=4, steps=20, peer="open_clip's train_one_epoch")
     parser.set_defaults(clock=None, output=None)  # resolved below, from the device and precision
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.exit(2, "contrasuite bench image_text: --device cuda but torch.cuda.is_available() is False\n")
     args.clock = args.clock or ("wall" if args.device == "cuda" else "cpu")  # a process waiting on a GPU: not its CPU time
-    named = [*run_variant(args), *(lever for lever in LEVERS if getattr(args, lever))]
-    args.output = args.output or RECORD.with_name("_".join([RECORD.stem, *named]) + ".json")
+    args.output = args.output or RECORD.with_name("_".join([RECORD.stem, *run_variant(args)]) + ".json")
     return peer_main(args, argv, run, render)
 
 

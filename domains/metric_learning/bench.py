@@ -19,10 +19,10 @@ ours is faster); the headline is the median over rounds, with the smallest and l
 (default) times this process's CPU time, which another job on the machine disturbs far less than the wall
 clock; both clocks are kept in the record.
 
-Levers (``--compile``, ``--fused-adamw``; bench-only, not what the pipeline runs): our network under
-``torch.compile`` (CPU inductor; compiled during our first step, which is then the warm-up), and our AdamW's
-groups switched to the fused kernel (``fused=True``; the shipped task uses PyTorch's CPU default, the
-per-tensor loop). The peer stays as its examples run it. A record with levers names them and is rendered as
+Our AdamW runs on PyTorch's fused kernel, the pipeline's default (``core/task/optim.py``); the peer's on PyTorch's
+CPU default, the per-tensor loop, as its examples run it. Lever (``--compile``; bench-only, not what the pipeline
+runs): our network under ``torch.compile`` (CPU inductor; compiled during our first step, which is then the
+warm-up). A record with levers names them and is rendered as
 its own section.
 
 The record (JSON, ``--output``) is what ``--report`` renders into its section of
@@ -47,27 +47,31 @@ from typing import Any, Callable, Sequence
 import torch
 
 from contrasuite.pipelines.api import (
-    RECORDS, ROOT, alternate, check_text, comparison_section, cpu_task, our_step, ours_text, outcome, peer_flags,
-    peer_main, peer_record, peer_version, plain_loop_step, profile_note, profile_sides, pull_levers,
+    RECORDS, ROOT, alternate, check_text, comparison_section, cpu_task, optimizer_kernel, our_step, ours_text, outcome,
+    peer_flags, peer_main, peer_record, peer_version, plain_loop_step, profile_note, profile_sides, pull_levers,
+    where_words,
 )
 
 SECTION = "metric_learning"
 RECORD = RECORDS / "metric_learning_peer.json"
-LEVERS = {"compile": "our network under torch.compile", "fused_adamw": "our AdamW with fused=True"}
-"""The bench-only levers (``--compile``, ``--fused-adamw``; module docstring), in the order a section names them."""
+LEVERS = {"compile": "our network under torch.compile"}
+"""The bench-only lever (``--compile``; module docstring)."""
 WHERE = (
     "both steps run the same network (blocks 5-15 of EfficientNet-Lite0 and the head: the convolutions' "
     "`mkldnn_convolution` and `convolution_backward`, batch norm, ReLU6 as `clamp` and `hardtanh_backward`, the "
-    "depthwise convolutions' padding with its `copy_` and `fill_`), nearly all of either step, and the same AdamW "
-    "(PyTorch's CPU default, a per-tensor loop: `lerp_`, `sqrt`, `addcdiv_`, `addcmul_`); the two Multi-Similarity "
+    "depthwise convolutions' padding with its `copy_` and `fill_`), nearly all of either step, and {optimizer}; "
+    "the two Multi-Similarity "
     "losses and miners are small operators on 64 embeddings. Rows of the same kernels differ between the sides by "
     "the machine's load, not by the code. Only ours runs the engine's checks (`pipelines/step.py`): one "
     "`_foreach_norm` over the gradients (their global norm, logged and checked finite) and one over the updated "
     "weights (checked finite), a `linalg_vector_norm` per tensor on the CPU, each the one read of its tensors; no "
-    "pass multiplies the gradients when nothing clips. So at the same network and precision the ratio stays near "
-    "1: 1.3x would need ours to leave out work the peer's step does. The levers section measures what fusing the "
-    "optimizer and compiling the network give.")
-"""What the operators of either step are (the profile's table gives their times)."""
+    "pass multiplies the gradients when nothing clips.")
+"""What the operators of either step are (the profile's table gives their times), ``{optimizer}`` filled by
+:func:`where_words`."""
+LOOP_CLOSING = (" So at the same network and precision the ratio stays near 1: 1.3x would need ours to leave out work "
+                "the peer's step does. The levers section measures what fusing the optimizer and compiling the network "
+                "give.")
+"""The close of records made before the fused default."""
 
 
 def peer_loop(task: Any) -> tuple[Callable[[tuple[torch.Tensor, torch.Tensor]], float], str]:
@@ -105,7 +109,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         batches = list(islice(task.batches(0), args.batches))
         ours = our_step(task)
         peer_step, peer_desc = peer_loop(task)
-        levers = pull_levers(task, task.optimizers()["model"], fused=args.fused_adamw, compile=args.compile)
+        levers = pull_levers(task, compile=args.compile)
         torch.manual_seed(1)
         first_ours = ours(batches[0])  # the first step of each: same weights, same batch (and a warm-up)
         torch.manual_seed(1)
@@ -113,7 +117,9 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         rounds = alternate({"ours": ours, "peer": peer_step}, batches, args.repeats, args.steps)
         profiles = profile_sides({"ours": ours, "peer": peer_step}, batches, args.steps) if args.profile else None
     x, y = batches[0]
-    own = {"ours": ours_text(f"metric_learning/{args.config}", levers, detail=", AdamW"), "peer": peer_desc,
+    kernel = optimizer_kernel(task.optimizers()["model"])
+    own = {"ours": ours_text(f"metric_learning/{args.config}", levers, detail=f", AdamW ({kernel} kernel)"),
+           "ours_optimizer": kernel, "peer": peer_desc,
            "config": args.config, "overrides": list(args.override), "batch": int(x.shape[0]), "input": list(x.shape[1:]),
            "classes_per_batch": int(y.unique().numel()), "distinct_batches": len(batches),
            **({"profile": profiles} if profiles else {})}
@@ -126,7 +132,8 @@ def render(record: dict[str, Any]) -> str:
                  f"{record['input']} ({record['classes_per_batch']} classes, real emoji data, config `{record['config']}`), "
                  f"{record['distinct_batches']} distinct batches cycled by both; first-batch loss "
                  f"{check_text(record['loss_check'])}")
-    note = None if record.get("levers") and "profile" not in record else profile_note(record, WHERE)
+    where = where_words(record, WHERE, "AdamW", "`lerp_`, `sqrt`, `addcdiv_`, `addcmul_`", LOOP_CLOSING)
+    note = None if record.get("levers") and "profile" not in record else profile_note(record, where)
     return comparison_section(record, "metric_learning: our step vs pytorch-metric-learning's loop", same_work, note=note)
 
 

@@ -86,19 +86,41 @@ def our_step(task: Any, device: torch.device = CPU, precision: str = "fp32") -> 
     return step
 
 
-def pull_levers(task: Any, optimizer: torch.optim.Optimizer, fused: bool = False, compile: bool = False) -> list[str]:
-    """The bench-only levers on our side, in this order, and their names for the record: ``fused``, every group of
-    ``optimizer`` switched to the fused kernel (``fused=True``; PyTorch's CPU default is the per-tensor loop);
-    ``compile``, the task's network (``task.train_model``) under ``torch.compile``, compiled at its first step."""
+def pull_levers(task: Any, compile: bool = False) -> list[str]:
+    """The bench-only levers on our side and their names for the record: ``compile``, the task's network
+    (``task.train_model``) under ``torch.compile``, compiled at its first step."""
     levers = []
-    if fused:
-        for group in optimizer.param_groups:
-            group.update(fused=True, foreach=False)
-        levers.append(f"fused {type(optimizer).__name__}")
     if compile:
         task.train_model = torch.compile(task.train_model)
         levers.append("torch.compile (CPU inductor) of the network")
     return levers
+
+
+def optimizer_kernel(optimizer: torch.optim.Optimizer) -> str:
+    """``fused`` when every param group of ``optimizer`` runs PyTorch's fused kernel (the pipeline's default,
+    :func:`contrasuite.core.task.optim.use_fused_kernel`), else ``loop``; a record keeps it as ``ours_optimizer``."""
+    return "fused" if all(group.get("fused") for group in optimizer.param_groups) else "loop"
+
+
+def optimizer_words(record: dict[str, Any], name: str, loop_ops: str) -> str:
+    """How the two sides' optimizer ``name`` runs in ``record``: ours on the fused kernel and the peer on PyTorch's
+    CPU default (``ours_optimizer: fused``), or, in records made before the fused default, the same loop on both."""
+    if record.get("ours_optimizer") == "fused":
+        return (f"{name} (ours on PyTorch's fused kernel, the pipeline's default, `_fused_{name.lower()}_`; the peer on "
+                f"PyTorch's CPU default, a per-tensor loop: {loop_ops})")
+    return f"the same {name} (PyTorch's CPU default, a per-tensor loop: {loop_ops})"
+
+
+FUSED_CLOSING = (" So the two steps differ by the optimizer's kernel and the engine's checks: the ratio is what the "
+                 "pipeline's default fused optimizer gives at the same network and precision.")
+"""The close of a "where the time goes" paragraph for a record whose optimizer ran fused (:func:`optimizer_words`)."""
+
+
+def where_words(record: dict[str, Any], where: str, name: str, loop_ops: str, loop_closing: str) -> str:
+    """A bench's ``where`` text (with ``{optimizer}`` for :func:`optimizer_words`) and its close: ``loop_closing``
+    for records made before the fused default, else :data:`FUSED_CLOSING`."""
+    fused = record.get("ours_optimizer") == "fused"
+    return where.format(optimizer=optimizer_words(record, name, loop_ops)) + (FUSED_CLOSING if fused else loop_closing)
 
 
 def ours_text(subject: str, levers: Sequence[str] = (), detail: str = "") -> str:

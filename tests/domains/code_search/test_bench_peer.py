@@ -27,16 +27,6 @@ def test_against_peer_records_both_timings_and_equal_first_losses(tiny_model, mi
     text = page.read_text()
     assert "<!-- section:code_search -->" in text and f"**{cached['ratio_median']:.2f}**" in text
     assert text.count("| all operators |") == 2 and "GradCache, chunk 2: The operators of the engine's checks" in text
+    # ours on the pipeline's default fused AdamW, the peer on PyTorch's per-tensor loop, and the section says so
+    assert record["ours_optimizer"] == "fused" and "ours on PyTorch's fused kernel" in text
 
-
-def test_fused_adamw_lever_gets_its_own_section(tiny_model, mined, tmp_path):
-    pytest.importorskip("sentence_transformers")
-    out, page = tmp_path / "cs.json", tmp_path / "page.md"
-    argv = ["--against", "peer", "--batches", "1", "--steps", "1", "--repeats", "1", "--grad-cache-chunk", "0",
-            "--fused-adamw", "--override", f"config.encoder.model={tiny_model}", "--override", f"config.data.folder={mined}",
-            "--override", "config.batch_size=4", "--override", "config.data.train_limit=0", "--output", str(out)]
-    assert bench.main(argv) == 0
-    record = json.loads(out.read_text())
-    assert record["section"] == "code_search+fused_adamw" and [c["step"] for c in record["comparisons"]] == ["plain"]
-    assert bench.main(["--report", "--output", str(out), "--page", str(page)]) == 0
-    assert "(levers: fused AdamW; not what the pipeline runs)" in page.read_text()

@@ -26,17 +26,6 @@ def test_against_peer_writes_a_record_with_both_timings_and_equal_first_losses(e
     assert bench.main(["--report", "--output", str(out), "--page", str(page)]) == 0  # replaces its section
     text = page.read_text()
     assert text.count("<!-- section:metric_learning -->") == 1 and f"{record['ratio_median']:.2f}" in text
+    assert record["ours_optimizer"] == "fused" and "AdamW (ours on PyTorch's fused kernel" in text
     assert "The operators of the engine's checks" in text and "| all operators |" in text
 
-
-def test_the_fused_adamw_lever_is_named_and_gets_its_own_section(emoji_root, cache_dir, tmp_path):
-    out, page = tmp_path / "ml.json", tmp_path / "page.md"
-    args = ["--batches", "1", "--steps", "1", "--repeats", "1", "--data-root", str(emoji_root), "--fused-adamw",
-            "--override", "config.data.max_classes=8", "--override", "config.batch_size=8",
-            "--override", f"config.data.cache_dir={cache_dir}", "--output", str(out)]
-    assert bench.main(args) == 0
-    record = json.loads(out.read_text())
-    assert record["section"] == "metric_learning+fused_adamw" and record["levers"] == ["fused AdamW"]
-    assert record["loss_check"]["equal"]  # the first step's loss is taken before the optimizer acts
-    assert bench.main(["--report", "--output", str(out), "--page", str(page)]) == 0
-    assert "<!-- section:metric_learning+fused_adamw -->" in page.read_text()
