@@ -288,22 +288,16 @@ def segment_means(states: Tensor, mask: Tensor, segments: int) -> Tensor:
     return sums / member.sum(dim=1).clamp_min(1).unsqueeze(-1)
 
 
-class OpenCLIPImage(nn.Module):
-    def __init__(self, model: nn.Module) -> None:
+class OpenCLIPTower(nn.Module):
+    """One tower of an open_clip ``model``: its ``encode_image`` or ``encode_text`` (``encode``)."""
+
+    def __init__(self, model: nn.Module, encode: str) -> None:
         super().__init__()
         self.model = model
+        self.encode = encode
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.model.encode_image(x)
-
-
-class OpenCLIPText(nn.Module):
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-    def forward(self, tokens: Tensor) -> Tensor:
-        return self.model.encode_text(tokens)
+        return getattr(self.model, self.encode)(x)
 
 
 class DynamicPadTokenizer:
@@ -380,8 +374,8 @@ def open_clip_model(cfg: ModelConfig) -> TwoTowerModel:
     size = size[0] if isinstance(size, (tuple, list)) else size
     mean = getattr(model.visual, "image_mean", None) or open_clip.OPENAI_DATASET_MEAN
     std = getattr(model.visual, "image_std", None) or open_clip.OPENAI_DATASET_STD
-    towers = TwoTowerModel(OpenCLIPImage(model), nn.Identity(), OpenCLIPText(model), nn.Identity(),
-                           open_clip.get_tokenizer(cfg.architecture), mean, std, size)
+    towers = TwoTowerModel(OpenCLIPTower(model, "encode_image"), nn.Identity(), OpenCLIPTower(model, "encode_text"),
+                           nn.Identity(), open_clip.get_tokenizer(cfg.architecture), mean, std, size)
     with torch.no_grad():
         towers.embed_dim = int(towers.encode_text(["a"]).shape[-1])  # the architecture's, not cfg.embed_dim
     return towers
