@@ -20,19 +20,21 @@ the rest of a domain never imports the engine. What is here:
   (:mod:`contrasuite.pipelines.bench.against_peer`, for ``contrasuite bench <d> --against peer``): running,
   :func:`cpu_task`, :func:`our_step`, :func:`pull_levers`, :func:`optimizer_kernel`, :func:`alternate`, :func:`synced_clocks`,
   :func:`profile_sides` (both sides' operators); the record,
-  :data:`RECORDS`, :func:`run_variant`, :func:`outcome`, :func:`ours_text`, :func:`peer_version`, :func:`peer_record`;
+  :data:`RECORDS`, :func:`run_variant`, :func:`summarize` (a comparison's ratios), :func:`outcome`, :func:`ours_text`, :func:`peer_version`, :func:`peer_record`;
   its section, :func:`heading`,
   :func:`check_text`, :func:`machine_lines`, :func:`rounds_table`, :func:`round_cells`, :func:`ratio_sentence`,
   :func:`profile_table`, :func:`checks_text`, :func:`profile_note` (a "where the time goes" paragraph with the profile's table),
   :func:`where_words` (its words on the optimizer's kernel);
-  the command, :func:`peer_flags` and :func:`peer_main` (``--report``: a record into its page section).
+  the command, :func:`official_flags` (a bench whose peer is the official code), :func:`peer_flags` and
+  :func:`peer_main` (``--report``: a record into its page section).
 """
 
 from contrasuite.pipelines.bench import write_output
 from contrasuite.pipelines.bench.against_peer import (
-    RECORDS, alternate, check_text, checks_text, comparison_section, cpu_task, heading, machine_lines, optimizer_kernel,
-    our_step, ours_text, outcome, peer_flags, peer_main, peer_record, peer_version, plain_loop_step, profile_note,
-    profile_sides, profile_table, pull_levers, round_cells, run_variant, synced_clocks, where_words,
+    RECORDS, alternate, check_text, checks_text, comparison_section, cpu_task, heading, machine_lines, official_flags,
+    optimizer_kernel, our_step, ours_text, outcome, peer_flags, peer_main, peer_record, peer_version, plain_loop_step,
+    profile_note, profile_sides, profile_table, pull_levers, round_cells, run_variant, summarize, synced_clocks,
+    where_words,
 )
 from contrasuite.pipelines.checkpoint import CheckpointError, load as load_checkpoint
 from contrasuite.pipelines.cli_runs import ROOT, run_cli, thread_env
@@ -51,6 +53,8 @@ __all__ = [
     "write_json", "write_output", "setup_task",
     # --against peer benches (contrasuite.pipelines.bench.against_peer)
     "RECORDS", "alternate", "check_text", "checks_text", "comparison_section", "cpu_task", "heading", "machine_lines",
-    "optimizer_kernel", "our_step", "ours_text", "outcome", "peer_flags", "peer_main", "peer_record", "peer_version", "plain_loop_step", "profile_note",
-    "profile_sides", "profile_table", "pull_levers", "round_cells", "run_variant", "synced_clocks", "where_words",
+    "official_flags", "optimizer_kernel", "our_step", "ours_text", "outcome", "peer_flags", "peer_main", "peer_record",
+    "peer_version", "plain_loop_step", "profile_note",
+    "profile_sides", "profile_table", "pull_levers", "round_cells", "run_variant", "summarize", "synced_clocks",
+    "where_words",
 ]

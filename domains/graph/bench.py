@@ -48,7 +48,6 @@ import os
 import platform
 import random
 import resource
-import statistics
 import sys
 import tempfile
 import time
@@ -60,8 +59,8 @@ import torch
 
 from contrasuite.domains.graph.task import GraphTask
 from contrasuite.pipelines.api import (
-    RECORDS, ROOT, StepRunner, alternate, cpu_task, heading, load_config, machine_lines, our_step, ours_text,
-    peer_flags, peer_main, peer_record, round_cells, setup_task,
+    RECORDS, ROOT, StepRunner, alternate, cpu_task, heading, load_config, machine_lines, official_flags, our_step,
+    ours_text, peer_flags, peer_main, peer_record, round_cells, setup_task, summarize,
 )
 
 DATASETS = ("acm", "dblp", "imdb")
@@ -185,13 +184,10 @@ def against_official(args: argparse.Namespace, argv: Sequence[str]) -> dict[str,
     with tempfile.TemporaryDirectory() as run_dir:
         task, loaded = cpu_task(config, args.override, args.data_root, Path(run_dir))
         ours = our_step(task)
-        peer, facts = official_meow(Path(args.official), args.dataset, args.threads)
+        peer, facts = official_meow(args.official, args.dataset, args.threads)
         first = {"ours": ours(0), "peer": peer(0)}  # also the warm-up of each
         batches = list(range(1, args.batches + 1))  # our batch is the epoch (it seeds the k-means)
         rounds = alternate({"ours": ours, "peer": peer}, batches, args.repeats, args.steps)
-    ratios = [r[f"peer_{args.clock}_s"] / r[f"ours_{args.clock}_s"] for r in rounds]
-    for row, ratio in zip(rounds, ratios):
-        row["ratio"] = ratio
     neg = task.cfg.negatives
     own = {"nodes": int(task.features[task.cfg.dataset.target].shape[0]), "dim": task.cfg.model.dim,
            "metapath_edges": [int(g.rows.numel()) for g in task.graphs],
@@ -203,9 +199,7 @@ def against_official(args: argparse.Namespace, argv: Sequence[str]) -> dict[str,
                        f"code_meow_cpu.patch), main.py's training loop body, faiss {facts['faiss']}"),
               "dataset": args.dataset, "config": f"meow_{args.dataset}", "overrides": list(args.override),
               "ours_facts": own, "official_facts": facts, "first_loss": first}
-    record = peer_record("graph", args, argv, {}, [], fields,
-                         {"rounds": rounds, "ratio_median": statistics.median(ratios), "ratio_min": min(ratios),
-                          "ratio_max": max(ratios)})
+    record = peer_record("graph", args, argv, {}, [], fields, {"rounds": rounds, **summarize(rounds, args.clock)})
     record.update(section=official_section(args.dataset), against="official")
     return record
 
@@ -245,11 +239,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="torch.set_num_threads (0: leave as is; default 0, 1 with --against)")
     parser.add_argument("--data-root", default=None)
     parser.add_argument("--json", type=Path, default=None, help="also write the record to this file")
-    official = parser.add_argument_group("--against official (module docstring)")
-    official.add_argument("--against", choices=("official", "peer"), default=None,
-                          help="official: our MEOW epoch against the official code_meow's (peer: the same; the "
-                               "graph's peer is its official code)")
-    official.add_argument("--official", default=str(OFFICIAL), help="the official code_meow folder")
+    official = official_flags(parser, "our MEOW epoch against the official code_meow's", OFFICIAL,
+                              "the official code_meow folder")
     official.add_argument("--steps", type=int, default=3, help="timed epochs per side per round")
     peer_flags(official, None, {}, batches=3)
     args = parser.parse_args(argv)
@@ -258,7 +249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.threads = 1 if args.threads is None else args.threads
         args.output = args.output or official_record(args.dataset)
         args.data_root = args.data_root or os.environ.get("CONTRASUITE_DATA")
-        if not args.report and not (Path(args.official) / "main.py").is_file():
+        if not args.report and not (args.official / "main.py").is_file():
             print(f"bench graph --against official: no official code_meow at {args.official} (--official), skipped")
             return 0
         return peer_main(args, argv, against_official, render_official)

@@ -66,8 +66,8 @@ import torch
 from contrasuite.domains.super_resolution import official_pcl
 from contrasuite.domains.super_resolution.task import SRConfig, SuperResolutionTask
 from contrasuite.pipelines.api import (
-    RECORDS, StepRunner, alternate, check_text, comparison_section, cpu_task, default_data_root, our_step, ours_text,
-    outcome, peer_flags, peer_main, peer_record, pick_device, run_variant, setup_task, synced_clocks, write_output,
+    RECORDS, StepRunner, alternate, check_text, comparison_section, cpu_task, default_data_root, official_flags,
+    our_step, ours_text, outcome, peer_flags, peer_main, peer_record, pick_device, run_variant, setup_task, synced_clocks, write_output,
 )
 
 
@@ -85,10 +85,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (0: leave as is; default 0, 1 with --against)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--data-root", default=None, help="data root with sr/T91.tar.gz (default $CONTRASUITE_DATA or data)")
-    official = p.add_argument_group("--against official (module docstring)")
-    official.add_argument("--against", choices=("official", "peer"), default=None,
-                          help="official: our step against the official PCL-SISR code's (peer: the same)")
-    official.add_argument("--official", type=Path, default=OFFICIAL, help="the export of the official code")
+    official = official_flags(p, "our step against the official PCL-SISR code's", OFFICIAL,
+                              "the export of the official code")
     official.add_argument("--profile", action="store_true", help="keep each side's largest operators over one more step")
     peer_flags(official, None, {}, batches=3)
     p.set_defaults(clock=None)  # --against: cpu on the CPU, wall on CUDA

@@ -79,8 +79,8 @@ import torch
 from contrasuite.domains.translation.data import DataConfig, to_float
 from contrasuite.domains.translation.task import TranslationConfig, TranslationTask
 from contrasuite.pipelines.api import (
-    RECORDS, ConfigError, StepRunner, alternate, check_text, cpu_task, heading, load_config, machine_lines, our_step, ours_text,
-    outcome, peer_flags, peer_main, peer_record, pick_device, run_variant, setup_task, synced_clocks,
+    RECORDS, ConfigError, StepRunner, alternate, check_text, cpu_task, heading, load_config, machine_lines, official_flags,
+    our_step, ours_text, outcome, peer_flags, peer_main, peer_record, pick_device, run_variant, setup_task, synced_clocks,
 )
 
 SETTINGS = {
@@ -300,7 +300,7 @@ def compare_variant(args: argparse.Namespace, variant: str, device: torch.device
     task = tasks["fp32"]
     crops = list(islice(chain.from_iterable(task.batches(epoch) for epoch in count()), args.batches))
     batches = [(xy, {"A": to_float(xy[0]), "B": to_float(xy[1]), "A_paths": ["A"], "B_paths": ["B"]}) for xy in crops]
-    model, drawing, argv = official_cut(Path(args.official), task, mode, batches[0][1], device, tmp / "official")
+    model, drawing, argv = official_cut(args.official, task, mode, batches[0][1], device, tmp / "official")
     ours = {p: our_step(t, device, p) for p, t in tasks.items()}
 
     def official(batch: tuple[Any, dict]) -> None:  # train.py's loop body, without its data loader and prints
@@ -344,7 +344,7 @@ def compare_variant(args: argparse.Namespace, variant: str, device: torch.device
 def against_official(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     """Our CUT / FastCUT steps against the official ones (module docstring): the record."""
     device = torch.device(args.device)
-    commit = (Path(args.official) / ".patched").read_text().strip()[:7] or "(commit not recorded in the export)"
+    commit = (args.official / ".patched").read_text().strip()[:7] or "(commit not recorded in the export)"
     with tempfile.TemporaryDirectory() as tmp:
         variants = [compare_variant(args, v, device, Path(tmp) / v) for v in args.variant]
     cudnn = torch.backends.cudnn
@@ -427,11 +427,8 @@ def make_parser() -> argparse.ArgumentParser:
                         help="torch.set_num_threads (0: leave as is; default 0, 1 with --against)")
     parser.add_argument("--data-root", default=os.environ.get("CONTRASUITE_DATA"), help=f"holds {PAIR}/")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows to this file")
-    official = parser.add_argument_group("--against official (module docstring)")
-    official.add_argument("--against", choices=("official", "peer"), default=None,
-                          help="official: our CUT and FastCUT steps against the official code's (peer: the same; "
-                               "translation's peer is its official code)")
-    official.add_argument("--official", default=str(OFFICIAL), help="the official export's folder")
+    official = official_flags(parser, "our CUT and FastCUT steps against the official code's", OFFICIAL,
+                              "the official export's folder")
     peer_flags(official, None, {}, batches=2)
     parser.set_defaults(clock=None)
     return parser
@@ -449,7 +446,7 @@ def check_against(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         fail("--against official compares cut and fastcut (no --variant gan)")
     if args.report:
         return
-    if not (Path(args.official) / ".patched").is_file():
+    if not (args.official / ".patched").is_file():
         fail(f"no official CUT export at {args.official} (--official; make it with "
              "docs/results/records/official/cut/run_official_cut.sh export)")
     for variant in args.variant:

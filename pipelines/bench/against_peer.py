@@ -431,6 +431,17 @@ def peer_flags(parser: Any, record: Path, levers: dict[str, str], batches: int,
     parser.add_argument("--page", type=Path, default=PAGE)
 
 
+def official_flags(parser: argparse.ArgumentParser, what: str, folder: Path, folder_help: str) -> Any:
+    """The argument group ``--against official`` of a bench whose peer is the official code, with ``--against``
+    (``official``: ``what``; ``peer``, the same) and ``--official`` (``folder_help``, default ``folder``); the bench adds
+    its own flags to the group returned, then :func:`peer_flags`."""
+    group = parser.add_argument_group("--against official (module docstring)")
+    group.add_argument("--against", choices=("official", "peer"), default=None,
+                       help=f"official: {what} (peer: the same; this bench's peer is the official code)")
+    group.add_argument("--official", type=Path, default=folder, help=folder_help)
+    return group
+
+
 def peer_main(args: argparse.Namespace, argv: Sequence[str],
               run: Callable[[argparse.Namespace, Sequence[str]], dict[str, Any]],
               render: Callable[[dict[str, Any]], str]) -> int:
