@@ -10,6 +10,7 @@ from contrasuite.core.numerics import masked_logsumexp
 from contrasuite.core.objectives import DHEL, OBJECTIVES
 from contrasuite.core.objectives.dhel import same_view_energy
 from contrasuite.core.pairs import append_negatives, two_view
+from tests.bf16_check import assert_finite_in_bf16, hard_pair
 
 
 def loop_reference(anchors, candidates, t, include_augs=True, weight=None):
@@ -94,15 +95,8 @@ def test_same_view_energy_matches_masked_logsumexp_and_gradcheck():
 
 @pytest.mark.parametrize("near_duplicate", [False, True])
 def test_bf16_autocast_low_temperature_finite(near_duplicate):
-    torch.manual_seed(4)
-    base = torch.randn(64, 32)
-    other = base + 1e-4 * torch.randn_like(base) if near_duplicate else torch.randn(64, 32)
-    a, p = base.requires_grad_(), other.requires_grad_()
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        loss = DHEL(0.01)(a, p)
-    loss.backward()
-    assert loss.dtype == torch.float32
-    assert torch.isfinite(loss) and torch.isfinite(a.grad).all() and torch.isfinite(p.grad).all()
+    a, p = hard_pair(4, near_duplicate)
+    assert_finite_in_bf16(lambda: DHEL(0.01)(a, p), a, p)
 
 
 def test_bad_input_errors():

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from contrasuite.core.objectives import InfoNCE
 from contrasuite.core.pairs import append_negatives, resolve_pairs, two_view
 from contrasuite.core.similarity import normalize
+from tests.bf16_check import assert_finite_in_bf16, hard_pair
 
 
 def loop_reference(anchors, candidates, pos, valid, t, weight=None, a=1.0, supcon=False):
@@ -86,15 +87,8 @@ def test_gradcheck_float64():
 
 @pytest.mark.parametrize("near_duplicate", [False, True])
 def test_bf16_autocast_low_temperature_finite(near_duplicate):
-    torch.manual_seed(4)
-    base = torch.randn(64, 32)
-    other = base + 1e-4 * torch.randn_like(base) if near_duplicate else torch.randn(64, 32)
-    q, k = base.requires_grad_(), other.requires_grad_()
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        loss = InfoNCE(0.01)(q, k)
-    loss.backward()
-    assert loss.dtype == torch.float32
-    assert torch.isfinite(loss) and torch.isfinite(q.grad).all() and torch.isfinite(k.grad).all()
+    q, k = hard_pair(4, near_duplicate)
+    assert_finite_in_bf16(lambda: InfoNCE(0.01)(q, k), q, k)
 
 
 def test_bad_shapes_name_the_argument():

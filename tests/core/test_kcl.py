@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from contrasuite.core.objectives import KCL, OBJECTIVES
 from contrasuite.core.similarity.kernels import get_kernel, off_diagonal_kernel_sum
+from tests.bf16_check import assert_finite_in_bf16, hard_pair
 
 
 def loop_reference(anchors, positives, t, kernel, gamma):
@@ -105,15 +106,8 @@ def test_gradcheck_float64(kernel):
 @pytest.mark.parametrize("near_duplicate", [False, True])
 def test_bf16_autocast_finite(kernel, near_duplicate):
     # KCL has no temperature; t = 100 gives the sharpest kernel a temperature of 0.01 would.
-    torch.manual_seed(4)
-    base = torch.randn(64, 32)
-    other = base + 1e-4 * torch.randn_like(base) if near_duplicate else torch.randn(64, 32)
-    a, p = base.requires_grad_(), other.requires_grad_()
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        loss = KCL(t=100.0, kernel=kernel)(a, p)
-    loss.backward()
-    assert loss.dtype == torch.float32
-    assert torch.isfinite(loss) and torch.isfinite(a.grad).all() and torch.isfinite(p.grad).all()
+    a, p = hard_pair(4, near_duplicate)
+    assert_finite_in_bf16(lambda: KCL(t=100.0, kernel=kernel)(a, p), a, p)
 
 
 def test_bad_input_errors():

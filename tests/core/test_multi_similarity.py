@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from contrasuite.core.objectives import MultiSimilarityLoss, multi_similarity_mine
 from contrasuite.core.pairs import resolve_pairs
+from tests.bf16_check import assert_finite_in_bf16, hard_pair
 
 
 def loop_reference(anchors, candidates, pos, valid, alpha, beta, base, epsilon, mine):
@@ -73,12 +74,5 @@ def test_gradcheck_float64():
 
 @pytest.mark.parametrize("near_duplicate", [False, True])
 def test_bf16_autocast_finite(near_duplicate):
-    torch.manual_seed(3)
-    base = torch.randn(64, 32)
-    other = base + 1e-4 * torch.randn_like(base) if near_duplicate else torch.randn(64, 32)
-    q, k = base.requires_grad_(), other.requires_grad_()
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        loss = MultiSimilarityLoss(mine=False, beta=100.0)(q, k)
-    loss.backward()
-    assert loss.dtype == torch.float32
-    assert torch.isfinite(loss) and torch.isfinite(q.grad).all() and torch.isfinite(k.grad).all()
+    q, k = hard_pair(3, near_duplicate)
+    assert_finite_in_bf16(lambda: MultiSimilarityLoss(mine=False, beta=100.0)(q, k), q, k)

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from contrasuite.core.objectives import OBJECTIVES, InfoNCE, SoftInfoNCE, soft_infonce_weights
 from contrasuite.core.pairs import append_negatives, resolve_pairs
+from tests.bf16_check import assert_finite_in_bf16, hard_pair
 
 
 def loop_weights(prior, pos, t, alpha, beta):
@@ -96,15 +97,8 @@ def test_gradcheck_float64():
 @pytest.mark.parametrize("similarity", ["dot", "cosine"])
 @pytest.mark.parametrize("near_duplicate", [False, True])
 def test_bf16_autocast_low_temperature_finite(similarity, near_duplicate):
-    torch.manual_seed(4)
-    base = torch.randn(64, 32)
-    other = base + 1e-4 * torch.randn_like(base) if near_duplicate else torch.randn(64, 32)
-    q, k = base.requires_grad_(), other.requires_grad_()
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        loss = SoftInfoNCE(temperature=0.01, similarity=similarity)(q, k, prior=q.detach() @ k.detach().T)
-    loss.backward()
-    assert loss.dtype == torch.float32
-    assert torch.isfinite(loss) and torch.isfinite(q.grad).all() and torch.isfinite(k.grad).all()
+    q, k = hard_pair(4, near_duplicate)
+    assert_finite_in_bf16(lambda: SoftInfoNCE(temperature=0.01, similarity=similarity)(q, k, prior=q.detach() @ k.detach().T), q, k)
 
 
 def test_bad_input_errors():
