@@ -9,25 +9,18 @@ import torch.nn.functional as F
 from contrasuite.core.objectives import CircleLoss
 from contrasuite.core.pairs import resolve_pairs
 from tests.bf16_check import assert_finite_in_bf16, hard_pair
+from tests.pair_similarities import positives_and_negatives
 
 
 def loop_reference(anchors, candidates, pos, valid, m, gamma):
     """Eq. 4 of Sun et al. with plain loops, in float64; mean over anchors that have a positive."""
-    z = F.normalize(anchors.double(), dim=1)
-    c = F.normalize(candidates.double(), dim=1)
-    total, count = 0.0, 0
-    for i in range(z.shape[0]):
-        sp = [float(z[i] @ c[j]) for j in range(c.shape[0]) if valid[i, j] and pos[i, j]]
-        sn = [float(z[i] @ c[j]) for j in range(c.shape[0]) if valid[i, j] and not pos[i, j]]
-        if not sp:
-            continue
-        count += 1
-        if not sn:
-            continue
+    rows = positives_and_negatives(anchors, candidates, pos, valid)
+    total = 0.0
+    for sp, sn in rows:
         neg_sum = sum(math.exp(gamma * max(s + m, 0.0) * (s - m)) for s in sn)
         pos_sum = sum(math.exp(-gamma * max(1 + m - s, 0.0) * (s - (1 - m))) for s in sp)
         total += math.log1p(neg_sum * pos_sum)
-    return total / count
+    return total / len(rows)
 
 
 @pytest.mark.parametrize("m,gamma", [(0.4, 80.0), (0.25, 128.0), (0.25, 8.0)])

@@ -4,31 +4,25 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from contrasuite.core.objectives import MultiSimilarityLoss, multi_similarity_mine
 from contrasuite.core.pairs import resolve_pairs
 from tests.bf16_check import assert_finite_in_bf16, hard_pair
+from tests.pair_similarities import positives_and_negatives
 
 
 def loop_reference(anchors, candidates, pos, valid, alpha, beta, base, epsilon, mine):
     """Wang et al. 2019 with plain loops in float64: mining, then the two log(1 + sum exp) terms."""
-    z = F.normalize(anchors.double(), dim=1)
-    c = F.normalize(candidates.double(), dim=1)
-    total, count = 0.0, 0
-    for i in range(z.shape[0]):
-        sp = [float(z[i] @ c[j]) for j in range(c.shape[0]) if valid[i, j] and pos[i, j]]
-        sn = [float(z[i] @ c[j]) for j in range(c.shape[0]) if valid[i, j] and not pos[i, j]]
-        if not sp:
-            continue
-        count += 1
+    rows = positives_and_negatives(anchors, candidates, pos, valid)
+    total = 0.0
+    for sp, sn in rows:
         if mine:
             kept_p = [s for s in sp if sn and s - epsilon < max(sn)]
             kept_n = [s for s in sn if s + epsilon > min(sp)]
             sp, sn = kept_p, kept_n
         total += math.log1p(sum(math.exp(-alpha * (s - base)) for s in sp)) / alpha
         total += math.log1p(sum(math.exp(beta * (s - base)) for s in sn)) / beta
-    return total / count
+    return total / len(rows)
 
 
 @pytest.mark.parametrize("mine", [True, False])
