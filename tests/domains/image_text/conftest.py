@@ -1,18 +1,7 @@
 import json
-import os
 from pathlib import Path
 
 import pytest
-
-DATA = Path(os.environ["CONTRASUITE_DATA"])
-
-
-@pytest.fixture(scope="session")
-def emoji_root() -> Path:
-    if not (DATA / "emoji" / "emoji.json").is_file():
-        pytest.skip(f"emoji data not found under {DATA} (set CONTRASUITE_DATA)")
-    return DATA
-
 
 TINY_OPEN_CLIP = {
     "embed_dim": 16,

@@ -1,20 +1,10 @@
-"""Shared fixtures: the data root, a session emoji cache, tiny public-layout folders."""
+"""Shared fixtures: a session emoji cache, tiny public-layout folders (the emoji data root: tests/domains/conftest.py)."""
 
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
-
-DATA_ROOT = Path(os.environ["CONTRASUITE_DATA"])
-
-
-@pytest.fixture(scope="session")
-def emoji_root() -> Path:
-    if not (DATA_ROOT / "emoji" / "emoji.json").is_file():
-        pytest.skip(f"emoji data not found under {DATA_ROOT}/emoji (set CONTRASUITE_DATA)")
-    return DATA_ROOT
 
 
 @pytest.fixture(scope="session")
@@ -27,6 +17,16 @@ def write_image(path: Path, value: int, size: int = 24) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(value)
     Image.fromarray(rng.integers(0, 255, (size, size, 3), dtype=np.uint8)).save(path)
+
+
+def emoji_gallery(cache_dir: Path, gallery: Path) -> Path:
+    """Five Google-style emoji of the session cache copied into the new folder ``gallery``; the query returned is the
+    Twitter style of the first."""
+    gallery.mkdir()
+    sources = sorted(next((cache_dir / "emoji").glob("google-64-*")).glob("1f34*.png"))[:5]
+    for p in sources:
+        (gallery / p.name).write_bytes(p.read_bytes())
+    return next((cache_dir / "emoji").glob("twitter-64-*")) / sources[0].name
 
 
 def make_tiny_cub(root: Path) -> Path:

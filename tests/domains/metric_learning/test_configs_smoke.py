@@ -11,6 +11,7 @@ from PIL import Image
 from contrasuite.pipelines import trainer
 from contrasuite.pipelines.config import load_config
 from contrasuite.domains.metric_learning.retrieve import main as retrieve_main
+from tests.domains.metric_learning.conftest import emoji_gallery
 
 CONFIGS = sorted((Path(__file__).resolve().parents[3] / "configs" / "metric_learning").glob("*.yaml"))
 
@@ -69,11 +70,7 @@ def test_retrieve_prints_top_matches_and_writes_strip(tmp_path, cache_dir, emoji
     config = next(p for p in CONFIGS if p.stem == "emoji_hyperbolic")
     run_dir, _ = smoke_run(config, tmp_path / "runs", cache_dir, emoji_root)
     gallery = tmp_path / "gallery"
-    gallery.mkdir()
-    sources = sorted(next((cache_dir / "emoji").glob("google-64-*")).glob("1f34*.png"))[:5]
-    for p in sources:
-        (gallery / p.name).write_bytes(p.read_bytes())
-    query = next((cache_dir / "emoji").glob("twitter-64-*")) / sources[0].name
+    query = emoji_gallery(cache_dir, gallery)
     (gallery / "broken.png").write_text("not an image")  # skipped with one warning
     out = tmp_path / "strip.png"
     assert retrieve_main([str(run_dir), str(query), str(gallery), "--top", "3", "--out", str(out)]) == 0

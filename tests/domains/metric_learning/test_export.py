@@ -18,6 +18,7 @@ from contrasuite.pipelines.api import load_checkpoint
 from contrasuite.pipelines.cli import main
 from contrasuite.pipelines.config import load_config
 from contrasuite.pipelines.trainer import Trainer, evaluate
+from tests.domains.metric_learning.conftest import emoji_gallery
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "metric_learning"
 FORMATS = ("onnx", "torchscript", "safetensors")
@@ -94,11 +95,7 @@ def ranking(capsys) -> list[tuple[str, float]]:
 def test_retrieve_takes_the_export(hyperbolic, cache_dir, tmp_path, capsys):
     run_dir, tmp = hyperbolic
     gallery = tmp_path / "gallery"
-    gallery.mkdir()
-    sources = sorted(next((cache_dir / "emoji").glob("google-64-*")).glob("1f34*.png"))[:5]
-    for p in sources:
-        (gallery / p.name).write_bytes(p.read_bytes())
-    query = next((cache_dir / "emoji").glob("twitter-64-*")) / sources[0].name
+    query = emoji_gallery(cache_dir, gallery)
     assert retrieve_main([str(run_dir), str(query), str(gallery), "--out", str(tmp_path / "run.png")]) == 0
     want = ranking(capsys)
     for given in (tmp / "onnx", tmp / "torchscript" / NETWORK_FILES["torchscript"], tmp / "safetensors"):
