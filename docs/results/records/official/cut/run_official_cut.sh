@@ -23,16 +23,7 @@ export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 case "$MODE" in cut) CUT_MODE=CUT ;; fastcut) CUT_MODE=FastCUT ;; export) ;; *) echo "MODE: cut, fastcut or export" >&2; exit 2 ;; esac
 
 # 1. export the commit blob by blob (the stored snapshot lacks the README's images) and apply the patch
-if [ ! -f "$OFFICIAL/cut/.patched" ]; then
-  mkdir -p "$OFFICIAL/cut"
-  git --git-dir="$CUT_GIT" ls-tree -r "$CUT_COMMIT" | while read -r mode type sha path; do
-    mkdir -p "$OFFICIAL/cut/$(dirname "$path")"
-    git --git-dir="$CUT_GIT" cat-file -e "$sha" 2>/dev/null && git --git-dir="$CUT_GIT" cat-file blob "$sha" > "$OFFICIAL/cut/$path" \
-      || echo "not in the snapshot: $path" >&2
-  done
-  (cd "$OFFICIAL/cut" && patch -p1 < "$HERE/cut_cpu.patch")
-  echo "$CUT_COMMIT" > "$OFFICIAL/cut/.patched"
-fi
+"$HERE/../export_commit.sh" "$CUT_GIT" "$CUT_COMMIT" "$OFFICIAL/cut" "$HERE/cut_cpu.patch"
 [ "$MODE" = export ] && { echo "$OFFICIAL/cut"; exit 0; }
 SEED=${2:?seed}
 

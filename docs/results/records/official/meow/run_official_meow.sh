@@ -24,19 +24,7 @@ export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 # 1. export the commit blob by blob (git archive stops at the first blob the snapshot lacks: the
 #    stored snapshot of the repository lacks its six largest files, DBLP's apcpa.npz, aptpa.npz,
 #    nei_apcp.npz, nei_aptp.npz and two AMiner feature files)
-if [ ! -f "$OFFICIAL/.patched" ]; then
-  mkdir -p "$OFFICIAL"
-  git --git-dir="$MEOW_GIT" ls-tree -r "$MEOW_COMMIT" | while read -r mode type sha path; do
-    mkdir -p "$OFFICIAL/$(dirname "$path")"
-    if git --git-dir="$MEOW_GIT" cat-file -e "$sha" 2>/dev/null; then
-      git --git-dir="$MEOW_GIT" cat-file blob "$sha" > "$OFFICIAL/$path"
-    else
-      echo "not in the snapshot: $path" >&2
-    fi
-  done
-  (cd "$OFFICIAL" && patch -p1 < "$HERE/code_meow_cpu.patch")
-  touch "$OFFICIAL/.patched"
-fi
+"$HERE/../export_commit.sh" "$MEOW_GIT" "$MEOW_COMMIT" "$OFFICIAL" "$HERE/code_meow_cpu.patch"
 
 # 2. DBLP: build the missing meta-path files from pa.txt, pc.txt, pt.txt (only if absent)
 if [ "$DATASET" = dblp ] && [ ! -f "$OFFICIAL/data/dblp/apcpa.npz" ]; then

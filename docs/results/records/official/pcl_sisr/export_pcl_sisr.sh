@@ -17,16 +17,7 @@ PCL_COMMIT=${PCL_COMMIT:-ba4cbb770f921b4d859547c9edec27c8ec89cb65}
 OFFICIAL=${OFFICIAL:-/tmp/official/pcl_sisr}
 PYTHON=${PYTHON:-python}
 
-if [ ! -f "$OFFICIAL/.patched" ]; then
-  mkdir -p "$OFFICIAL"
-  git --git-dir="$PCL_GIT" ls-tree -r "$PCL_COMMIT" | while read -r mode type sha path; do
-    mkdir -p "$OFFICIAL/$(dirname "$path")"
-    git --git-dir="$PCL_GIT" cat-file -e "$sha" 2>/dev/null && git --git-dir="$PCL_GIT" cat-file blob "$sha" > "$OFFICIAL/$path" \
-      || echo "not in the snapshot: $path" >&2
-  done
-  (cd "$OFFICIAL" && patch -p1 < "$HERE/pcl_sisr.patch")
-  touch "$OFFICIAL/.patched"
-fi
+"$HERE/../export_commit.sh" "$PCL_GIT" "$PCL_COMMIT" "$OFFICIAL" "$HERE/pcl_sisr.patch"
 
 # einops (loss/adversarial.py), pytorch_wavelets and PyWavelets (loss/discriminator.py), imageio and scikit-image
 # with lazy-loader and tifffile (utility.py, data/), six (pytorch_wavelets), and setuptools < 81 for the
