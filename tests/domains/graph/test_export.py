@@ -13,6 +13,7 @@ from contrasuite.pipelines import checkpoint
 from contrasuite.pipelines.cli import main
 from contrasuite.pipelines.api import load_config, setup_task
 from contrasuite.pipelines.trainer import evaluate, train
+from tests.domains.refusals import assert_export_refused
 
 DATA_ROOT = Path(os.environ["CONTRASUITE_DATA"])
 CONFIG = Path(__file__).resolve().parents[3] / "configs" / "graph" / "reduced" / "infonce_acm.yaml"
@@ -74,7 +75,4 @@ def test_safetensors_round_trips_the_encoder(trained, tmp_path):
 
 def test_refusals_say_one_line(trained, tmp_path, capsys):
     run_dir, _ = trained
-    assert main(["export", str(run_dir), "--format", "onnx", "--out", str(tmp_path / "x")]) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "npy, safetensors" in err
-    assert not (tmp_path / "x").exists()
+    assert_export_refused(capsys, run_dir, "onnx", tmp_path / "x", "npy, safetensors")

@@ -14,6 +14,7 @@ from contrasuite.pipelines import checkpoint
 from contrasuite.pipelines.cli import main
 from contrasuite.pipelines.config import load_config
 from contrasuite.pipelines.trainer import Trainer
+from tests.domains.refusals import assert_export_refused
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "image_text"
 TINY = ["run.max_steps=2", "run.epochs=1", "run.precision=fp32", "run.progress=false", "run.health_every_steps=0",
@@ -122,10 +123,7 @@ def test_pretrained_towers_safetensors_stand_alone(towers_run, tmp_path):
 
 def test_open_clip_format_refused_for_pretrained_towers(towers_run, tmp_path, capsys):
     run_dir, _, _ = towers_run
-    assert main(["export", str(run_dir), "--format", "open_clip", "--out", str(tmp_path / "x")]) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "not open_clip towers: use safetensors or onnx" in err
-    assert not (tmp_path / "x").exists()
+    assert_export_refused(capsys, run_dir, "open_clip", tmp_path / "x", "not open_clip towers: use safetensors or onnx")
 
 
 def test_open_clip_checkpoint_loads_in_open_clip(clip_run, tmp_path):

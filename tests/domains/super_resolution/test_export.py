@@ -13,6 +13,7 @@ from contrasuite.domains.super_resolution.upscale import load_generator
 from contrasuite.pipelines.cli import main
 from contrasuite.pipelines.config import load_config
 from contrasuite.pipelines.trainer import Trainer, evaluate
+from tests.domains.refusals import assert_export_refused
 
 CONFIG = Path(__file__).resolve().parents[3] / "configs" / "super_resolution" / "reduced_x2_l1.yaml"
 TINY = ["run.epochs=1", "run.precision=fp32", "run.progress=false", "config.data.steps_per_epoch=2",
@@ -84,10 +85,7 @@ def test_upscale_takes_the_export(trained, tmp_path):
 
 def test_refusals_say_one_line_and_change_nothing(trained, tmp_path, capsys):
     run_dir, _, _ = trained
-    assert main(["export", str(run_dir), "--format", "npy", "--out", str(tmp_path / "x")]) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "onnx, torchscript, safetensors" in err
-    assert not (tmp_path / "x").exists()
+    assert_export_refused(capsys, run_dir, "npy", tmp_path / "x", "onnx, torchscript, safetensors")
     busy = tmp_path / "busy"
     busy.mkdir()
     (busy / "keep.txt").write_text("mine")
