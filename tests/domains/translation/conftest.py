@@ -1,4 +1,3 @@
-import os
 from pathlib import Path
 
 import pytest
@@ -20,12 +19,9 @@ def tiny_overrides() -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def data_root() -> Path:
-    """The data root holding ``emoji/`` and ``translation/``; skips when the emoji archives are absent."""
-    root = Path(os.environ["CONTRASUITE_DATA"])
-    if not (root / "emoji" / "emoji-twitter-64.tar.gz").is_file():
-        pytest.skip(f"emoji data not found under {root}/emoji (set CONTRASUITE_DATA)")
-    return root
+def data_root(emoji_root) -> Path:
+    """The data root holding ``emoji/`` and ``translation/`` (``emoji_root``: skips when the emoji data is absent)."""
+    return emoji_root
 
 
 @pytest.fixture(scope="session")
