@@ -13,7 +13,7 @@ from contrasuite.pipelines import checkpoint
 from contrasuite.pipelines.cli import main
 from contrasuite.pipelines.api import load_config, setup_task
 from contrasuite.pipelines.trainer import evaluate, train
-from tests.domains.refusals import assert_export_refused
+from tests.domains.exports import assert_export_refused
 
 DATA_ROOT = Path(os.environ["CONTRASUITE_DATA"])
 CONFIG = Path(__file__).resolve().parents[3] / "configs" / "graph" / "reduced" / "infonce_acm.yaml"

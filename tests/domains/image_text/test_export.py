@@ -14,7 +14,7 @@ from contrasuite.pipelines import checkpoint
 from contrasuite.pipelines.cli import main
 from contrasuite.pipelines.config import load_config
 from contrasuite.pipelines.trainer import Trainer
-from tests.domains.refusals import assert_export_refused
+from tests.domains.exports import assert_export_refused
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "image_text"
 TINY = ["run.max_steps=2", "run.epochs=1", "run.precision=fp32", "run.progress=false", "run.health_every_steps=0",

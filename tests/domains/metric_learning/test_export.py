@@ -18,6 +18,7 @@ from contrasuite.pipelines.api import load_checkpoint
 from contrasuite.pipelines.cli import main
 from contrasuite.pipelines.config import load_config
 from contrasuite.pipelines.trainer import Trainer, evaluate
+from tests.domains.exports import exported_output
 from tests.domains.metric_learning.conftest import emoji_gallery
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "metric_learning"
@@ -67,20 +68,8 @@ def test_each_format_reproduces_the_run(hyperbolic, fmt):
     with torch.no_grad():
         want = model.eval()(normalize(u8))  # the training code's normalisation of 0..255 images
     x = u8.float() / 255
-    if fmt == "onnx":
-        import onnxruntime
-
-        session = onnxruntime.InferenceSession(str(out / "model.onnx"))
-        got = torch.from_numpy(session.run(["embeddings"], {"images": x.numpy()})[0])
-    elif fmt == "torchscript":
-        got = torch.jit.load(str(out / "model.torchscript.pt"))(x)
-    else:
-        from safetensors.torch import load_file
-
-        net = NormalizedEmbeddingNet(config["embedding_dim"], pretrained=False, freeze_blocks=config["freeze_blocks"]).eval()
-        net.load_state_dict(load_file(str(out / "model.safetensors")))
-        with torch.no_grad():
-            got = net(x)
+    net = NormalizedEmbeddingNet(config["embedding_dim"], pretrained=False, freeze_blocks=config["freeze_blocks"])
+    got = exported_output(fmt, out, x, ("images", "embeddings"), net)
     assert got.shape == (3, 128) and run_cfg.model.embedding_dim == 128
     torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
     scores = scorer(config["scoring"])(got[:1], got)
