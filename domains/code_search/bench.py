@@ -251,6 +251,8 @@ def _peer_side(task: Any, chunk: int) -> tuple[Callable[[torch.Tensor], float], 
         loss_fn, what = MultipleNegativesRankingLoss(st, scale=scale), f"MultipleNegativesRankingLoss(scale={scale:g})"
     optimization = build_optimization(cfg.optim, {"encoder": [("encoder", st.parameters())]}, task.steps_per_epoch)
     opt, sched = optimization.optimizers["encoder"], optimization.schedulers["encoder"]
+    for group in opt.param_groups:  # the peer on PyTorch's default kernel, as sentence-transformers runs it
+        group.update(fused=None, foreach=None)
     lengths = (cfg.encoder.max_query_length, cfg.encoder.max_code_length)
 
     def features(batch: torch.Tensor) -> list[dict[str, torch.Tensor]]:

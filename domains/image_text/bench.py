@@ -289,11 +289,11 @@ def profile_table(profiles: dict[str, dict[str, Any]]) -> str:
 
 
 def where_text(record: dict[str, Any]) -> str:
-    """What the operators of a cached-features step are, for the record's precision and levers (the profile table
-    gives their times)."""
+    """What the operators of a cached-features step are, for the record's precision and optimizer kernel (the profile
+    table gives their times)."""
     adamw = ("AdamW (ours on the fused kernel, `_fused_adamw_`; the peer on PyTorch's default, on the CPU its "
              "per-tensor loop: `sqrt`, `div`, `lerp_`, `addcdiv_`, `addcmul_`, `mul_`)"
-             if record["levers"] or record.get("ours_optimizer") == "fused" else
+             if record.get("ours_optimizer") == "fused" else
              "AdamW (PyTorch's default on both, on the CPU its per-tensor loop: `sqrt`, `div`, `lerp_`, `addcdiv_`, "
              "`addcmul_`, `mul_`)")
     casts = (" Under bf16 autocast both also cast the weights and activations at every step (`copy_`)."

@@ -29,4 +29,6 @@ def test_against_peer_records_both_timings_and_equal_first_losses(tiny_model, mi
     assert text.count("| all operators |") == 2 and "GradCache, chunk 2: The operators of the engine's checks" in text
     # ours on the pipeline's default fused AdamW, the peer on PyTorch's per-tensor loop, and the section says so
     assert record["ours_optimizer"] == "fused" and "ours on PyTorch's fused kernel" in text
+    ops = plain["profile"]
+    assert "aten::_fused_adamw_" in ops["ours"]["ops"] and "aten::_fused_adamw_" not in ops["peer"]["ops"]
 
