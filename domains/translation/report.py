@@ -56,10 +56,10 @@ QUICK = (  # a few engine steps at tiny size, any translation config
 
 _PROTOCOL = "reduced emoji protocol (600 steps of batch 4, ngf/ndf 32), checkpoint picked on validation KID"
 _FD = "test FD on EfficientNet-Lite0 features (lower is better), Twemoji -> Noto emoji"
-_OFFICIAL_INPUT = ("official CUT on our reduced emoji protocol also loses to the input on all four metrics "
-                   "(FD 298 against the input's 198, seed 0; docs/results/records/official/cut/)")
-_OFFICIAL_FAST = ("official code on our protocol: its FastCUT beats its CUT on KID (156-168 against 195) and SSIM, "
-                  "FD and PSNR about equal, as ours (1-2 seeds; docs/results/records/official/cut/)")
+_OFFICIAL_INPUT = ("official CUT on our reduced emoji protocol also loses to the input on all four metrics, both seeds "
+                   "(FD 327.5 ± 41.7 against the input's 197.7; docs/results/records/official/cut/)")
+_OFFICIAL_FAST = ("official code on our protocol, 2 seeds a side: its FastCUT minus its CUT KID x1000 -94.8 ± 61.8, FD "
+                  "-35.9 ± 30.2, within 2 standard errors, as ours (docs/results/records/official/cut/)")
 _OFFICIAL_GAN = "official GAN-only arm not run on our protocol (records/official/cut/ has CUT and FastCUT)"
 EFFECTS = (
     Effect("CUT: PatchNCE over the GAN loss alone",
