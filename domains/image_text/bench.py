@@ -65,7 +65,7 @@ from torch import Tensor, nn
 
 from contrasuite.pipelines.api import (
     RECORDS, ROOT, alternate, check_text, comparison_section, cpu_task, optimizer_kernel, our_step, ours_text, outcome,
-    peer_flags, peer_main, peer_record, peer_version, run_variant, synced_clocks,
+    peer_flags, peer_main, peer_record, peer_version, profile_sides, profile_table, run_variant, synced_clocks,
 )
 
 SECTION = "image_text"
@@ -211,23 +211,6 @@ def weights_gap(start: list[Tensor], ours: list[Tensor], theirs: list[Tensor]) -
     return norm(a - b for a, b in zip(ours, theirs)) / norm(a - s for a, s in zip(ours, start))
 
 
-def profile(step: Callable[[Any], Any], batches: list, steps: int, device: torch.device) -> dict[str, Any]:
-    """``torch.profiler`` over ``steps`` steps: each operator's CPU self time in ms per step (``ops``) and their sum
-    (``cpu_self_ms``); on a GPU also the CUDA kernels' time per step (``cuda_kernel_ms``)."""
-    from torch.profiler import ProfilerActivity, profile as torch_profile
-
-    cuda = device.type == "cuda"
-    with torch_profile(activities=[ProfilerActivity.CPU] + [ProfilerActivity.CUDA] * cuda) as prof:
-        for i in range(steps):
-            step(batches[i % len(batches)])
-        if cuda:
-            torch.cuda.synchronize(device)
-    events = prof.key_averages()
-    ops = {e.key: round(e.self_cpu_time_total / 1000 / steps, 4) for e in events if e.self_cpu_time_total > 0}
-    kernels = {"cuda_kernel_ms": sum(e.self_device_time_total for e in events) / 1000 / steps} if cuda else {}
-    return {"cpu_self_ms": sum(ops.values()), **kernels, "ops": ops}
-
-
 def seeded(step: Callable[[Any], Any]) -> Callable[[Any], Any]:
     """``step`` after ``torch.manual_seed(k)`` at its ``k``-th call: both sides' dropout draws the same masks."""
     calls = count()
@@ -256,8 +239,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         first_peer = float(theirs(batches[0]))
         rounds = alternate({"ours": ours, "peer": theirs}, batches, args.repeats, args.steps, synced_clocks(device))
         gap = weights_gap(start, trained(task.optimizers()["model"]), trained(peer_optimizer))
-        profiles = {name: profile(side, batches, args.steps, device) for name, side in
-                    (("ours", ours), ("peer", theirs))} if args.profile else None
+        profiles = profile_sides({"ours": ours, "peer": theirs}, batches, args.steps, device) if args.profile else None
     m, images = task.cfg.model, peer_batches[0][0]
     kernel = optimizer_kernel(task.optimizers()["model"])
     own = {"ours": ours_text(f"image_text/{args.config}", detail=f" ({args.precision}), AdamW ({kernel} kernel)"),
@@ -269,23 +251,6 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
            "distinct_batches": len(batches), "weights_gap_after": gap, **({"profile": profiles} if profiles else {})}
     measured = outcome(first_ours, first_peer, rounds, args.clock, tolerance=TOLERANCE[args.precision])
     return peer_record(SECTION, args, argv, {}, [], own, measured)
-
-
-def profile_table(profiles: dict[str, dict[str, Any]]) -> str:
-    """The :data:`PROFILE_ROWS` operators of largest CPU self time on either side, each side's time and the
-    difference, then all operators together (markdown; ``-``: not run on that side)."""
-    ours, peer = profiles["ours"]["ops"], profiles["peer"]["ops"]
-    top = sorted(ours.keys() | peer.keys(), key=lambda op: -max(ours.get(op, 0), peer.get(op, 0)))[:PROFILE_ROWS]
-    rows = ["| operator | ours ms/step | peer ms/step | ours - peer |", "|---|---|---|---|"]
-    for op in top:
-        cells = [f"{side[op]:.2f}" if op in side else "-" for side in (ours, peer)]
-        rows.append(f"| `{op}` | {cells[0]} | {cells[1]} | {ours.get(op, 0) - peer.get(op, 0):+.2f} |")
-    total = [profiles[side]["cpu_self_ms"] for side in ("ours", "peer")]
-    rows.append(f"| all operators | {total[0]:.2f} | {total[1]:.2f} | {total[0] - total[1]:+.2f} |")
-    if "cuda_kernel_ms" in profiles["ours"]:
-        kernels = [profiles[side]["cuda_kernel_ms"] for side in ("ours", "peer")]
-        rows.append(f"| CUDA kernels (GPU time) | {kernels[0]:.2f} | {kernels[1]:.2f} | {kernels[0] - kernels[1]:+.2f} |")
-    return "\n".join(rows)
 
 
 def where_text(record: dict[str, Any]) -> str:
@@ -324,7 +289,7 @@ def render(record: dict[str, Any]) -> str:
     if "profile" in record:
         note = (f"\nWhere the time goes (`torch.profiler` over {record['steps_per_round']} more steps per side: CPU "
                 f"self time of the {PROFILE_ROWS} largest operators). " + (where_text(record) if record["frozen_trunks"] else "")
-                + "\n\n" + profile_table(record["profile"]))
+                + "\n\n" + profile_table(record["profile"], PROFILE_ROWS, differences=0))
     return comparison_section(record, title, same_work, note=note)
 
 

@@ -336,14 +336,16 @@ def comparison_section(record: dict[str, Any], title: str, same_work: str, unit:
     return "\n".join(lines + ([] if note is None else [note]))
 
 
-def profile_table(profiles: dict[str, dict[str, Any]], rows: int = PROFILE_ROWS) -> str:
+def profile_table(profiles: dict[str, dict[str, Any]], rows: int = PROFILE_ROWS, differences: int | None = None) -> str:
     """Markdown of :func:`profile_sides`'s ``ours`` and ``peer``: the ``rows`` operators of largest CPU self time on
-    either side, then the ``rows`` others of largest difference, each side's ms per step (``-``: not run on that
-    side) and ours minus peer; then all operators together (and the GPU kernels when profiled on a GPU)."""
+    either side, then the ``differences`` (default ``rows``) others of largest difference, each side's ms per step
+    (``-``: not run on that side) and ours minus peer; then all operators together (and the GPU kernels when profiled
+    on a GPU)."""
     ours, peer = profiles["ours"]["ops"], profiles["peer"]["ops"]
     ops = ours.keys() | peer.keys()
     top = sorted(ops, key=lambda op: -max(ours.get(op, 0), peer.get(op, 0)))[:rows]
-    top += sorted(ops - set(top), key=lambda op: -abs(ours.get(op, 0) - peer.get(op, 0)))[:rows]
+    by_difference = sorted(ops - set(top), key=lambda op: -abs(ours.get(op, 0) - peer.get(op, 0)))
+    top += by_difference[:rows if differences is None else differences]
     lines = ["| operator | ours ms/step | peer ms/step | ours - peer |", "|---|---|---|---|"]
     for op in top:
         cells = [f"{side[op]:.2f}" if op in side else "-" for side in (ours, peer)]
