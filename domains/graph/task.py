@@ -9,8 +9,9 @@ negative weights chosen by ``negatives.kind``:
   projections that separate i and j, re-clustered every step, plus ``proto_weight`` times ProtoNCE
   (PCL) over the same clusterings;
 * ``learned`` (AdaMEOW): ``w_ij = sigmoid(MLP(z_i + z_j))`` learned end to end, the positive's own
-  weight ``w_ii`` included in the denominator (it enters as one extra weighted negative column, so
-  use ``positive_in_denominator: false`` in the term).
+  weight ``w_ii`` included in the denominator. With one ``infonce`` term and
+  ``positive_in_denominator: false`` (AdaMEOW's loss) that is one ``N x N`` log-sum-exp
+  (``learned_weight_infonce``); any other terms get ``w_ii`` as one extra weighted negative column.
 
 Evaluation follows :mod:`contrasuite.domains.graph.evaluate`; ``evaluate("val")`` returns only
 validation scores (``macro_f1`` first: the mean over the label ratios, what selects the checkpoint),
@@ -27,8 +28,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from contrasuite.core.negatives.cluster_weights import ClusterWeights
-from contrasuite.core.negatives.learned_weights import LearnedNegativeWeights
+from contrasuite.core.negatives.learned_weights import LearnedNegativeWeights, learned_weight_infonce
 from contrasuite.core.objectives import InfoNCE, ObjectiveSum
+from contrasuite.core.similarity import get_similarity
 from contrasuite.core.task.config_fields import bounded, one_of
 from contrasuite.core.task.config_fields import ObjectiveConfig as BaseObjectiveConfig
 from contrasuite.core.task.errors import ConfigValueError, OneProcessOnly
@@ -89,7 +91,9 @@ class NegativesConfig:
     """Mean of the rescaled PCL concentrations (MEOW: its tau)."""
     hidden: int = 16
     """Hidden width of the learned weight MLP."""
-    chunk_size: int = 512
+    chunk_size: int = bounded(0, ge=0)
+    """Anchor rows per block of the learned weights (``core/negatives/learned_weights.py``); 0: a
+    cache-sized block on the CPU, 256 MiB on a GPU."""
     detach_weight_inputs: bool = False
     """Feed the learned weight MLP detached embeddings: the weights still learn, but no gradient flows
     from them into the encoder (an ablation; AdaMEOW trains both through the weights)."""
@@ -135,6 +139,17 @@ def _check(cfg: GraphConfig, num_metapaths: int) -> None:
     missing = [r for r in cfg.eval_ratios if r not in cfg.dataset.splits]
     if missing:
         raise ConfigValueError(f"config.eval_ratios: {missing} not in config.dataset.splits {list(cfg.dataset.splits)}")
+
+
+def adameow_term(objective: ObjectiveSum) -> tuple[float, InfoNCE] | None:
+    """``(weight, term)`` when the objective is AdaMEOW's own: one dense ``infonce`` term with the positive
+    out of the denominator (the learned ``w_ii`` puts it back); None otherwise."""
+    if len(objective.terms) != 1:
+        return None
+    term = objective.terms[0]
+    if type(term) is InfoNCE and not term.positive_in_denominator and term.tile_size is None:
+        return objective.weights[0], term
+    return None
 
 
 class GraphTask:
@@ -266,6 +281,12 @@ class GraphTask:
                 weight = self.weigher(anchors.detach(), candidates.detach())
             else:
                 weight = self.weigher(anchors, candidates)
+            single = adameow_term(self.objective)
+            if single is not None:
+                scale, term = single
+                logits = get_similarity(term.similarity)(anchors, candidates, scale=1.0 / term.temperature)
+                loss = scale * learned_weight_infonce(logits, weight).mean()
+                return {"contrastive": loss}, {"neg_weight_mean": float(weight.detach().mean())}
             eye = torch.eye(weight.shape[0], device=weight.device, dtype=torch.bool)
             zero = torch.zeros_like(weight)
             extended = torch.cat([candidates, candidates])

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from contrasuite.core.negatives.learned_weights import LearnedNegativeWeights
+from contrasuite.core.negatives.learned_weights import CPU_BLOCK_BYTES, LearnedNegativeWeights, learned_weight_infonce
 
 
 def saved_bytes(fn):
@@ -64,3 +64,34 @@ def test_no_grad_path_and_shape_errors():
     assert w.shape == (10, 3) and ((w > 0) & (w < 1)).all()
     with pytest.raises(ValueError, match="share D"):
         mod(torch.randn(2, 4), torch.randn(2, 5))
+
+
+def test_automatic_block_fits_the_cpu_budget_and_gives_the_same_weights():
+    """chunk_size 0 picks the rows of one cache-sized block; the weights are those of any explicit chunk
+    size (up to the order of the hidden sum inside a block's product)."""
+    torch.manual_seed(2)
+    mod = LearnedNegativeWeights(8, hidden=4)
+    a, b = torch.randn(300, 8), torch.randn(700, 8)
+    hidden_b = torch.nn.functional.linear(b, mod.first.weight)
+    rows = mod.rows_per_chunk(hidden_b)
+    assert rows == CPU_BLOCK_BYTES // (700 * 4 * 4) and rows * 700 * 4 * 4 <= CPU_BLOCK_BYTES
+    explicit = LearnedNegativeWeights(8, hidden=4, chunk_size=7)
+    explicit.load_state_dict(mod.state_dict())
+    assert torch.allclose(mod(a, b), explicit(a, b), atol=1e-7, rtol=0)
+    with pytest.raises(ValueError, match="chunk_size >= 0"):
+        LearnedNegativeWeights(8, chunk_size=-1)
+
+
+def test_learned_weight_infonce_is_adameows_formula():
+    """``-log( exp(l_ii) / sum_j w_ij exp(l_ij) )`` with ``w_ii`` in the denominator, values and gradients,
+    against the direct form in float64."""
+    torch.manual_seed(3)
+    logits = torch.randn(6, 6, dtype=torch.float64, requires_grad=True)
+    weight = torch.rand(6, 6, dtype=torch.float64).requires_grad_()
+    ours = learned_weight_infonce(logits, weight)
+    direct = -torch.log(logits.diagonal().exp() / (weight * logits.exp()).sum(dim=1))
+    assert torch.allclose(ours, direct, atol=1e-12)
+    for x, y in zip(torch.autograd.grad(ours.sum(), [logits, weight]), torch.autograd.grad(direct.sum(), [logits, weight])):
+        assert torch.allclose(x, y, atol=1e-12)
+    with pytest.raises(ValueError, match=r"\[N, N\]"):
+        learned_weight_infonce(torch.zeros(2, 3), torch.zeros(2, 3))

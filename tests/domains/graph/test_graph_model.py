@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from contrasuite.core.task.protocol import TaskContext
 from contrasuite.domains.graph.data import row_normalize
 from contrasuite.domains.graph.model import GCNEncoder, OneHotLinear, SemanticAttention, mask_entries
-from contrasuite.domains.graph.task import GraphTask
+from contrasuite.domains.graph.task import GraphTask, adameow_term
 from contrasuite.pipelines.config import load_config
 
 CONFIGS = Path(__file__).resolve().parents[3] / "configs" / "graph"
@@ -147,6 +147,25 @@ def test_adameow_loss_is_the_official_formula(tmp_path, make_tiny_graph):
     expected = -torch.log(dots.diagonal() / (dots * weights).sum(dim=1)).mean()
     assert torch.allclose(loss, expected, atol=1e-5)
     assert logs["neg_weight_mean"] == pytest.approx(float(weights.mean()), abs=1e-6)
+
+
+def test_adameow_single_term_equals_the_general_weighted_form(tmp_path, make_tiny_graph):
+    """The one-term path (``learned_weight_infonce``) gives the loss and gradients of the general form that
+    any other objective takes: ``w_ii`` as an extra weighted negative column of the candidates."""
+    task = tiny_task(tmp_path, make_tiny_graph, "config.negatives.kind=learned", "config.objective.anchor=fine",
+                     "config.objective.terms.0.positive_in_denominator=false")
+    task.model.eval()
+    coarse, fine = (v.detach().requires_grad_() for v in task.views(0))
+    params = [fine, coarse, *task.weigher.parameters()]
+    loss = task.loss_terms(coarse, fine, 0)[0]["contrastive"]
+    weight = task.weigher(fine, coarse)
+    eye = torch.eye(len(weight), dtype=torch.bool)
+    general = task.objective(fine, torch.cat([coarse, coarse]), pos_mask=torch.cat([eye, torch.zeros_like(eye)], 1),
+                             neg_weight=torch.cat([weight.masked_fill(eye, 0), weight * eye], 1))
+    assert torch.allclose(loss, general, atol=1e-6)
+    for x, y in zip(torch.autograd.grad(loss, params), torch.autograd.grad(general, params)):
+        assert torch.allclose(x, y, atol=1e-6)
+    assert adameow_term(task.objective) is not None  # the loss above took the one-term path
 
 
 def test_pathsim_ties_option_reaches_the_graphs(tmp_path, make_tiny_graph):
