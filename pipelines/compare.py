@@ -204,11 +204,20 @@ def make_record(comparison: Comparison, arm: Arm, seed: int, run: TestedRun, dig
                     "cpu_seconds": round(run.cpu_seconds, 1), "epochs_run": epochs, "steps_run": steps,
                     "selected_epoch": run.test.get("epoch"),
                     "seconds_per_epoch": round(run.train_seconds / max(epochs, 1), 2),
-                    "seconds_to_selected": round(run.train_seconds * min(selected_step, steps) / max(steps, 1), 1)},
+                    **_to_selected(run, selected_step, steps)},
         "run_dir": str(run.run_dir),
         "recorded": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         **comparison.extra(arm, run),
     }
+
+
+def _to_selected(run: TestedRun, selected_step: int, steps: int) -> dict[str, float]:
+    """``seconds_to_selected`` (wall) and ``cpu_seconds_to_selected``: the training time the selected checkpoint
+    holds (validations included; the trainer's ``train_times``). A checkpoint written before it held one: the
+    wall training time scaled by the selected step's share of the steps run, and no CPU time."""
+    if "train_cpu_seconds" in run.test:
+        return {"seconds_to_selected": run.test["train_seconds"], "cpu_seconds_to_selected": run.test["train_cpu_seconds"]}
+    return {"seconds_to_selected": round(run.train_seconds * min(selected_step, steps) / max(steps, 1), 1)}
 
 
 def _with_digest(record: Mapping[str, Any], digest: str | None, moved: dict[str, str]) -> dict[str, Any]:

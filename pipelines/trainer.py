@@ -150,9 +150,9 @@ class Trainer:
         self.scaler = make_scaler(self.run.precision, self.device)
         self.log = MetricsLog(self.run_dir, enabled=self.dist.is_main and not read_only, tensorboard=self.run.tensorboard)
         self.best: float | None = None
-        self._seconds_before = 0.0  # training seconds of the processes that made the restored checkpoint
+        self._seconds_before = (0.0, 0.0)  # training (wall, CPU) seconds of the processes that made the restored checkpoint
         self._resumed = False
-        self._fit_started: float | None = None
+        self._fit_started: tuple[float, float] | None = None  # (time.time(), time.process_time()) when fit began
         self._epoch_rng: dict[str, Any] | None = None
         self._resume_rng: dict[str, Any] | None = None
         self._last_eval_step = -1
@@ -220,7 +220,7 @@ class Trainer:
             "best": self.best,
             "last_eval_step": self._last_eval_step,
             "consecutive_skips": self._consecutive_skips,
-            "train_seconds": self.train_seconds(),
+            **self.train_times(),
             "config": self.loaded.resolved,
         }
 
@@ -254,7 +254,8 @@ class Trainer:
         self._resume_rng, self._epoch_rng = self._own_rng(state)
         self._last_eval_step = state["last_eval_step"]
         self._consecutive_skips = state.get("consecutive_skips", 0)
-        self._seconds_before, self._resumed = state.get("train_seconds", 0.0), True
+        self._seconds_before = (state.get("train_seconds", 0.0), state.get("train_cpu_seconds", 0.0))
+        self._resumed = True
         self.log.truncate_after(self.position.global_step)
 
     def _own_rng(self, state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
@@ -268,11 +269,15 @@ class Trainer:
                   "original run's", file=sys.stderr)
         return ranks[0]
 
-    def train_seconds(self) -> float:
-        """Wall seconds of training up to now, summed over the processes a resumed run went through (each
-        counted to the checkpoint it left: work lost after a run's last checkpoint is not counted)."""
-        running = 0.0 if self._fit_started is None else time.time() - self._fit_started
-        return round(self._seconds_before + running, 1)
+    def train_times(self) -> dict[str, float]:
+        """``train_seconds`` (wall) and ``train_cpu_seconds`` (this process's user + system time, without data
+        loader workers) of training up to now, validations included, summed over the processes a resumed run
+        went through (each counted to the checkpoint it left: work lost after a run's last checkpoint is not
+        counted). Saved in every checkpoint, so ``best.pt`` holds the time to the selected checkpoint."""
+        wall, cpu = (0.0, 0.0) if self._fit_started is None else (
+            time.time() - self._fit_started[0], time.process_time() - self._fit_started[1])
+        return {"train_seconds": round(self._seconds_before[0] + wall, 1),
+                "train_cpu_seconds": round(self._seconds_before[1] + cpu, 1)}
 
     def _status(self, state: str, **extra: Any) -> None:
         if self.dist.is_main and not self._read_only:
@@ -321,7 +326,7 @@ class Trainer:
         """Train from the current position to the end; returns the run folder."""
         from tqdm import tqdm
 
-        self._fit_started = time.time()
+        self._fit_started = (time.time(), time.process_time())
         for note in self._notes if self.dist.is_main else ():
             print(note, file=sys.stderr)
         self._status("running")
@@ -336,7 +341,7 @@ class Trainer:
                 if self._last_eval_step != self.position.global_step:
                     self.validate()
                 self.save("last")
-            self._status("finished", train_seconds=self.train_seconds(), resumed=self._resumed)
+            self._status("finished", **self.train_times(), resumed=self._resumed)
         except Preempted:
             raise
         except BaseException as err:
@@ -395,7 +400,7 @@ class Trainer:
             return
         self.save("last")
         name = signal.Signals(signum).name
-        self._status("preempted", signal=name, train_seconds=self.train_seconds())
+        self._status("preempted", signal=name, **self.train_times())
         raise Preempted(f"{name} at step {self.position.global_step}: saved {self.run_dir / 'checkpoints' / 'last.pt'}; "
                         f"continue with: contrasuite resume {self.run_dir}", signum)
 
@@ -492,8 +497,10 @@ class Trainer:
             started = time.time()
             with self._side_computation():
                 metrics = {k: float(v) for k, v in self.task.evaluate("test").items()}
+            # the checkpoint's own training time: for best.pt, the time to the selected checkpoint
+            trained = {k: state[k] for k in ("train_seconds", "train_cpu_seconds") if k in state}
             result = {"split": "test", "checkpoint": which, **state["position"], "metrics": metrics,
-                      "seconds": round(time.time() - started, 3)}
+                      "seconds": round(time.time() - started, 3), **trained}
             write_json(result, self.run_dir / "eval_test.json")
             return result
 

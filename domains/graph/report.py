@@ -107,8 +107,8 @@ def versus(runs: dict[str, list[dict]], method: str, baseline: str) -> str:
 
 
 def _timing(method: str, runs: list[dict]) -> str:
-    """Seconds per epoch, epochs run, the selected epochs, the mean time to the selected checkpoint and the
-    machine's load when the runs started."""
+    """Seconds per epoch, epochs run, the selected epochs, the mean time (and CPU time, where every record has
+    it) to the selected checkpoint and the machine's load when the runs started."""
     t = [r["timings"] for r in runs]
     epochs = sorted({x["epochs_run"] for x in t})
     loads = [r["machine"]["load_average_1min"] for r in runs if r.get("machine", {}).get("load_average_1min") is not None]
@@ -119,6 +119,8 @@ def _timing(method: str, runs: list[dict]) -> str:
             f"{', '.join(str(x['epochs_run']) for x in t) if len(epochs) > 1 else epochs[0]} epochs run, "
             f"selected epoch {', '.join(str(x['selected_epoch']) for x in t)}, "
             f"mean {statistics.mean(x['seconds_to_selected'] for x in t):.0f} s to the selected checkpoint"
+            + (f" ({statistics.mean(x['cpu_seconds_to_selected'] for x in t):.0f} CPU s)"
+               if all("cpu_seconds_to_selected" in x for x in t) else "")
             + (f", {statistics.mean(x['cpu_seconds'] for x in t):.0f} CPU s per run (training and test)"
                if all(x.get("cpu_seconds") for x in t) else "")
             + (f" (1-min load {min(loads):.1f}-{max(loads):.1f} on {runs[0]['machine']['cores']} cores at the starts)"
@@ -142,7 +144,9 @@ def render_page(protocol: str, records: list[dict[str, Any]], command: str) -> s
         "seeds in column `seeds` (one seed: ± the std over its probe runs). Reference rows are quoted, not re-run.",
         "Times: wall seconds of one process with one thread on the machine the records name (a busy machine",
         "stretches them: the CPU seconds and the load are given beside them); time to the selected checkpoint is",
-        "the training time scaled by the selected step's share of the steps run. Per-epoch speed against the",
+        "the training time (validations included) the selected checkpoint holds, with its CPU seconds where the",
+        "checkpoint kept them (older records: the training time scaled by the selected step's share of the steps",
+        "run). Per-epoch speed against the",
         "official code, measured in alternating rounds in one process: docs/results/bench_pipelines.md (graph).",
         "",
     ]

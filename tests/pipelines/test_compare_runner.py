@@ -2,6 +2,7 @@
 pages rendered only from current records; and the effects table (pipelines/effects.py)."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -47,6 +48,10 @@ def test_runs_are_recorded_once_and_the_page_re_renders_from_the_records(toy_com
         assert key in record, key
     assert record["seed"] == 1 and "run.seed=1" in record["command"] and record["libraries"]["torch"]
     assert record["timings"]["steps_run"] == 2 and record["data_version"] == "undeclared"
+    # the time to the selected checkpoint is the one its checkpoint holds, wall and CPU (the trainer's train_times)
+    tested = json.loads((Path(record["run_dir"]) / "eval_test.json").read_text())
+    assert tested["train_cpu_seconds"] > 0 and record["timings"]["cpu_seconds_to_selected"] == tested["train_cpu_seconds"]
+    assert record["timings"]["seconds_to_selected"] == tested["train_seconds"] <= record["timings"]["train_seconds"]
     # the dependent arm got the same seed's run folder of the arm it names
     after = json.loads((records / "needs_plain_seed1.json").read_text())
     assert f"config.data_file={record['run_dir']}/status.json" in after["command"]

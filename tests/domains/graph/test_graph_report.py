@@ -37,6 +37,10 @@ def test_several_seeds_give_mean_and_std_over_seeds_and_the_differences():
            "+2.00 ± 1.29 at 20 labels per class" in page and "No difference reaches 2 standard errors." in page
     assert "official MEOW minus MEOW" in page and "(beyond 2 standard errors)" not in page.split("official MEOW minus")[0]
     assert "mean 60 s to the selected checkpoint" in page and "## ACM" not in page
+    assert "CPU s)" not in page  # the fake records hold no CPU time to the checkpoint
+    for r in records:
+        r["timings"]["cpu_seconds_to_selected"] = 50.0 + r["seed"]
+    assert "mean 60 s to the selected checkpoint (51 CPU s)" in report.render_page("paper", records, "CMD")
 
 
 def test_the_effects_name_the_arms_of_the_paper_page():
