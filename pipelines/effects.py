@@ -42,6 +42,9 @@ class Effect:
     higher_is_better: bool = True
     official: str = ""
     """What running the official code on this protocol showed, or why none ran (issue 39)."""
+    official_arm: tuple[str, str] | None = None
+    """``(arm, group)`` of the official code's runs among the page's records, when they sit there: the cell then
+    adds their mean of ``metric`` and its difference from our ``arm`` with the standard error."""
 
 
 def measured(effect: Effect, records: list[dict[str, Any]]) -> tuple[str, str, str]:
@@ -55,6 +58,22 @@ def measured(effect: Effect, records: list[dict[str, Any]]) -> tuple[str, str, s
     sign = 1 if effect.higher_is_better else -1
     verdict = "not shown" if not d.beyond else "shown" if sign * d.mean > 0 else "opposite"
     return f"{d.mean:+.2f} ± {d.se:.2f}", seeds, verdict
+
+
+def official_cell(effect: Effect, records: list[dict[str, Any]]) -> str:
+    """The effect's ``official`` words, then the official runs' mean and official minus ours (two seeds a side)."""
+    text = effect.official or "-"
+    if effect.official_arm is None:
+        return text
+    arm, group = effect.official_arm
+    official = [r["metrics"][effect.metric] for r in records
+                if r.get("arm") == arm and r.get("group") == group and effect.metric in r["metrics"]]
+    ours = [r["metrics"][effect.metric] for r in records if r.get("arm") == effect.arm and effect.metric in r["metrics"]]
+    if len(official) < 2 or len(ours) < 2:
+        return text
+    d = difference(official, ours)
+    return (f"{text}: official {sum(official) / len(official):.2f} over {len(official)} seeds, official minus "
+            f"`{effect.arm}` {d.mean:+.2f} ± {d.se:.2f}" + (" (beyond 2 standard errors)" if d.beyond else ""))
 
 
 def declared() -> list[Effect]:
@@ -92,7 +111,7 @@ def render(effects: Sequence[Effect], results: Path = RESULTS) -> str:
                 f"[{e.page}](archive/{e.page}.md) (archived; its records kept)" if (results / "archive" / f"{e.page}.md").is_file()
                 else f"{e.page} (not published)")
         lines.append(f"| {e.method} | {e.claim} | {e.measure}: `{e.arm}` - `{e.baseline}` | {e.protocol} | {diff} | "
-                     f"{seeds} | {verdict} | {e.official or '-'} | {page} |")
+                     f"{seeds} | {verdict} | {official_cell(e, records)} | {page} |")
     return "\n".join(lines) + "\n"
 
 

@@ -136,6 +136,19 @@ def test_effects_verdicts_follow_the_difference_and_its_standard_error(tmp_path)
     assert "| M | claim | accuracy: `m` - `b` | ours | +2.00 ± 0.08 | 3 / 3 | shown | - | p (not published) |" in table
 
 
+def test_the_official_cell_adds_the_official_runs_beside_ours():
+    ours = [{"arm": "m", "group": "g", "seed": s, "metrics": {"acc": v}} for s, v in enumerate([3, 3.1, 2.9])]
+    official = [{"arm": "official_m", "group": "g", "seed": s, "metrics": {"acc": v}} for s, v in enumerate([1, 2])]
+    other_group = [{**r, "group": "h"} for r in official]
+    plain = effects.Effect("M", "claim", "p", "m", "b", "acc", "accuracy", "ours", official="the official code")
+    linked = effects.Effect("M", "claim", "p", "m", "b", "acc", "accuracy", "ours", official="the official code",
+                            official_arm=("official_m", "g"))
+    assert effects.official_cell(plain, ours + official) == "the official code"
+    assert effects.official_cell(linked, ours + other_group) == "the official code"  # another dataset's runs
+    assert effects.official_cell(linked, ours + official) == (
+        "the official code: official 1.50 over 2 seeds, official minus `m` -1.50 ± 0.50 (beyond 2 standard errors)")
+
+
 def test_every_seed_can_start_from_one_run_of_an_arm_that_runs_at_one_seed(toy_comparison, tmp_path):
     """PCL-SR's protocol: one converged model (seed 0) that every seed's fine-tuning starts from."""
     _, plain = toy_comparison
