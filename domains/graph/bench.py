@@ -162,11 +162,17 @@ def official_imports(folder: Path, dataset: str, out: TextIO) -> Iterator[None]:
         sys.modules.update(saved)
 
 
-def seed_as_main(seed: int) -> None:
-    """The seeds an official ``main.py`` sets before training: numpy's, Python's and torch's."""
-    np.random.seed(seed)
-    random.seed(seed)
-    torch.manual_seed(seed)
+def main_inputs(utils: Any) -> tuple[argparse.Namespace, list, list, list, list[int]]:
+    """An official ``main.py``'s first lines, run inside :func:`official_imports` with its ``utils`` package: its
+    parameters (``utils/params.py``), numpy's, Python's and torch's seeds, ``load_data``, and the feature widths;
+    returns ``args, nei_index, feats, adjs, dims``."""
+    args = utils.set_params()
+    np.random.seed(args.seed)
+    random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    nei_index, feats, adjs, _label, _train, _val, _test = utils.load_data(args.dataset, args.ratio, args.type_num)
+    dims = [64, 64, 64] if args.dataset == "aminer" else [f.shape[1] for f in feats]
+    return args, nei_index, feats, adjs, dims
 
 
 def official_epoch(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss_of: Callable[[], torch.Tensor],
@@ -202,16 +208,11 @@ def official_meow(folder: Path, dataset: str, threads: int) -> tuple[Callable[[A
     (module docstring); with what the record keeps of it."""
     devnull = open(os.devnull, "w")
     with official_imports(folder, dataset, devnull):
-        utils = importlib.import_module("utils")
-        meow = importlib.import_module("module.meow")
-        pre = importlib.import_module("module.preprocess")
-        faiss = importlib.import_module("faiss")
+        utils, meow = importlib.import_module("utils"), importlib.import_module("module.meow")
+        pre, faiss = importlib.import_module("module.preprocess"), importlib.import_module("faiss")
         if threads:
             faiss.omp_set_num_threads(threads)
-        args = utils.set_params()
-        seed_as_main(args.seed)
-        nei_index, feats, adjs, _label, _tr, _va, _te = utils.load_data(args.dataset, args.ratio, args.type_num)
-        dims = [64, 64, 64] if args.dataset == "aminer" else [f.shape[1] for f in feats]
+        args, nei_index, feats, adjs, dims = main_inputs(utils)
         adjs = pre.pathsim(adjs, args.nei_max)
         mask_feat = pre.mask_features(feats[0], args.feat_mask)
         adjs_norm = [pre.normalize_adj(a) for a in adjs]
@@ -264,13 +265,9 @@ def official_adameow(folder: Path, dataset: str, threads: int) -> tuple[Callable
     (module docstring); with what the record keeps of it."""
     devnull = open(os.devnull, "w")
     with official_imports(folder, dataset, devnull):
-        utils = importlib.import_module("utils")
-        adameow = importlib.import_module("module.adameow")
+        utils, adameow = importlib.import_module("utils"), importlib.import_module("module.adameow")
         pre = importlib.import_module("module.preprocess")
-        args = utils.set_params()
-        seed_as_main(args.seed)
-        nei_index, feats, adjs, _label, _tr, _va, _te = utils.load_data(args.dataset, args.ratio, args.type_num)
-        dims = [64, 64, 64] if args.dataset == "aminer" else [f.shape[1] for f in feats]
+        args, nei_index, feats, adjs, dims = main_inputs(utils)
         mask_feat = pre.mask_features(feats[0], args.feat_mask)
         adjs = pre.pathsim(adjs, args.nei_max)
         mask_adjs = pre.mask_edges(adjs, len(adjs), args.adj_mask)
