@@ -24,7 +24,7 @@ the rest of a domain never imports the engine. What is here:
   its section, :func:`heading`,
   :func:`check_text`, :func:`machine_lines`, :func:`rounds_table`, :func:`round_cells`, :func:`ratio_sentence`,
   :func:`profile_table`, :func:`checks_text`, :func:`profile_note` (a "where the time goes" paragraph with the profile's table),
-  :func:`where_words` (its words on the optimizer's kernel);
+  :func:`where_words` (its words on the optimizer's kernel and the weights' layout, :func:`weight_layout`);
   the command, :func:`official_flags` (a bench whose peer is the official code), :func:`peer_flags` and
   :func:`peer_main` (``--report``: a record into its page section).
 """
@@ -34,7 +34,7 @@ from contrasuite.pipelines.bench.against_peer import (
     RECORDS, alternate, check_text, checks_text, comparison_section, cpu_task, heading, machine_lines, official_flags,
     optimizer_kernel, our_step, ours_text, outcome, peer_flags, peer_main, peer_record, peer_version, plain_loop_step,
     profile_note, profile_sides, profile_table, pull_levers, round_cells, run_variant, summarize, synced_clocks,
-    where_words,
+    weight_layout, where_words,
 )
 from contrasuite.pipelines.checkpoint import CheckpointError, load as load_checkpoint
 from contrasuite.pipelines.cli_runs import ROOT, run_cli, thread_env
@@ -56,5 +56,5 @@ __all__ = [
     "official_flags", "optimizer_kernel", "our_step", "ours_text", "outcome", "peer_flags", "peer_main", "peer_record",
     "peer_version", "plain_loop_step", "profile_note",
     "profile_sides", "profile_table", "pull_levers", "round_cells", "run_variant", "summarize", "synced_clocks",
-    "where_words",
+    "weight_layout", "where_words",
 ]

@@ -38,6 +38,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from contrasuite.core.task.config_fields import bounded, check_fields, one_of
+from contrasuite.pipelines.memory_format import MEMORY_FORMATS
 from contrasuite.pipelines.moved_keys import moved_key
 from contrasuite.pipelines.registry import missing_extra, resolve_task
 
@@ -60,6 +61,10 @@ class RunSettings:
     AVX512-BF16 or AMX; fp32 elsewhere), ``bf16`` (autocast), ``fp16`` (autocast + GradScaler) or ``fp32``."""
     device: str = one_of("auto", DEVICES)
     """``auto`` (CUDA when present), ``cpu`` or ``cuda``."""
+    memory_format: str = one_of("auto", MEMORY_FORMATS)
+    """Layout of the 4-D weights of the modules the task wraps: ``auto`` (channels-last on the CPU for tasks that
+    declare ``channels_last_on_cpu``, measured faster there; as built otherwise), ``channels_last`` or
+    ``contiguous`` (``pipelines/memory_format.py``). Same network and numbers up to the kernels' rounding."""
     epochs: int = bounded(1, ge=0)
     """Epochs to run; 0 trains nothing and only validates (an untrained reference)."""
     max_steps: Optional[int] = bounded(None, ge=1)

@@ -15,18 +15,22 @@ import torch
 
 from contrasuite.core.task.precision import autocast_for
 from contrasuite.core.task.protocol import Task, TaskContext
+from contrasuite.pipelines.memory_format import laid_out, wants_channels_last
 from contrasuite.pipelines.precision import make_scaler, resolve_precision
 from contrasuite.pipelines.step import Step
 
 
 def setup_task(task: Task, config: Any, *, device: torch.device, precision: str = "fp32", data_root: Path = Path("."),
-               run_dir: Path = Path("."), seed: int = 0, progress: Callable[..., Iterable] | None = None) -> Task:
+               run_dir: Path = Path("."), seed: int = 0, progress: Callable[..., Iterable] | None = None,
+               memory_format: str = "auto") -> Task:
     """``task.setup`` with a one-rank :class:`TaskContext` (``config``: the task's config section; ``precision``
-    may be ``auto``, resolved for ``device`` as the trainer does); returns ``task``."""
+    may be ``auto``, resolved for ``device`` as the trainer does; the modules the task wraps laid out by
+    ``memory_format`` as the trainer does, :mod:`~contrasuite.pipelines.memory_format`); returns ``task``."""
     extra = {} if progress is None else {"progress": progress}
     concrete = resolve_precision(precision, device)[0]
+    channels_last = wants_channels_last(memory_format, type(task), device)
     task.setup(TaskContext(config=config, device=device, precision=concrete, run_dir=Path(run_dir),
-                           data_root=Path(data_root), seed=seed, **extra))
+                           data_root=Path(data_root), seed=seed, wrap=lambda m: laid_out(m, channels_last), **extra))
     return task
 
 

@@ -42,6 +42,7 @@ from contrasuite.core.task.protocol import TaskContext, hook
 from contrasuite.domains.init_from import checkpoint_file
 from contrasuite.pipelines import checkpoint, distributed
 from contrasuite.pipelines.config import ConfigError, LoadedConfig, flatten, load_config, parse_override, save_resolved
+from contrasuite.pipelines.memory_format import laid_out, wants_channels_last
 from contrasuite.pipelines.metrics_log import MetricsLog
 from contrasuite.pipelines.plots import similarity_histogram, training_curves
 from contrasuite.pipelines.precision import (
@@ -130,6 +131,7 @@ class Trainer:
                         "precision": self.run.precision},
                        self.run_dir / "environment.json")
         self._wrapped: list[nn.Module] = []
+        self._channels_last = wants_channels_last(self.run.memory_format, loaded.task_class, self.device)
         self.position = Position()
         seed_all(self.run.seed)
         self.task = loaded.task_class()
@@ -169,6 +171,7 @@ class Trainer:
     # -- task plumbing ------------------------------------------------------------------------
 
     def _wrap(self, module: nn.Module) -> nn.Module:
+        module = laid_out(module, self._channels_last)  # before DDP, which takes the parameters' layout
         if self.run.sync_batchnorm and self.dist.enabled:
             module = nn.SyncBatchNorm.convert_sync_batchnorm(module)
         wrapped = distributed.wrap_module(module, self.device)

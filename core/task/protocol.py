@@ -130,7 +130,9 @@ class TaskHooks(Protocol):
       and the similarity histogram.
     - ``similarity_samples() -> (positive, negative)``: similarity values for the histogram when the
       batch embeddings do not give them.
-    A class attribute ``smoke = SmokeSettings(...)`` tells ``contrasuite smoke`` how to shrink a config.
+    A class attribute ``smoke = SmokeSettings(...)`` tells ``contrasuite smoke`` how to shrink a config;
+    ``channels_last_on_cpu = True`` asks ``run.memory_format: auto`` to lay the modules the task wraps out
+    channels-last on the CPU, where its convolutions were measured faster so.
     """
 
     def state_dict(self) -> dict[str, Any]: ...

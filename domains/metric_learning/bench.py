@@ -20,7 +20,8 @@ ours is faster); the headline is the median over rounds, with the smallest and l
 clock; both clocks are kept in the record.
 
 Our AdamW runs on PyTorch's fused kernel, the pipeline's default (``core/task/optim.py``); the peer's on PyTorch's
-CPU default, the per-tensor loop, as its examples run it. Lever (``--compile``; bench-only, not what the pipeline
+CPU default, the per-tensor loop, as its examples run it. Our network's convolution weights are channels-last on the
+CPU (``run.memory_format: auto``, ``pipelines/memory_format.py``); the peer's copy is laid out as a network is built. Lever (``--compile``; bench-only, not what the pipeline
 runs): our network under ``torch.compile`` (CPU inductor; compiled during our first step, which is then the
 warm-up). A record with levers names them and is rendered as
 its own section.
@@ -49,7 +50,7 @@ import torch
 from contrasuite.pipelines.api import (
     RECORDS, ROOT, alternate, check_text, comparison_section, cpu_task, optimizer_kernel, our_step, ours_text, outcome,
     peer_flags, peer_main, peer_record, peer_version, plain_loop_step, profile_note, profile_sides, pull_levers,
-    where_words,
+    weight_layout, where_words,
 )
 
 SECTION = "metric_learning"
@@ -61,8 +62,7 @@ WHERE = (
     "`mkldnn_convolution` and `convolution_backward`, batch norm, ReLU6 as `clamp` and `hardtanh_backward`, the "
     "depthwise convolutions' padding with its `copy_` and `fill_`), nearly all of either step, and {optimizer}; "
     "the two Multi-Similarity "
-    "losses and miners are small operators on 64 embeddings. Rows of the same kernels differ between the sides by "
-    "the machine's load, not by the code. Only ours runs the engine's checks (`pipelines/step.py`): one "
+    "losses and miners are small operators on 64 embeddings. {rows} Only ours runs the engine's checks (`pipelines/step.py`): one "
     "`_foreach_norm` over the gradients (their global norm, logged and checked finite) and one over the updated "
     "weights (checked finite), a `linalg_vector_norm` per tensor on the CPU, each the one read of its tensors; no "
     "pass multiplies the gradients when nothing clips.")
@@ -84,7 +84,8 @@ def peer_loop(task: Any) -> tuple[Callable[[tuple[torch.Tensor, torch.Tensor]], 
     term = terms[0]
     kw = {k: term[k] for k in ("alpha", "beta", "base") if k in term}
     loss_fn, miner = losses.MultiSimilarityLoss(**kw), miners.MultiSimilarityMiner(epsilon=term.get("epsilon", 0.1))
-    model = copy.deepcopy(task.train_model)  # before any step: the same weights as ours
+    # before any step: the same weights as ours, in the layout a PML user's network has (ours may be channels-last)
+    model = copy.deepcopy(task.train_model).to(memory_format=torch.contiguous_format)
     twin = dict(zip(map(id, task.train_model.parameters()), model.parameters()))
     groups = []
     for group in task.optimizers()["model"].param_groups:
@@ -118,8 +119,10 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         profiles = profile_sides({"ours": ours, "peer": peer_step}, batches, args.steps) if args.profile else None
     x, y = batches[0]
     kernel = optimizer_kernel(task.optimizers()["model"])
-    own = {"ours": ours_text(f"metric_learning/{args.config}", levers, detail=f", AdamW ({kernel} kernel)"),
-           "ours_optimizer": kernel, "peer": peer_desc,
+    layout = weight_layout([task.train_model])
+    detail = f", AdamW ({kernel} kernel)" + (", channels-last weights (run.memory_format)" if layout == "channels_last" else "")
+    own = {"ours": ours_text(f"metric_learning/{args.config}", levers, detail=detail),
+           "ours_optimizer": kernel, "ours_layout": layout, "peer": peer_desc,
            "config": args.config, "overrides": list(args.override), "batch": int(x.shape[0]), "input": list(x.shape[1:]),
            "classes_per_batch": int(y.unique().numel()), "distinct_batches": len(batches),
            **({"profile": profiles} if profiles else {})}

@@ -124,6 +124,8 @@ class MetricLearningTask:
     config_class = MetricLearningConfig
     smoke = SmokeSettings(8, ("config.data.max_classes=24", "config.eval.batch_size=64"))
     extra_objectives = PML_TERMS
+    channels_last_on_cpu = True
+    """``run.memory_format: auto`` lays the wrapped network out channels-last on the CPU (pipelines/memory_format.py)."""
 
     def setup(self, ctx: TaskContext) -> None:
         cfg = ctx.config

@@ -67,7 +67,8 @@ from contrasuite.domains.super_resolution import official_pcl
 from contrasuite.domains.super_resolution.task import SRConfig, SuperResolutionTask
 from contrasuite.pipelines.api import (
     RECORDS, StepRunner, alternate, check_text, comparison_section, cpu_task, default_data_root, official_flags,
-    our_step, ours_text, outcome, peer_flags, peer_main, peer_record, pick_device, run_variant, setup_task, synced_clocks, write_output,
+    our_step, ours_text, outcome, peer_flags, peer_main, peer_record, pick_device, run_variant, setup_task, synced_clocks,
+    weight_layout, write_output,
 )
 
 
@@ -231,8 +232,11 @@ def against_official(args: argparse.Namespace, argv: Sequence[str]) -> dict[str,
         rounds = alternate({"ours": ours, "peer": theirs}, batches, args.repeats, args.steps, synced_clocks(device))
         profiles = {"ours": profile(ours, batches[0], device), "peer": profile(theirs, batches[0], device)} if args.profile else None
     cfg = task.cfg
+    layout = weight_layout([task.generator])
     fields = {
-        "ours": ours_text(config, detail=f" ({'bf16 autocast' if args.precision == 'bf16' else 'fp32'})"),
+        "ours": ours_text(config, detail=f" ({'bf16 autocast' if args.precision == 'bf16' else 'fp32'}"
+                                         + (", channels-last weights)" if layout == "channels_last" else ")")),
+        "ours_layout": layout,
         "peer": (f"official PCL-SISR (github.com/Aitical/PCL-SISR {official_pcl.COMMIT[:7]} with docs/results/records/"
                  "official/pcl_sisr/pcl_sisr.patch): Trainer.train() on a one-batch epoch, fp32 (the code has no autocast)"),
         "mode": args.mode, "config": config, "overrides": [*overrides, *args.override], "official_flags": flags,
@@ -274,6 +278,9 @@ def same_work(r: dict[str, Any]) -> str:
             f"its mean-shift convs); LR patch {r['patch']} (HR {r['patch'] * r['scale']}), batch {r['batch']}, "
             f"{r['distinct_batches']} distinct batch(es) of real T91 patches from our loader cycled by both; first-step L1 "
             f"{check_text(r['loss_check'])}")
+    if r.get("ours_layout") == "channels_last":
+        text += ("; our convolution weights are channels-last (`run.memory_format: auto` on the CPU, "
+                 "`pipelines/memory_format.py`), the official network's as built (NCHW)")
     if r["mode"] != "pcl":
         return text
     first = r["first_step"]

@@ -137,6 +137,8 @@ class SuperResolutionTask:
     config_class = SRConfig
     smoke = SmokeSettings(2, ("config.data.max_train_images=40", "config.data.val_every=4",
                               "config.data.steps_per_epoch=2", "config.test_sets=[Set5]"))
+    channels_last_on_cpu = True
+    """``run.memory_format: auto`` lays the wrapped network out channels-last on the CPU (pipelines/memory_format.py)."""
 
     def setup(self, ctx: TaskContext) -> None:
         cfg: SRConfig = ctx.config

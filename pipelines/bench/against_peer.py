@@ -25,7 +25,7 @@ import shlex
 import statistics
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
@@ -71,7 +71,8 @@ def cpu_task(config: str | os.PathLike, overrides: Sequence[str], data_root: str
     torch.manual_seed(0)
     loaded = load_config(config, list(overrides), data_root=data_root)
     task = setup_task(loaded.task_class(), loaded.config, device=device, precision=precision,
-                      data_root=Path(loaded.run.data_root or "."), run_dir=run_dir, seed=loaded.run.seed)
+                      data_root=Path(loaded.run.data_root or "."), run_dir=run_dir, seed=loaded.run.seed,
+                      memory_format=loaded.run.memory_format)
     return task, loaded
 
 
@@ -116,11 +117,34 @@ FUSED_CLOSING = (" So the two steps differ by the optimizer's kernel and the eng
 """The close of a "where the time goes" paragraph for a record whose optimizer ran fused (:func:`optimizer_words`)."""
 
 
+SAME_ROWS = "Rows of the same kernels differ between the sides by the machine's load, not by the code."
+CHANNELS_LAST_ROWS = ("Ours lays its convolution weights out channels-last (`run.memory_format: auto` on the CPU, "
+                      "`pipelines/memory_format.py`): its convolutions run oneDNN's NHWC kernels, the peer's the NCHW "
+                      "ones of a network as built; the convolution rows differ by that, the others by the machine's load.")
+CHANNELS_LAST_CLOSING = (" So the two steps differ by the convolutions' memory layout, the optimizer's kernel and the "
+                         "engine's checks: the ratio is what the pipeline's defaults (channels-last weights on the CPU, "
+                         "the fused optimizer) give at the same network, weights and precision.")
+"""The words of a record whose convolution weights ran channels-last (``ours_layout``, :func:`weight_layout`)."""
+
+
+def weight_layout(modules: Iterable[torch.nn.Module]) -> str:
+    """``channels_last`` when a 4-D weight of ``modules`` is laid out so (``run.memory_format``), else ``contiguous``."""
+    convs = [p for m in modules for p in m.parameters() if p.dim() == 4]
+    return "channels_last" if any(p.is_contiguous(memory_format=torch.channels_last) and not p.is_contiguous()
+                                  for p in convs) else "contiguous"
+
+
 def where_words(record: dict[str, Any], where: str, name: str, loop_ops: str, loop_closing: str) -> str:
-    """A bench's ``where`` text (with ``{optimizer}`` for :func:`optimizer_words`) and its close: ``loop_closing``
-    for records made before the fused default, else :data:`FUSED_CLOSING`."""
-    fused = record.get("ours_optimizer") == "fused"
-    return where.format(optimizer=optimizer_words(record, name, loop_ops)) + (FUSED_CLOSING if fused else loop_closing)
+    """A bench's ``where`` text (with ``{optimizer}`` for :func:`optimizer_words` and ``{rows}`` for what the
+    rows of the same operators differ by) and its close: :data:`CHANNELS_LAST_CLOSING` for a record whose
+    convolution weights ran channels-last, :data:`FUSED_CLOSING` for one on the fused optimizer, ``loop_closing``
+    for records made before the fused default."""
+    channels_last = record.get("ours_layout") == "channels_last"
+    text = where.format(optimizer=optimizer_words(record, name, loop_ops),
+                        rows=CHANNELS_LAST_ROWS if channels_last else SAME_ROWS)
+    closing = (CHANNELS_LAST_CLOSING if channels_last else FUSED_CLOSING if record.get("ours_optimizer") == "fused"
+               else loop_closing)
+    return text + closing
 
 
 def ours_text(subject: str, levers: Sequence[str] = (), detail: str = "") -> str:

@@ -85,3 +85,20 @@ def test_retrieve_prints_top_matches_and_writes_strip(tmp_path, cache_dir, emoji
     assert retrieve_main([str(run_dir), str(tmp_path / "nope.png"), str(gallery)]) == 2
     assert retrieve_main([str(run_dir), str(gallery / "broken.png"), str(gallery)]) == 2
     assert "QUERY_IMAGE " in capsys.readouterr().err
+
+
+def test_the_shipped_network_is_channels_last_on_the_cpu_unless_told(tmp_path, cache_dir, emoji_root):
+    """``run.memory_format: auto``: metric_learning declares ``channels_last_on_cpu``, so the trainer lays the
+    wrapped network's convolution weights out channels-last (pipelines/memory_format.py); ``contiguous`` keeps
+    NCHW. One training step runs either way, and the trained weights keep their layout."""
+    path = next(p for p in CONFIGS if p.stem == "emoji_multi_similarity")
+    for setting, layout in (("auto", torch.channels_last), ("contiguous", torch.contiguous_format)):
+        loaded = load_config(path, [*tiny_overrides(path, tmp_path / setting, cache_dir), "run.max_steps=1",
+                                    f"run.memory_format={setting}"], data_root=str(emoji_root))
+        run = trainer.Trainer(loaded)
+        convs = [p for p in run.task.model.parameters() if p.dim() == 4]
+        assert convs and all(p.is_contiguous(memory_format=layout) for p in convs), setting
+        before = [p.detach().clone() for p in convs]
+        run.fit()
+        assert any(not torch.equal(p, b) for p, b in zip(convs, before))  # trained
+        assert all(p.is_contiguous(memory_format=layout) for p in convs), setting

@@ -1,0 +1,44 @@
+"""``run.memory_format``: the memory layout of the 4-D weights of the modules a task hands to ``TaskContext.wrap``.
+
+With channels-last (NHWC) weights PyTorch's convolutions run their NHWC kernels, and a convolution's output
+takes its weight's layout, so activations stay NHWC from the first convolution on: the network and its
+numbers are the same, only the kernels (and their order of summation) change. Measured on this project's CPU
+(oneDNN, fp32, one thread): metric_learning's step (EfficientNet-Lite0 blocks on cached stem features) against
+pytorch-metric-learning's loop went from 1.00x to 1.45x, super_resolution's EDSR-baseline x2 step against the
+official PCL-SISR from 0.98x to 1.13x (L1) and 0.97x to 1.20x (L1 + PCL) (``contrasuite bench metric_learning
+--against peer``, ``contrasuite bench super_resolution --against official``; docs/results/bench_pipelines.md);
+one-off timings of the networks alone gave ResNet-18 at 32 px about 1.05x and CUT's ResNet generator and
+PatchGAN (reflection padding, instance norm) 0.88x. So ``auto`` takes channels-last on the CPU for the tasks
+that declare ``channels_last_on_cpu = True`` and leaves every other case as built (CUDA: not measured here).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+MEMORY_FORMATS = ("auto", "channels_last", "contiguous")
+
+
+def wants_channels_last(setting: str, task_class: Any, device: torch.device) -> bool | None:
+    """True (channels-last), False (contiguous) or None (leave the modules as built) for ``run.memory_format``."""
+    if setting == "auto":
+        return True if device.type == "cpu" and getattr(task_class, "channels_last_on_cpu", False) else None
+    return setting == "channels_last"
+
+
+def laid_out(module: nn.Module, channels_last: bool | None) -> nn.Module:
+    """``module`` with its 4-D parameters channels-last (True) or contiguous (False), in place (the parameter
+    objects stay, so optimizers built before keep them). Buffers keep their layout: DDP broadcasts them as they are."""
+    if channels_last is None:
+        return module
+    layout = torch.channels_last if channels_last else torch.contiguous_format
+    with torch.no_grad():
+        for p in module.parameters():
+            if p.dim() == 4:
+                # a fresh tensor with the layout's own strides: ``contiguous(memory_format=...)`` keeps the strides of a
+                # weight that is both (a depthwise [C, 1, k, k] or a 1 x 1 one), which the kernels then read as NCHW
+                p.data = torch.empty_like(p, memory_format=layout).copy_(p)
+    return module
