@@ -289,7 +289,7 @@ def own_facts(task: GraphTask) -> dict[str, Any]:
     settings (the clusterings under MEOW; the pair-weight MLP and the optimizer under AdaMEOW)."""
     neg = task.cfg.negatives
     facts = {"nodes": int(task.features[task.cfg.dataset.target].shape[0]), "dim": task.cfg.model.dim,
-             "metapath_edges": [int(g.rows.numel()) for g in task.graphs],
+             "metapath_edges": [int(g.rows.numel()) for g in task.graphs], "context": task.cfg.model.context,
              "parameters": sum(p.numel() for module in task.modules().values() for p in module.parameters())}
     if task.weigher is not None:
         optimizer = task.optimizers()["model"]
@@ -335,6 +335,14 @@ def official_rounds(record: dict[str, Any]) -> list[str]:
             f"{record['steps_per_round']} epochs (after one warm-up epoch each)."]
 
 
+def context_words(ours: dict[str, Any]) -> str:
+    """How the record's contexts were averaged, where it says (records made before ``model.context`` do not)."""
+    if ours.get("context") == "reach":
+        return ("; every meta-path context averaged over the nodes its path reaches on both sides (ours "
+                "`model.context: reach`, the official `nei_*` files)")
+    return "; ours averaged multi-hop contexts hop by hop (`model.context: walk`)" if "context" in ours else ""
+
+
 def render_meow(record: dict[str, Any]) -> str:
     """The page section of an ``--against official`` MEOW record (markdown)."""
     o, p = record["ours_facts"], record["official_facts"]
@@ -343,7 +351,7 @@ def render_meow(record: dict[str, Any]) -> str:
             f"({p['metapath_edges']}), parameters {o['parameters']:,} ({p['parameters']:,}: the official second GCN layer "
             f"keeps a PReLU it does not use); K = {len(o['num_clusters'])} "
             f"clusterings of {o['num_clusters']} clusters each epoch ({p['num_clusters']}): ours {o['kmeans']}, official "
-            f"{p['kmeans']}. First losses, ours {record['first_loss']['ours']:.4f}, official "
+            f"{p['kmeans']}{context_words(o)}. First losses, ours {record['first_loss']['ours']:.4f}, official "
             f"{record['first_loss']['peer']:.4f}: not expected equal (own dropout, masks and k-means draws)")
     lines = [heading(f"graph: our MEOW epoch vs the official code_meow ({record['dataset'].upper()})", record), "",
              f"- ours: {record['ours']}", f"- official: {record['peer']}", f"- same work: {same}",

@@ -359,10 +359,21 @@ def metapath_counts(data: HeteroData, metapaths: list[MetaPathSpec]) -> dict[str
 
 def row_normalized_incidence(data: HeteroData, edge_type: EdgeType) -> Tensor:
     """Sparse ``[N_src, N_dst]`` incidence whose rows average over neighbours (empty rows stay 0)."""
-    src, _, dst = edge_type
-    index = data[edge_type].edge_index
-    shape = (data[src].num_nodes, data[dst].num_nodes)
-    indices = torch.sparse_coo_tensor(index, torch.ones(index.shape[1]), shape).coalesce().indices()
+    return reach_incidence(data, [edge_type])
+
+
+def reach_incidence(data: HeteroData, edge_types: list[EdgeType]) -> Tensor:
+    """Sparse ``[N_first, N_last]`` incidence whose rows average over the nodes reached through ``edge_types`` in
+    turn, each counted once however many paths reach it (empty rows stay 0): MEOW's ``nei_*`` files (binary
+    "reached through the path") divided by their row sums, e.g. ``nei_apcp`` for author -> paper -> conference ->
+    paper. One hop: the neighbours' mean."""
+    reached = None
+    for src, rel, dst in edge_types:
+        index = data[(src, rel, dst)].edge_index
+        hop = torch.sparse_coo_tensor(index, torch.ones(index.shape[1]), (data[src].num_nodes, data[dst].num_nodes))
+        reached = hop.coalesce() if reached is None else torch.sparse.mm(reached, hop.coalesce()).coalesce()
+    shape = (data[edge_types[0][0]].num_nodes, data[edge_types[-1][2]].num_nodes)
+    indices = reached.indices()  # the path counts dropped: reached or not
     degree = torch.zeros(shape[0]).index_add_(0, indices[0], torch.ones(indices.shape[1]))
     values = 1.0 / degree[indices[0]]
     return torch.sparse_coo_tensor(indices, values, shape).coalesce()

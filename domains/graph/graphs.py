@@ -35,9 +35,10 @@ from torch import Tensor
 from torch_geometric.data import HeteroData
 
 from contrasuite.core.numerics import full_precision
-from contrasuite.domains.graph.data import metapath_edge_types, row_normalized_incidence
+from contrasuite.domains.graph.data import metapath_edge_types, reach_incidence, row_normalized_incidence
 
 GATHER = ("in", "out")
+CONTEXTS = ("walk", "reach")
 TIES = ("torch", "numpy")
 WEIGHTS = ("counts", "binary")
 
@@ -178,9 +179,17 @@ def mean_adjacency(adjacencies: list[Tensor]) -> Tensor:
     return total.coalesce().to_sparse_csr()
 
 
-def context_chains(data: HeteroData, path: list[str]) -> list[tuple[str, list[Tensor]]]:
-    """For each intermediate position of ``path``: its node type and the row-normalised hops to it."""
-    hops = [row_normalized_incidence(data, et) for et in metapath_edge_types(data, path)]
+def context_chains(data: HeteroData, path: list[str], context: str = "reach") -> list[tuple[str, list[Tensor]]]:
+    """For each intermediate position ``k`` of ``path``: its node type and the hops that average features into it.
+
+    ``reach``: one hop, the mean over the nodes that some path reaches (``data.reach_incidence``; MEOW's
+    ``nei_*`` files); ``walk``: the ``k`` row-normalised hops, applied in turn (a mean over the paths to position
+    k, each node weighted by how many reach it). The two agree for one hop (every context of ACM and IMDB);
+    DBLP's APCPA and APTPA differ at their conference/term and second paper positions."""
+    edge_types = metapath_edge_types(data, path)
+    if context == "reach":
+        return [(path[k], [reach_incidence(data, edge_types[:k])]) for k in range(1, len(path) - 1)]
+    hops = [row_normalized_incidence(data, et) for et in edge_types]
     return [(path[k], hops[:k]) for k in range(1, len(path) - 1)]
 
 

@@ -39,7 +39,7 @@ from contrasuite.core.task.protocol import SmokeSettings, StepContext, TaskConte
 from contrasuite.domains.graph.data import DatasetSpec, load_hetero, metapath_counts
 from contrasuite.domains.graph.evaluate import ProbeSettings, clustering_scores, heco_probe
 from contrasuite.domains.graph.graphs import (
-    GATHER, TIES, WEIGHTS, Propagator, context_chains, mean_adjacency, pathsim_topk,
+    CONTEXTS, GATHER, TIES, WEIGHTS, Propagator, context_chains, mean_adjacency, pathsim_topk,
 )
 from contrasuite.domains.graph.model import LAYER_NORMS, MEOWModel, mask_entries
 
@@ -69,6 +69,11 @@ class ModelConfig:
     official code's ``np.argsort``); see ``graphs.pathsim_topk``."""
     gather: str = one_of("in", GATHER)
     """``in``: a node gathers from the nodes whose top-k kept it (MEOW's code); ``out``: from its own top-k."""
+    context: str = one_of("reach", CONTEXTS)
+    """How a meta-path context position averages its nodes' features (``graphs.context_chains``): ``reach``, over
+    the set of nodes some path reaches (MEOW's ``nei_*`` files, its code), or ``walk``, hop by hop (each node
+    weighted by the paths that reach it; cheaper). The same for one-hop contexts (ACM, IMDB); on DBLP ``reach``
+    averages APTPA's second papers through a 13.4M-entry incidence, about twice the CPU time of an epoch."""
     layer_norm: str = one_of("matrix", LAYER_NORMS)
     """Encoder LayerNorm over the whole output (``matrix``, MEOW's code) or per node (``node``)."""
     eval_views: str = one_of("all", EVAL_VIEWS)
@@ -177,7 +182,7 @@ class GraphTask:
         self.adjacencies = [g.adjacency(model_cfg.edge_weights, model_cfg.gather) for g in self.graphs]
         self.mean_graph = mean_adjacency(self.adjacencies)
         contexts = [
-            [(t, [hop.to(self.device) for hop in chain]) for t, chain in context_chains(data, list(m.path))]
+            [(t, [hop.to(self.device) for hop in chain]) for t, chain in context_chains(data, list(m.path), model_cfg.context)]
             for m in spec.metapaths
         ]
         self.features = {t: data[t].get("x") for t in data.node_types}

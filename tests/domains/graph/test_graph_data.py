@@ -196,3 +196,31 @@ def test_a_context_chain_runs_in_fp32_under_bf16_autocast():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = apply_chain([hop, hop], x)
     assert out.dtype == torch.float32 and torch.equal(out, x)
+
+
+def test_reach_contexts_are_meows_nei_files_and_walk_contexts_are_not(graph_data, data_root):
+    """DBLP: the ``reach`` context of APCPA's paper, conference and term positions is MEOW's shipped ``nei_ap``,
+    ``nei_apc`` and ``nei_apt`` (binary "reached through the path") averaged per author; the ``walk`` context of the
+    conference position weights each conference by its papers instead, so it is another matrix."""
+    folder = graph_data("dblp")
+    data = load_hetero(spec_of("dblp"), data_root)
+    reach = {m: context_chains(data, path, "reach") for m, path in
+             (("apcpa", ["author", "paper", "conference", "paper", "author"]),
+              ("aptpa", ["author", "paper", "term", "paper", "author"]))}
+    shipped = {name: sp.load_npz(folder / f"{name}.npz").tocsr() for name in ("nei_ap", "nei_apc", "nei_apt")}
+    for name, (node_type, chain) in (("nei_ap", reach["apcpa"][0]), ("nei_apc", reach["apcpa"][1]),
+                                     ("nei_apt", reach["aptpa"][1])):
+        (hop,) = chain
+        ours, theirs = to_scipy(hop), shipped[name]
+        mean = sp.diags(1.0 / np.maximum(theirs.sum(axis=1).A1, 1)) @ theirs
+        assert ours.shape == theirs.shape and abs(ours - mean).max() < 1e-6, name
+    walk = context_chains(data, ["author", "paper", "conference", "paper", "author"], "walk")
+    assert len(walk[1][1]) == 2 and len(walk[2][1]) == 3  # conference: two hops in turn; second paper: three
+    features = torch.eye(data["conference"].num_nodes)
+    walked = apply_chain(walk[1][1], features)
+    reached = apply_chain(reach["apcpa"][1][1], features)
+    sums = walked.sum(1)
+    assert torch.allclose(sums[sums > 0], torch.ones(int((sums > 0).sum())), atol=1e-5)  # a mean, as reached is
+    assert (walked - reached).abs().max() > 0.1  # weighted by papers, not the set of conferences
+    one_hop = context_chains(data, ["author", "paper", "author"], "walk")
+    assert torch.equal(one_hop[0][1][0].to_dense(), reach["apcpa"][0][1][0].to_dense())  # one hop: the same
