@@ -188,9 +188,21 @@ def context_chains(data: HeteroData, path: list[str], context: str = "reach") ->
     DBLP's APCPA and APTPA differ at their conference/term and second paper positions."""
     edge_types = metapath_edge_types(data, path)
     if context == "reach":
-        return [(path[k], [reach_incidence(data, edge_types[:k])]) for k in range(1, len(path) - 1)]
+        return [(path[k], [dense_if_full(reach_incidence(data, edge_types[:k]))]) for k in range(1, len(path) - 1)]
     hops = [row_normalized_incidence(data, et) for et in edge_types]
     return [(path[k], hops[:k]) for k in range(1, len(path) - 1)]
+
+
+DENSE_FROM = 0.05
+"""Share of non-zero entries from which a context incidence is kept dense: a dense product is then the faster
+one (DBLP's APTPA author-paper reach incidence, 23 % full: 0.20 s of CPU against 1.24 s sparse, forward and
+backward on 64 features, one thread)."""
+
+
+def dense_if_full(incidence: Tensor) -> Tensor:
+    """``incidence`` (sparse COO) as a dense tensor when at least :data:`DENSE_FROM` of it is non-zero."""
+    rows, cols = incidence.shape
+    return incidence.to_dense() if incidence._nnz() >= DENSE_FROM * rows * cols else incidence
 
 
 def apply_chain(chain: list[Tensor], features: Tensor) -> Tensor:
@@ -200,5 +212,5 @@ def apply_chain(chain: list[Tensor], features: Tensor) -> Tensor:
     out = features.float()
     with full_precision(out):
         for hop in reversed(chain):
-            out = torch.sparse.mm(hop, out)
+            out = hop @ out if hop.layout == torch.strided else torch.sparse.mm(hop, out)
     return out

@@ -211,7 +211,7 @@ def test_reach_contexts_are_meows_nei_files_and_walk_contexts_are_not(graph_data
     for name, (node_type, chain) in (("nei_ap", reach["apcpa"][0]), ("nei_apc", reach["apcpa"][1]),
                                      ("nei_apt", reach["aptpa"][1])):
         (hop,) = chain
-        ours, theirs = to_scipy(hop), shipped[name]
+        ours, theirs = to_scipy(hop.to_sparse() if hop.layout == torch.strided else hop), shipped[name]
         mean = sp.diags(1.0 / np.maximum(theirs.sum(axis=1).A1, 1)) @ theirs
         assert ours.shape == theirs.shape and abs(ours - mean).max() < 1e-6, name
     walk = context_chains(data, ["author", "paper", "conference", "paper", "author"], "walk")
@@ -224,3 +224,15 @@ def test_reach_contexts_are_meows_nei_files_and_walk_contexts_are_not(graph_data
     assert (walked - reached).abs().max() > 0.1  # weighted by papers, not the set of conferences
     one_hop = context_chains(data, ["author", "paper", "author"], "walk")
     assert torch.equal(one_hop[0][1][0].to_dense(), reach["apcpa"][0][1][0].to_dense())  # one hop: the same
+
+
+def test_full_context_incidences_are_dense_and_give_the_sparse_products(graph_data, data_root):
+    """DBLP's reach incidences past 5 % full (APCPA's conference and second paper, APTPA's second paper) are kept
+    dense (graphs.DENSE_FROM); the product is the sparse one's up to rounding."""
+    graph_data("dblp")
+    data = load_hetero(spec_of("dblp"), data_root)
+    chains = context_chains(data, ["author", "paper", "term", "paper", "author"], "reach")
+    assert [chain[0].layout == torch.strided for _, chain in chains] == [False, False, True]
+    (dense,) = chains[2][1]
+    features = torch.randn(dense.shape[1], 8, generator=torch.Generator().manual_seed(0))
+    assert torch.allclose(apply_chain([dense], features), apply_chain([dense.to_sparse()], features), atol=1e-5)
