@@ -47,10 +47,15 @@ class Effect:
     adds their mean of ``metric`` and its difference from our ``arm`` with the standard error."""
 
 
+def values(records: list[dict[str, Any]], metric: str, arm: str, group: str | None = None) -> list[float]:
+    """``metric`` of each record of ``arm`` (and of ``group``, when given) that has it."""
+    return [r["metrics"][metric] for r in records
+            if r.get("arm") == arm and (group is None or r.get("group") == group) and metric in r["metrics"]]
+
+
 def measured(effect: Effect, records: list[dict[str, Any]]) -> tuple[str, str, str]:
     """``(difference ± standard error, seeds, verdict)`` of ``effect`` from its page's ``records``."""
-    a = [r["metrics"][effect.metric] for r in records if r.get("arm") == effect.arm and effect.metric in r["metrics"]]
-    b = [r["metrics"][effect.metric] for r in records if r.get("arm") == effect.baseline and effect.metric in r["metrics"]]
+    a, b = values(records, effect.metric, effect.arm), values(records, effect.metric, effect.baseline)
     seeds = f"{len(a)} / {len(b)}"
     if len(a) < 2 or len(b) < 2:
         return "-", seeds, "not measured"
@@ -65,10 +70,7 @@ def official_cell(effect: Effect, records: list[dict[str, Any]]) -> str:
     text = effect.official or "-"
     if effect.official_arm is None:
         return text
-    arm, group = effect.official_arm
-    official = [r["metrics"][effect.metric] for r in records
-                if r.get("arm") == arm and r.get("group") == group and effect.metric in r["metrics"]]
-    ours = [r["metrics"][effect.metric] for r in records if r.get("arm") == effect.arm and effect.metric in r["metrics"]]
+    official, ours = values(records, effect.metric, *effect.official_arm), values(records, effect.metric, effect.arm)
     if len(official) < 2 or len(ours) < 2:
         return text
     d = difference(official, ours)
