@@ -195,8 +195,8 @@ def context_chains(data: HeteroData, path: list[str], context: str = "reach") ->
 
 DENSE_FROM = 0.05
 """Share of non-zero entries from which a context incidence is kept dense: a dense product is then the faster
-one (DBLP's APTPA author-paper reach incidence, 23 % full: 0.20 s of CPU against 1.24 s sparse, forward and
-backward on 64 features, one thread)."""
+one (DBLP's reach incidences, 17 and 23 % full: ours' epoch 3.75-3.83 s of CPU as sparse products, 2.26-2.30 s
+dense, one thread; ``contrasuite bench graph --against official --dataset dblp``, docs/domains/graph.md)."""
 
 
 def dense_if_full(incidence: Tensor) -> Tensor:

@@ -20,9 +20,9 @@ ours is faster); the headline is the median over rounds, with the smallest and l
 clock; both clocks are kept in the record.
 
 Our AdamW runs on PyTorch's fused kernel, the pipeline's default (``core/task/optim.py``); the peer's on PyTorch's
-CPU default, the per-tensor loop, as its examples run it. Our network's convolution weights are channels-last on the
-CPU (``run.memory_format: auto``, ``pipelines/memory_format.py``); the peer's copy is laid out as a network is built. Lever (``--compile``; bench-only, not what the pipeline
-runs): our network under ``torch.compile`` (CPU inductor; compiled during our first step, which is then the
+CPU default, the per-tensor loop, as its examples run it. Our network's convolution weights are channels-last on
+the CPU (``run.memory_format: auto``, ``pipelines/memory_format.py``); the peer's copy is laid out as a network is
+built. Lever (``--compile``; bench-only, not what the pipeline runs): our network under ``torch.compile`` (CPU inductor; compiled during our first step, which is then the
 warm-up). A record with levers names them and is rendered as
 its own section.
 
