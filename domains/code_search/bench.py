@@ -31,7 +31,12 @@ on the first batch with dropout off, before training. Then ``--repeats`` rounds 
 the order alternating; the ratio of a round is peer time / our time (process CPU time by default, ``--clock``);
 the record goes to ``--output`` and ``--report`` renders it into ``docs/results/bench_pipelines.md``.
 Our AdamW runs on PyTorch's fused kernel, the pipeline's default (``core/task/optim.py``); the peer's on PyTorch's
-CPU default, the per-tensor loop.
+CPU default, the per-tensor loop. Our plain step pads its queries and code in length groups
+(``config.encoder.group_cost_tokens``); the record keeps both sides' padded tokens per step. A ``--config`` other
+than the default gets its own record and section (``code_search+<config name>``):
+
+    contrasuite bench code_search --against peer --config code_search/infonce --mined reduced --grad-cache-chunk 0 \
+        --steps 2 --threads 1 --output docs/results/records/bench_pipelines/code_search_peer_infonce.json
 ``--profile`` adds both sides' operators (``torch.profiler`` over ``--steps`` more steps per side and step kind,
 the sides in turn) to the record; the section's "where the time goes" paragraph shows them beside what they are.
 
@@ -209,8 +214,10 @@ EMBED_HEADER = "| embedding | texts | batch | texts/s | seconds | max abs diff |
 
 SECTION = "code_search"
 RECORD = RECORDS / "code_search_peer.json"
+DEFAULT_CONFIG = "code_search/reduced_infonce"
+"""The ``--against peer`` config whose record is :data:`RECORD` (section :data:`SECTION`)."""
 WHERE = (
-    "both steps run the same MiniLM-L6 encoder on the same tokens (its linear layers' `addmm` and `mm`, forward and "
+    "both steps run the same MiniLM-L6 encoder on the same texts (its linear layers' `addmm` and `mm`, forward and "
     "backward, attention's `bmm` and `_softmax`, dropout's `bernoulli_`, `gelu`, layer norm), nearly all of either "
     "step, and {optimizer}; the tokenizers' Python work is in the rounds' times, not in the tables. Over these few profiled steps the same "
     "kernels' rows differ between the sides by the machine's load (a side's large rows rise or fall together), not "
@@ -274,13 +281,26 @@ def _peer_side(task: Any, chunk: int) -> tuple[Callable[[torch.Tensor], float], 
 
 
 def _our_first_loss(task: Any, batch: torch.Tensor) -> float:
-    """Our loss on ``batch`` with dropout off (the task's tokenisation, encoder and objective), no step."""
+    """Our loss on ``batch`` with dropout off (the step's tokenisation in length groups, encoder and objective),
+    no step."""
     task.net.eval()
     with torch.no_grad():
-        q_tok, c_tok = task._tokens(task._local(batch))
-        loss = float(task.loss(task.net(**q_tok), task.net(**c_tok), batch))
+        loss = float(task.loss(*task.embed_pairs(task._local(batch)), batch))
     task.net.train()
     return loss
+
+
+def _padded_tokens(task: Any, batches: list[torch.Tensor]) -> dict[str, float]:
+    """Padded tokens a plain step (queries and code, mean over ``batches``): ours in length groups, the peer's
+    padded to each side's longest."""
+    enc, ours, peer = task.encoder, 0, 0
+    for batch in batches:
+        pairs = task._local(batch).tolist()
+        for texts, kind in ((task.train.queries, "query"), (task.train.code, "code")):
+            chosen, length = [texts[i] for i in pairs], enc.max_length(kind)
+            peer += enc.tokenize(chosen, length)["input_ids"].numel()
+            ours += sum(tokens["input_ids"].numel() for _, tokens in enc.tokenize_groups(chosen, length))
+    return {"ours": ours / len(batches), "peer": peer / len(batches)}
 
 
 def _comparison(args: argparse.Namespace, chunk: int, run_dir: Path) -> dict[str, Any]:
@@ -303,6 +323,7 @@ def _comparison(args: argparse.Namespace, chunk: int, run_dir: Path) -> dict[str
                           + f", AdamW ({kernel} kernel)"), "ours_optimizer": kernel,
         "peer": peer_desc, "batch": int(task.cfg.batch_size), "max_query_length": enc.max_query_length,
         "max_code_length": enc.max_code_length, "model": enc.model, "distinct_batches": len(batches),
+        **({} if chunk else {"group_cost_tokens": enc.group_cost_tokens, "padded_tokens": _padded_tokens(task, batches)}),
         **outcome(ours_first, theirs_first, rounds, args.clock, dropout="off"),
         **({"profile": profiles} if profiles else {}),
     }
@@ -317,7 +338,30 @@ def against_peer(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any
     own = {"config": args.config, "mined": args.mined, "overrides": list(args.override), "comparisons": comparisons}
     # --precision and --device are the other mode's: the comparison runs fp32 on the CPU (cpu_task)
     cpu_fp32 = argparse.Namespace(**{**vars(args), "precision": "fp32", "device": "cpu"})
-    return peer_record(SECTION, cpu_fp32, argv, {}, [], {**own, "ours_optimizer": comparisons[0]["ours_optimizer"]})
+    record = peer_record(SECTION, cpu_fp32, argv, {}, [], {**own, "ours_optimizer": comparisons[0]["ours_optimizer"]})
+    if args.config != DEFAULT_CONFIG:
+        record["section"] += f"+{Path(args.config).name}"
+    return record
+
+
+def padding_line(plain: dict[str, Any]) -> str:
+    """The plain step's padding in words: our length groups' padded tokens against the peer's."""
+    tokens, cost = plain["padded_tokens"], plain["group_cost_tokens"]
+    how = ("in length groups (`config.encoder.group_cost_tokens` = " f"{cost})" if cost is not None
+           else "to each side's longest, as the peer (`config.encoder.group_cost_tokens` = null)")
+    return (f"- padding (plain step): ours pads {how}: {tokens['ours']:,.0f} padded tokens a step (queries and code) "
+            f"against the peer's {tokens['peer']:,.0f}, padded to each side's longest "
+            f"({tokens['ours'] / tokens['peer']:.2f} of the peer's)")
+
+
+def grouped_closing(plain: dict[str, Any]) -> str | None:
+    """The close of the "where the time goes" paragraph when our plain step padded fewer tokens than the peer's
+    (None otherwise: the shared closes apply)."""
+    tokens = plain.get("padded_tokens")
+    if not tokens or tokens["ours"] >= tokens["peer"]:
+        return None
+    return (f" So the plain steps differ by the padding first (ours computes {tokens['ours'] / tokens['peer']:.2f} of the "
+            "peer's padded tokens, the data lines), then by the optimizer's kernel and the engine's checks.")
 
 
 def render_peer(record: dict[str, Any]) -> str:
@@ -325,10 +369,12 @@ def render_peer(record: dict[str, Any]) -> str:
     clock = record["clock"]
     first = record["comparisons"][0]
     lines = [
-        heading("code_search: our step vs sentence-transformers", record), "",
+        heading("code_search: our step vs sentence-transformers" + ("" if record["section"] == SECTION
+                                                                    else f", config `{record['config']}`"), record), "",
         f"- data: mined set `{record['mined']}` (config `{record['config']}`), model `{first['model']}`, batch "
         f"{first['batch']} pairs, queries at {first['max_query_length']} tokens and code at {first['max_code_length']}, "
         f"{first['distinct_batches']} distinct batches cycled by both sides; both tokenize inside the step",
+        *([] if "padded_tokens" not in first else [padding_line(first)]),
         *machine_lines(record), "",
         "| step | ours | peer | first-batch loss ours / peer (dropout off) | ours ms/step | peer ms/step | peer / ours (median) | min | max |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -346,7 +392,8 @@ def render_peer(record: dict[str, Any]) -> str:
     lines += [f"| {c['step']} | {i + 1} | {round_cells(r, clock, 1000, 0)} |"
               for c in record["comparisons"] for i, r in enumerate(c["rounds"])]
     if not record.get("levers") or "profile" in first:
-        where = where_words(record, WHERE, "AdamW", "`sqrt`, `lerp_`, `addcdiv_`, `addcmul_`", LOOP_CLOSING)
+        where = where_words(record, WHERE, "AdamW", "`sqrt`, `lerp_`, `addcdiv_`, `addcmul_`", LOOP_CLOSING,
+                            closing=grouped_closing(first))
         lines.append(profile_note(record, where + " The first table is the plain step's.", first.get("profile")))
         lines += [f"\n{c['step']}: {checks_text(c['profile'])}\n\n{profile_table(c['profile'])}"
                   for c in record["comparisons"][1:] if "profile" in c]
@@ -373,7 +420,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, default=Path("runs/bench/code_search.json"))
     peer = parser.add_argument_group("--against peer (our training step against sentence-transformers')")
     peer.add_argument("--against", choices=("peer",), default=None)
-    peer.add_argument("--config", default="code_search/reduced_infonce", help="our side's config")
+    peer.add_argument("--config", default=DEFAULT_CONFIG, help="our side's config")
     peer.add_argument("--mined", default="smoke", help="the named mined set both sides train on")
     peer.add_argument("--grad-cache-chunk", type=int, default=8, help="GradCache chunk = CachedMNRL mini-batch (0: no GradCache row)")
     peer_flags(peer, RECORD, {}, batches=6, profile=True)

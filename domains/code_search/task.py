@@ -209,10 +209,24 @@ class CodeSearchTask:
         return batch[r * n : (r + 1) * n]
 
     def _tokens(self, idx: Tensor) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+        """The queries and code of training pairs ``idx``, each padded to its longest."""
         enc, dev = self.encoder, self.ctx.device
         q = enc.tokenize([self.train.queries[i] for i in idx.tolist()], enc.max_length("query"))
         c = enc.tokenize([self.train.code[i] for i in idx.tolist()], enc.max_length("code"))
         return {k: v.to(dev) for k, v in q.items()}, {k: v.to(dev) for k, v in c.items()}
+
+    def _grouped(self, texts: list[str], kind: str) -> list[tuple[Tensor, dict[str, Tensor]]]:
+        """``texts`` tokenised in length groups (``config.encoder.group_cost_tokens``), on the run's device."""
+        groups = self.encoder.tokenize_groups(texts, self.encoder.max_length(kind))
+        return [(index, {k: v.to(self.ctx.device) for k, v in tokens.items()}) for index, tokens in groups]
+
+    def embed_pairs(self, local: Tensor) -> tuple[Tensor, Tensor]:
+        """The queries and code of the local training pairs ``local``, embedded by the (wrapped) encoder in
+        length groups; rows in the order of ``local``."""
+        pairs = local.tolist()
+        q = self.net(groups=self._grouped([self.train.queries[i] for i in pairs], "query"))
+        c = self.net(groups=self._grouped([self.train.code[i] for i in pairs], "code"))
+        return q, c
 
     def loss(self, queries: Tensor, codes: Tensor, batch: Tensor, step: StepContext | None = None) -> Tensor:
         """The configured terms for local ``queries [n, D]`` against every rank's ``codes`` of the global
@@ -239,9 +253,8 @@ class CodeSearchTask:
             loss = step.optimize_cached("encoder", lambda p: (self.net(**p[0]), self.net(**p[1])), pieces,
                                         lambda q, c: self.loss(q, c, batch, step))
         else:
-            q_tok, c_tok = self._tokens(local)
             with step.autocast():
-                q, c = self.net(**q_tok), self.net(**c_tok)
+                q, c = self.embed_pairs(local)
             loss = self.loss(q, c, batch, step)
             step.optimize("encoder", loss, terms=self.last_terms)
         if self.negatives is not None:

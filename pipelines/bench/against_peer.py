@@ -134,16 +134,18 @@ def weight_layout(modules: Iterable[torch.nn.Module]) -> str:
                                   for p in convs) else "contiguous"
 
 
-def where_words(record: dict[str, Any], where: str, name: str, loop_ops: str, loop_closing: str) -> str:
+def where_words(record: dict[str, Any], where: str, name: str, loop_ops: str, loop_closing: str,
+                closing: str | None = None) -> str:
     """A bench's ``where`` text (with ``{optimizer}`` for :func:`optimizer_words` and ``{rows}`` for what the
-    rows of the same operators differ by) and its close: :data:`CHANNELS_LAST_CLOSING` for a record whose
-    convolution weights ran channels-last, :data:`FUSED_CLOSING` for one on the fused optimizer, ``loop_closing``
-    for records made before the fused default."""
+    rows of the same operators differ by) and its close: ``closing`` when given, else :data:`CHANNELS_LAST_CLOSING`
+    for a record whose convolution weights ran channels-last, :data:`FUSED_CLOSING` for one on the fused optimizer,
+    ``loop_closing`` for records made before the fused default."""
     channels_last = record.get("ours_layout") == "channels_last"
     text = where.format(optimizer=optimizer_words(record, name, loop_ops),
                         rows=CHANNELS_LAST_ROWS if channels_last else SAME_ROWS)
-    closing = (CHANNELS_LAST_CLOSING if channels_last else FUSED_CLOSING if record.get("ours_optimizer") == "fused"
-               else loop_closing)
+    if closing is None:
+        closing = (CHANNELS_LAST_CLOSING if channels_last else FUSED_CLOSING if record.get("ours_optimizer") == "fused"
+                   else loop_closing)
     return text + closing
 
 

@@ -31,4 +31,23 @@ def test_against_peer_records_both_timings_and_equal_first_losses(tiny_model, mi
     assert record["ours_optimizer"] == "fused" and "ours on PyTorch's fused kernel" in text
     ops = plain["profile"]
     assert "aten::_fused_adamw_" in ops["ours"]["ops"] and "aten::_fused_adamw_" not in ops["peer"]["ops"]
+    # our plain step pads in length groups: never more padded tokens than the peer's, and the section says how many
+    tokens = plain["padded_tokens"]
+    assert plain["group_cost_tokens"] == 512 and 0 < tokens["ours"] <= tokens["peer"]
+    assert f"{tokens['ours']:,.0f} padded tokens a step" in text
+
+
+def test_another_config_gets_its_own_record_section(tiny_model, mined, tmp_path):
+    pytest.importorskip("sentence_transformers")
+    out, page = tmp_path / "full.json", tmp_path / "page.md"
+    argv = ["--against", "peer", "--config", "code_search/infonce", "--threads", "1", "--batches", "1", "--steps", "1",
+            "--repeats", "1", "--grad-cache-chunk", "0", "--override", f"config.encoder.model={tiny_model}",
+            "--override", f"config.data.folder={mined}", "--override", "config.batch_size=4",
+            "--override", "config.encoder.group_cost_tokens=0", "--output", str(out)]
+    assert bench.main(argv) == 0 and bench.main(["--report", "--output", str(out), "--page", str(page)]) == 0
+    record = json.loads(out.read_text())
+    assert record["section"] == "code_search+infonce" and len(record["comparisons"]) == 1
+    assert record["command"].startswith("contrasuite bench code_search --against peer --config code_search/infonce")
+    text = page.read_text()
+    assert "<!-- section:code_search+infonce -->" in text and "config `code_search/infonce`" in text
 
