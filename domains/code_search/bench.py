@@ -290,16 +290,22 @@ def _our_first_loss(task: Any, batch: torch.Tensor) -> float:
     return loss
 
 
-def _padded_tokens(task: Any, batches: list[torch.Tensor]) -> dict[str, float]:
-    """Padded tokens a plain step (queries and code, mean over ``batches``): ours in length groups, the peer's
-    padded to each side's longest."""
+def _padded_tokens(task: Any, batches: list[torch.Tensor], chunk: int) -> dict[str, float]:
+    """Padded tokens a step (queries and code, mean over ``batches``). Plain step: ours in length groups, the
+    peer's padded to each side's longest. GradCache (``chunk``): ours in chunks of length-sorted texts
+    (:meth:`CodeSearchTask.cached_pieces`), the peer's mini-batches in batch order, each trimmed to its longest."""
     enc, ours, peer = task.encoder, 0, 0
     for batch in batches:
-        pairs = task._local(batch).tolist()
+        local = task._local(batch)
+        pairs = local.tolist()
         for texts, kind in ((task.train.queries, "query"), (task.train.code, "code")):
             chosen, length = [texts[i] for i in pairs], enc.max_length(kind)
-            peer += enc.tokenize(chosen, length)["input_ids"].numel()
-            ours += sum(tokens["input_ids"].numel() for _, tokens in enc.tokenize_groups(chosen, length))
+            pieces = [chosen[s : s + chunk] for s in range(0, len(chosen), chunk)] if chunk else [chosen]
+            peer += sum(enc.tokenize(piece, length)["input_ids"].numel() for piece in pieces)
+            if not chunk:
+                ours += sum(tokens["input_ids"].numel() for _, tokens in enc.tokenize_groups(chosen, length))
+        if chunk:
+            ours += sum(q["input_ids"].numel() + c["input_ids"].numel() for q, c in task.cached_pieces(local, chunk)[0])
     return {"ours": ours / len(batches), "peer": peer / len(batches)}
 
 
@@ -323,7 +329,7 @@ def _comparison(args: argparse.Namespace, chunk: int, run_dir: Path) -> dict[str
                           + f", AdamW ({kernel} kernel)"), "ours_optimizer": kernel,
         "peer": peer_desc, "batch": int(task.cfg.batch_size), "max_query_length": enc.max_query_length,
         "max_code_length": enc.max_code_length, "model": enc.model, "distinct_batches": len(batches),
-        **({} if chunk else {"group_cost_tokens": enc.group_cost_tokens, "padded_tokens": _padded_tokens(task, batches)}),
+        "group_cost_tokens": enc.group_cost_tokens, "padded_tokens": _padded_tokens(task, batches, chunk),
         **outcome(ours_first, theirs_first, rounds, args.clock, dropout="off"),
         **({"profile": profiles} if profiles else {}),
     }
@@ -344,14 +350,19 @@ def against_peer(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any
     return record
 
 
-def padding_line(plain: dict[str, Any]) -> str:
-    """The plain step's padding in words: our length groups' padded tokens against the peer's."""
-    tokens, cost = plain["padded_tokens"], plain["group_cost_tokens"]
-    how = ("in length groups (`config.encoder.group_cost_tokens` = " f"{cost})" if cost is not None
-           else "to each side's longest, as the peer (`config.encoder.group_cost_tokens` = null)")
-    return (f"- padding (plain step): ours pads {how}: {tokens['ours']:,.0f} padded tokens a step (queries and code) "
-            f"against the peer's {tokens['peer']:,.0f}, padded to each side's longest "
-            f"({tokens['ours'] / tokens['peer']:.2f} of the peer's)")
+def padding_line(c: dict[str, Any]) -> str:
+    """A comparison's padding in words: our padded tokens a step against the peer's."""
+    tokens, cost = c["padded_tokens"], c["group_cost_tokens"]
+    if c["grad_cache_chunk"]:
+        how, theirs = ("in chunks of length-sorted texts" if cost is not None else "in chunks in batch order",
+                       "mini-batches in batch order, each trimmed to its longest")
+    else:
+        how = (f"in length groups (`config.encoder.group_cost_tokens` = {cost})" if cost is not None
+               else "to each side's longest, as the peer (`config.encoder.group_cost_tokens` = null)")
+        theirs = "padded to each side's longest"
+    return (f"- padding ({c['step'] if c['grad_cache_chunk'] else 'plain step'}): ours pads {how}: "
+            f"{tokens['ours']:,.0f} padded tokens a step (queries and code) against the peer's {tokens['peer']:,.0f}, "
+            f"{theirs} ({tokens['ours'] / tokens['peer']:.2f} of the peer's)")
 
 
 def grouped_closing(plain: dict[str, Any]) -> str | None:
@@ -374,7 +385,7 @@ def render_peer(record: dict[str, Any]) -> str:
         f"- data: mined set `{record['mined']}` (config `{record['config']}`), model `{first['model']}`, batch "
         f"{first['batch']} pairs, queries at {first['max_query_length']} tokens and code at {first['max_code_length']}, "
         f"{first['distinct_batches']} distinct batches cycled by both sides; both tokenize inside the step",
-        *([] if "padded_tokens" not in first else [padding_line(first)]),
+        *(padding_line(c) for c in record["comparisons"] if "padded_tokens" in c),
         *machine_lines(record), "",
         "| step | ours | peer | first-batch loss ours / peer (dropout off) | ours ms/step | peer ms/step | peer / ours (median) | min | max |",
         "|---|---|---|---|---|---|---|---|---|",

@@ -140,8 +140,12 @@ class BiEncoder(nn.Module):
         cost = self.cfg.group_cost_tokens
         if cost is None or len(texts) < 2:
             return [(torch.arange(len(texts)), self.tokenize(texts, max_length))]
-        lengths = [len(ids) for ids in self.tokenizer(list(texts), truncation=True, max_length=max_length)["input_ids"]]
-        return [(torch.tensor(g), self.tokenize([texts[i] for i in g], max_length)) for g in length_groups(lengths, cost)]
+        groups = length_groups(self.token_lengths(texts, max_length), cost)
+        return [(torch.tensor(g), self.tokenize([texts[i] for i in g], max_length)) for g in groups]
+
+    def token_lengths(self, texts: Sequence[str], max_length: int) -> list[int]:
+        """Each text's number of tokens, truncated at ``max_length``."""
+        return [len(ids) for ids in self.tokenizer(list(texts), truncation=True, max_length=max_length)["input_ids"]]
 
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
                 groups: Sequence[tuple[Tensor, dict[str, Tensor]]] | None = None, **extra: Tensor) -> Tensor:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import torch
 from torch import Tensor
@@ -228,6 +228,25 @@ class CodeSearchTask:
         c = self.net(groups=self._grouped([self.train.code[i] for i in pairs], "code"))
         return q, c
 
+    def cached_pieces(self, local: Tensor, chunk: int) -> tuple[list[tuple[dict[str, Tensor], dict[str, Tensor]]],
+                                                             Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]]:
+        """GradCache's chunks of the local pairs ``local``: ``(query tokens, code tokens)`` of ``chunk`` texts each,
+        and ``restore(q, c)``, which puts the concatenated embeddings back in the order of ``local``. With
+        ``config.encoder.group_cost_tokens`` set, queries and code are each sorted by length before chunking, so a
+        chunk pads little (the loss sees the same batch: ``restore`` undoes the sort)."""
+        enc, dev = self.encoder, self.ctx.device
+        pairs = local.tolist()
+        sides = []
+        for texts, kind in ((self.train.queries, "query"), (self.train.code, "code")):
+            chosen, length = [texts[i] for i in pairs], enc.max_length(kind)
+            order = (torch.arange(len(chosen)) if enc.cfg.group_cost_tokens is None
+                     else torch.argsort(torch.tensor(enc.token_lengths(chosen, length)), stable=True))
+            tokens = [{k: v.to(dev) for k, v in enc.tokenize([chosen[i] for i in order[s : s + chunk]], length).items()}
+                      for s in range(0, len(chosen), chunk)]
+            sides.append((tokens, torch.argsort(order).to(dev)))
+        (q_tokens, q_back), (c_tokens, c_back) = sides
+        return list(zip(q_tokens, c_tokens)), lambda q, c: (q[q_back], c[c_back])
+
     def loss(self, queries: Tensor, codes: Tensor, batch: Tensor, step: StepContext | None = None) -> Tensor:
         """The configured terms for local ``queries [n, D]`` against every rank's ``codes`` of the global
         ``batch`` (query ``i`` pairs with code ``i``) and ``config.negatives``, each term by its declared
@@ -249,9 +268,9 @@ class CodeSearchTask:
         local = self._local(batch)
         chunk = self.cfg.grad_cache_chunk
         if chunk:
-            pieces = [self._tokens(local[s : s + chunk]) for s in range(0, len(local), chunk)]
+            pieces, restore = self.cached_pieces(local, chunk)
             loss = step.optimize_cached("encoder", lambda p: (self.net(**p[0]), self.net(**p[1])), pieces,
-                                        lambda q, c: self.loss(q, c, batch, step))
+                                        lambda q, c: self.loss(*restore(q, c), batch, step))
         else:
             with step.autocast():
                 q, c = self.embed_pairs(local)

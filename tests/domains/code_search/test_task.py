@@ -46,7 +46,7 @@ def test_shipped_config_trains_and_evaluates(config, run_overrides, tmp_path, in
 def test_gradcache_step_matches_the_full_batch_gradient(make_task):
     from contrasuite.core.gradcache import cached_backward
 
-    task = make_task("reduced_soft_bm25")
+    task = make_task("reduced_soft_bm25", ["config.batch_size=8"])
     task.encoder.eval()  # no dropout: both paths see the same network
     batch = next(iter(task.batches(0)))
     q_tok, c_tok = task._tokens(batch)
@@ -54,8 +54,15 @@ def test_gradcache_step_matches_the_full_batch_gradient(make_task):
     full = {n: p.grad.clone() for n, p in task.encoder.named_parameters() if p.grad is not None}
     assert len(full) > 10
     task.encoder.zero_grad()
-    pieces = [task._tokens(batch[s : s + 2]) for s in range(0, len(batch), 2)]
-    cached_backward(lambda p: (task.encoder(**p[0]), task.encoder(**p[1])), pieces, lambda q, c: task.loss(q, c, batch))
+    # the step's chunks: queries and code each sorted by length (the BM25 prior reads the batch's order), restored
+    # in the loss
+    lengths = task.encoder.token_lengths([task.train.code[i] for i in batch.tolist()], task.encoder.max_length("code"))
+    assert lengths != sorted(lengths)
+    pieces, restore = task.cached_pieces(batch, 2)
+    widths = [c["input_ids"].shape[1] for _, c in pieces]
+    assert widths == sorted(widths)
+    cached_backward(lambda p: (task.encoder(**p[0]), task.encoder(**p[1])), pieces,
+                    lambda q, c: task.loss(*restore(q, c), batch))
     for n, p in task.encoder.named_parameters():
         if n in full:
             assert torch.allclose(full[n], p.grad, atol=1e-5, rtol=1e-4), n
