@@ -37,6 +37,7 @@ than the default gets its own record and section (``code_search+<config name>``)
 
     contrasuite bench code_search --against peer --config code_search/infonce --mined reduced --grad-cache-chunk 0 \
         --steps 2 --threads 1 --output docs/results/records/bench_pipelines/code_search_peer_infonce.json
+
 ``--profile`` adds both sides' operators (``torch.profiler`` over ``--steps`` more steps per side and step kind,
 the sides in turn) to the record; the section's "where the time goes" paragraph shows them beside what they are.
 
