@@ -239,8 +239,9 @@ class CodeSearchTask:
         sides = []
         for texts, kind in ((self.train.queries, "query"), (self.train.code, "code")):
             chosen, length = [texts[i] for i in pairs], enc.max_length(kind)
-            order = (torch.arange(len(chosen)) if enc.cfg.group_cost_tokens is None
-                     else torch.argsort(torch.tensor(enc.token_lengths(chosen, length)), stable=True))
+            # the order indexes Python lists of texts: a host tensor; its inverse goes to the run's device
+            order = (torch.arange(len(chosen), device="cpu") if enc.cfg.group_cost_tokens is None
+                     else torch.argsort(torch.tensor(enc.token_lengths(chosen, length), device="cpu"), stable=True))
             tokens = [{k: v.to(dev) for k, v in enc.tokenize([chosen[i] for i in order[s : s + chunk]], length).items()}
                       for s in range(0, len(chosen), chunk)]
             sides.append((tokens, torch.argsort(order).to(dev)))
