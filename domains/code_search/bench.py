@@ -298,9 +298,8 @@ def _padded_tokens(task: Any, batches: list[torch.Tensor], chunk: int) -> dict[s
     enc, ours, peer = task.encoder, 0, 0
     for batch in batches:
         local = task._local(batch)
-        pairs = local.tolist()
-        for texts, kind in ((task.train.queries, "query"), (task.train.code, "code")):
-            chosen, length = [texts[i] for i in pairs], enc.max_length(kind)
+        for kind in ("query", "code"):
+            chosen, length = task.pair_texts(local, kind), enc.max_length(kind)
             pieces = [chosen[s : s + chunk] for s in range(0, len(chosen), chunk)] if chunk else [chosen]
             peer += sum(enc.tokenize(piece, length)["input_ids"].numel() for piece in pieces)
             if not chunk:

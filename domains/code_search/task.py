@@ -208,25 +208,29 @@ class CodeSearchTask:
         r, n = self.ctx.rank, self.local_batch
         return batch[r * n : (r + 1) * n]
 
+    def pair_texts(self, local: Tensor, kind: str) -> list[str]:
+        """The ``kind`` (``"query"`` or ``"code"``) texts of the training pairs ``local``, in their order."""
+        texts = self.train.queries if kind == "query" else self.train.code
+        return [texts[i] for i in local.tolist()]
+
+    def _on_device(self, tokens: dict[str, Tensor]) -> dict[str, Tensor]:
+        return {k: v.to(self.ctx.device) for k, v in tokens.items()}
+
     def _tokens(self, idx: Tensor) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
         """The queries and code of training pairs ``idx``, each padded to its longest."""
-        enc, dev = self.encoder, self.ctx.device
-        q = enc.tokenize([self.train.queries[i] for i in idx.tolist()], enc.max_length("query"))
-        c = enc.tokenize([self.train.code[i] for i in idx.tolist()], enc.max_length("code"))
-        return {k: v.to(dev) for k, v in q.items()}, {k: v.to(dev) for k, v in c.items()}
+        enc = self.encoder
+        return tuple(self._on_device(enc.tokenize(self.pair_texts(idx, kind), enc.max_length(kind)))
+                     for kind in ("query", "code"))
 
     def _grouped(self, texts: list[str], kind: str) -> list[tuple[Tensor, dict[str, Tensor]]]:
         """``texts`` tokenised in length groups (``config.encoder.group_cost_tokens``), on the run's device."""
         groups = self.encoder.tokenize_groups(texts, self.encoder.max_length(kind))
-        return [(index, {k: v.to(self.ctx.device) for k, v in tokens.items()}) for index, tokens in groups]
+        return [(index, self._on_device(tokens)) for index, tokens in groups]
 
     def embed_pairs(self, local: Tensor) -> tuple[Tensor, Tensor]:
         """The queries and code of the local training pairs ``local``, embedded by the (wrapped) encoder in
         length groups; rows in the order of ``local``."""
-        pairs = local.tolist()
-        q = self.net(groups=self._grouped([self.train.queries[i] for i in pairs], "query"))
-        c = self.net(groups=self._grouped([self.train.code[i] for i in pairs], "code"))
-        return q, c
+        return tuple(self.net(groups=self._grouped(self.pair_texts(local, kind), kind)) for kind in ("query", "code"))
 
     def cached_pieces(self, local: Tensor, chunk: int) -> tuple[list[tuple[dict[str, Tensor], dict[str, Tensor]]],
                                                              Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]]:
@@ -234,17 +238,16 @@ class CodeSearchTask:
         and ``restore(q, c)``, which puts the concatenated embeddings back in the order of ``local``. With
         ``config.encoder.group_cost_tokens`` set, queries and code are each sorted by length before chunking, so a
         chunk pads little (the loss sees the same batch: ``restore`` undoes the sort)."""
-        enc, dev = self.encoder, self.ctx.device
-        pairs = local.tolist()
+        enc = self.encoder
         sides = []
-        for texts, kind in ((self.train.queries, "query"), (self.train.code, "code")):
-            chosen, length = [texts[i] for i in pairs], enc.max_length(kind)
+        for kind in ("query", "code"):
+            chosen, length = self.pair_texts(local, kind), enc.max_length(kind)
             # the order indexes Python lists of texts: a host tensor; its inverse goes to the run's device
             order = (torch.arange(len(chosen), device="cpu") if enc.cfg.group_cost_tokens is None
                      else torch.argsort(torch.tensor(enc.token_lengths(chosen, length), device="cpu"), stable=True))
-            tokens = [{k: v.to(dev) for k, v in enc.tokenize([chosen[i] for i in order[s : s + chunk]], length).items()}
+            tokens = [self._on_device(enc.tokenize([chosen[i] for i in order[s : s + chunk]], length))
                       for s in range(0, len(chosen), chunk)]
-            sides.append((tokens, torch.argsort(order).to(dev)))
+            sides.append((tokens, torch.argsort(order).to(self.ctx.device)))
         (q_tokens, q_back), (c_tokens, c_back) = sides
         return list(zip(q_tokens, c_tokens)), lambda q, c: (q[q_back], c[c_back])
 
