@@ -22,9 +22,9 @@ clock; both clocks are kept in the record.
 Our AdamW runs on PyTorch's fused kernel, the pipeline's default (``core/task/optim.py``); the peer's on PyTorch's
 CPU default, the per-tensor loop, as its examples run it. Our network's convolution weights are channels-last on
 the CPU (``run.memory_format: auto``, ``pipelines/memory_format.py``); the peer's copy is laid out as a network is
-built. Lever (``--compile``; bench-only, not what the pipeline runs): our network under ``torch.compile`` (CPU inductor; compiled during our first step, which is then the
-warm-up). A record with levers names them and is rendered as
-its own section.
+built. Lever (``--compile``; bench-only, not what the pipeline runs): our network under ``torch.compile`` (CPU
+inductor; compiled during our first step, which is then the warm-up). A record with levers names them and is
+rendered as its own section.
 
 The record (JSON, ``--output``) is what ``--report`` renders into its section of
 ``docs/results/bench_pipelines.md``; the page is never typed by hand. ``--profile`` adds both sides' operators
