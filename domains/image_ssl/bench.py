@@ -26,11 +26,12 @@ time; both clocks are kept in the record (``--output``), which ``--report`` rend
 more steps per side, the sides in turn) to the record; the section's "where the time goes" paragraph shows them
 beside what they are.
 
-Our SGD runs on PyTorch's fused kernel, the pipeline's default (``core/task/optim.py``); the peer's on PyTorch's
-CPU default, the per-tensor loop, as lightly's examples run it. Levers (bench-only, not what the pipeline runs):
-``--channels-last`` (our network's weights in channels-last memory format) and ``--compile`` (our network under
-``torch.compile``, CPU inductor, compiled during our first step). A record with levers names them and is rendered
-as its own section.
+Our SGD runs on PyTorch's fused kernel and our convolution weights are channels-last (``run.memory_format: auto``
+on the CPU, ``pipelines/memory_format.py``), the pipeline's defaults; the peer's SGD runs PyTorch's CPU default,
+the per-tensor loop, on a network laid out as built (NCHW), as lightly's examples run it. ``--override
+run.memory_format=contiguous`` measures ours as built. The lever (bench-only, not what the pipeline runs):
+``--compile`` (our network under ``torch.compile``, CPU inductor, compiled during our first step). A record with a
+lever names it and is rendered as its own section.
 
 lightly is installed with ``pip install --no-deps lightly``: its ``hydra-core`` requirement would downgrade
 omegaconf, the project's config library, and the loss and heads import neither hydra nor lightning.
@@ -53,23 +54,24 @@ from torch import nn
 
 from contrasuite.pipelines.api import (
     RECORDS, ROOT, alternate, check_text, comparison_section, cpu_task, optimizer_kernel, our_step, ours_text, outcome,
-    peer_flags, peer_main, peer_record, plain_loop_step, profile_note, profile_sides, pull_levers, where_words,
+    peer_flags, peer_main, peer_record, plain_loop_step, profile_note, profile_sides, pull_levers, weight_layout,
+    where_words,
 )
 
 SECTION = "image_ssl"
 RECORD = RECORDS / "image_ssl_peer.json"
-LEVERS = {"channels_last": "our weights channels-last", "compile": "our network under torch.compile"}
-"""The bench-only levers (module docstring), in the order a section names them."""
+LEVERS = {"compile": "our network under torch.compile"}
+"""The bench-only lever (``--compile``; module docstring)."""
 WHERE = (
     "both steps run the same ResNet-18 and projection head on the same views (the convolutions' "
     "`mkldnn_convolution` and `convolution_backward`, batch norm, ReLU as `clamp_min_` and `threshold_backward`, "
-    "`copy_`), nearly all of either step, and {optimizer}; the two NT-Xent losses are small operators on 512 embeddings. Rows of the same kernels differ between "
-    "the sides by the machine's load over the profiled step, not by the code. Only ours runs the engine's checks "
+    "`copy_`), nearly all of either step, and {optimizer}; the two NT-Xent losses are small operators on 512 "
+    "embeddings. {rows} Only ours runs the engine's checks "
     "(`pipelines/step.py`): one `_foreach_norm` over the gradients (their global norm, logged and checked finite) "
     "and one over the updated weights (checked finite), each the one read of its tensors; no pass multiplies the "
     "gradients when nothing clips.")
-"""What the operators of either step are (the profile's table gives their times), ``{optimizer}`` filled by
-:func:`where_words`."""
+"""What the operators of either step are (the profile's table gives their times), ``{optimizer}`` and ``{rows}``
+filled by :func:`where_words`."""
 LOOP_CLOSING = (" So at the same network and precision the ratio stays near 1: 1.3x would need ours to leave out work "
                 "the peer's step does. The levers section measures what channels-last weights, fused SGD and compiling "
                 "the network give.")
@@ -103,7 +105,9 @@ def peer_loop(task: Any) -> tuple[Callable[[Any], float], str]:
     head = ProjectionHead([(first.in_features, first.out_features, nn.BatchNorm1d(bn.num_features), nn.ReLU()),
                            (last.in_features, last.out_features, None, None, last.bias is not None)])
     head.load_state_dict(dict(zip(head.state_dict(), ours_head.state_dict().values())))  # same layers, same order
-    model = LightlySimCLR(copy.deepcopy(task.model.encoder), head).to(task.ctx.device)
+    # the same weights as ours, in the layout a lightly user's network has (ours may be channels-last)
+    encoder = copy.deepcopy(task.model.encoder).to(memory_format=torch.contiguous_format)
+    model = LightlySimCLR(encoder, head).to(task.ctx.device)
     criterion = NTXentLoss(temperature=temperature)
     o = cfg.optim
     if o.name != "sgd":
@@ -128,16 +132,16 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         batches = [b for _, b in zip(range(args.batches), task.batches(0))]
         peer_step, peer_desc = peer_loop(task)  # before our first step: the same weights
         ours = our_step(task)
-        if args.channels_last:
-            task.model.to(memory_format=torch.channels_last)
-        levers = ["channels-last weights"] * args.channels_last + pull_levers(task, compile=args.compile)
+        levers = pull_levers(task, compile=args.compile)
         first_ours, first_peer = ours(batches[0]), peer_step(batches[0])  # also each side's warm-up
         rounds = alternate({"ours": ours, "peer": peer_step}, batches, args.repeats, args.steps)
         profiles = profile_sides({"ours": ours, "peer": peer_step}, batches, args.steps) if args.profile else None
     m = task.cfg.model
     kernel = optimizer_kernel(task.optimizers()["model"])
-    own = {"ours": ours_text(f"image_ssl/{args.config} (run.precision=fp32)", levers, f", SGD ({kernel} kernel)"),
-           "ours_optimizer": kernel, "peer": peer_desc,
+    layout = weight_layout([task.model])
+    detail = f", SGD ({kernel} kernel)" + (", channels-last weights (run.memory_format)" if layout == "channels_last" else "")
+    own = {"ours": ours_text(f"image_ssl/{args.config} (run.precision=fp32)", levers, detail),
+           "ours_optimizer": kernel, "ours_layout": layout, "peer": peer_desc,
            "config": args.config, "overrides": overrides, "encoder": m.encoder, "head": [m.proj_hidden, m.proj_dim],
            "batch": int(task.cfg.batch_size), "image_size": int(task.cfg.data.image_size),
            "data": f"{task.data_source}, {len(task.train_images)}-image training subset", "distinct_batches": len(batches),

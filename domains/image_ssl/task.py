@@ -190,6 +190,8 @@ class ImageSSLTask:
          "config.eval.linear_epochs=1", "config.eval.batch_size=64"),
         live_batch=lambda cfg: cfg.gradcache_chunk or cfg.batch_size, holds_a_batch=("config.data.train_subset",),
     )
+    channels_last_on_cpu = True
+    """``run.memory_format: auto`` lays the wrapped network out channels-last on the CPU (pipelines/memory_format.py)."""
 
     def setup(self, ctx: TaskContext) -> None:
         self.last_terms: dict[str, Tensor] = {}
