@@ -105,7 +105,9 @@ class TestedRun:
     train_seconds: float
     eval_seconds: float
     cpu_seconds: float
-    """User plus system CPU time of both children."""
+    """User plus system CPU time of both children; for a resumed run, plus the training CPU time of its earlier
+    processes up to the checkpoint it resumed from (``earlier_train_cpu_seconds`` in ``status.json``; their setup
+    and any work after that checkpoint are not counted)."""
 
     def val(self) -> dict[str, Any]:
         """``eval_val.json``: the validation history and the ``best`` score the checkpoint was chosen by."""
@@ -129,4 +131,5 @@ def train_and_test(config: Path | str, overrides: Sequence[str], log: Path, env:
     started = time.time()
     tested = run_cli(["eval", str(run_dir), *(["--checkpoint", checkpoint] if checkpoint else [])], log, env)
     return TestedRun(run_dir, json.loads((run_dir / "eval_test.json").read_text()), "contrasuite " + shlex.join(args),
-                     train_seconds, time.time() - started, trained.cpu_seconds + tested.cpu_seconds)
+                     train_seconds, time.time() - started,
+                     trained.cpu_seconds + tested.cpu_seconds + status.get("earlier_train_cpu_seconds", 0.0))

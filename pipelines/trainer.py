@@ -344,7 +344,8 @@ class Trainer:
                 if self._last_eval_step != self.position.global_step:
                     self.validate()
                 self.save("last")
-            self._status("finished", **self.train_times(), resumed=self._resumed)
+            earlier = {"earlier_train_cpu_seconds": self._seconds_before[1]} if self._resumed else {}
+            self._status("finished", **self.train_times(), resumed=self._resumed, **earlier)
         except Preempted:
             raise
         except BaseException as err:

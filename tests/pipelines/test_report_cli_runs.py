@@ -64,10 +64,14 @@ def test_train_and_test_continues_an_interrupted_run_and_sums_its_training_time(
     first = train_and_test(config, [], tmp_path / "toy.log", env)
     status = json.loads((first.run_dir / "status.json").read_text())
     assert status["resumed"] is False and status["train_seconds"] >= 4 * 0.05
+    assert "earlier_train_cpu_seconds" not in status
+    first_cpu = status["train_cpu_seconds"]
     pretend_killed(first.run_dir)
     again = train_and_test(config, [], tmp_path / "toy.log", env)
     assert again.run_dir == first.run_dir  # continued in its folder, not trained again
     status = json.loads((again.run_dir / "status.json").read_text())
     assert status["resumed"] is True and again.train_seconds == status["train_seconds"] >= 4 * 0.05
+    # the first process's training CPU (to the last.pt resumed from) is counted in the run's CPU time
+    assert status["earlier_train_cpu_seconds"] == first_cpu and again.cpu_seconds > first_cpu
     seed_1 = train_and_test(config, ["run.seed=1"], tmp_path / "toy.log", env)
     assert seed_1.run_dir != first.run_dir  # another config is another run
