@@ -1,5 +1,9 @@
 """Reduced-emoji protocol for the official CUT code (issue 39): export our split, score its outputs with our metrics.
 
+Modes: ``cut``, ``fastcut`` and ``gan`` (the GAN alone, CUT without PatchNCE:
+configs/translation/reduced_gan_emoji.yaml, the official ``--CUT_mode CUT --lambda_NCE 0``; run_official_cut.sh
+gives the flags).
+
 ``prepare OUT``: the emoji split of configs/translation/reduced_cut_emoji.yaml (split_seed 0, 400 test and 150
 validation emoji held out, the rest dealt alternately to train A / train B) written as CUT's ``unaligned``
 layout: ``OUT/trainA`` (Twemoji), ``OUT/trainB`` (Noto), ``OUT/testA`` (Twemoji test), ``OUT/testB`` (Noto,
@@ -204,7 +208,7 @@ def record(out: Path, a) -> dict:
 
 # -- the README's tables --------------------------------------------------------------------------------
 
-MODES = {"cut": "CUT", "fastcut": "FastCUT"}
+MODES = {"cut": "CUT", "fastcut": "FastCUT", "gan": "GAN alone"}
 SIDES = ("official", "ours")  # the compared sides; any other side ("ours, run.precision=fp32") is a check
 COLUMNS = (("psnr", 2, 1.0), ("ssim", 3, 1.0), ("fd", 1, 1.0), ("kid", 1, 1000.0))  # key, digits, scale
 HEAD = ("| run | seeds | PSNR (dB) ↑ | SSIM ↑ | FD (Lite0) ↓ | KID x 1000 (Lite0) ↓ | s / step |\n"
@@ -273,8 +277,10 @@ def difference_cells(a: list[dict], b: list[dict]) -> str:
 
 
 def differences_table(groups: dict) -> str:
-    """FastCUT - CUT on each side and official - ours in each mode, where both have two seeds or more."""
+    """FastCUT - CUT and CUT - GAN alone on each side and official - ours in each mode, where both have two seeds or
+    more."""
     pairs = [(f"FastCUT - CUT, {s}", (s, "fastcut"), (s, "cut")) for s in SIDES]
+    pairs += [(f"CUT - GAN alone, {s}", (s, "cut"), (s, "gan")) for s in SIDES]
     pairs += [(f"official - ours, {MODES[m]}", ("official", m), ("ours", m)) for m in MODES]
     rows = ["| difference (last) | seeds | PSNR (dB) | SSIM | FD (Lite0) | KID x 1000 (Lite0) |", "|---|---|---|---|---|---|"]
     for name, a, b in pairs:
@@ -323,7 +329,7 @@ def main(argv=None) -> int:
     try:
         if a.command == "record":
             if a.side is None or a.mode not in MODES or a.seed is None or a.metrics is None:
-                raise BadInput("record needs --side, --mode (cut or fastcut), --seed and --metrics")
+                raise BadInput("record needs --side, --mode (cut, fastcut or gan), --seed and --metrics")
             record(a.path, a)
             return 0
         if a.command == "table":
