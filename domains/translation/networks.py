@@ -100,26 +100,37 @@ class ResnetGenerator(nn.Module):
         init_weights(self)
 
     def forward(self, x: Tensor) -> Tensor:
-        if not self.residual:
-            return self.model(x)
-        # Global skip: tanh(h + atanh(x)), so the generator starts near the identity and learns a change.
-        h = self.model[:-1](x)
-        return torch.tanh(h + torch.atanh(x.clamp(-GLOBAL_SKIP_CLAMP, GLOBAL_SKIP_CLAMP)))
+        return self.forward_and_encode(x, ())[0]
+
+    def forward_and_encode(self, x: Tensor, layers: Sequence[int]) -> tuple[Tensor, list[Tensor]]:
+        """``(self(x), self.encode(x, layers))`` in one pass: the features are those the translation computes."""
+        feats = self._walk(x, layers, to_end=True)
+        h = feats.pop(len(self.model) - 1)
+        return h, [feats[i] for i in layers]
 
     def encode(self, x: Tensor, layers: Sequence[int]) -> list[Tensor]:
         """Outputs of ``self.model[l]`` for each ``l`` in ``layers`` (ascending), stopping after the last."""
+        feats = self._walk(x, layers, to_end=False)
+        return [feats[i] for i in layers]
+
+    def _walk(self, x: Tensor, layers: Sequence[int], to_end: bool) -> dict[int, Tensor]:
+        """Run the layers on ``x``, keeping the outputs at ``layers`` and, ``to_end``, the generator's output
+        (under the last index; the global skip applied when ``residual``)."""
         wanted = sorted(set(layers))
         if wanted and (wanted[0] < 0 or wanted[-1] >= self.n_encoder_layers):
             raise ValueError(f"nce_layers must lie in [0, {self.n_encoder_layers - 1}] (the encoder), got {list(layers)}")
+        last = len(self.model) - 1 if to_end else (wanted[-1] if wanted else -1)
         feats: dict[int, Tensor] = {}
         h = x
-        for i, layer in enumerate(self.model):
-            if i > wanted[-1]:
-                break
-            h = layer(h)
-            if i in wanted:
+        for i, layer in enumerate(self.model[:last + 1]):
+            if i == len(self.model) - 1 and self.residual:
+                # Global skip: tanh(h + atanh(x)), so the generator starts near the identity and learns a change.
+                h = torch.tanh(h + torch.atanh(x.clamp(-GLOBAL_SKIP_CLAMP, GLOBAL_SKIP_CLAMP)))
+            else:
+                h = layer(h)
+            if i in wanted or i == last:
                 feats[i] = h
-        return [feats[i] for i in layers]
+        return feats
 
 
 def default_nce_layers(n_blocks: int) -> list[int]:

@@ -332,15 +332,19 @@ class TranslationTask:
         """The discriminator's patch scores of ``images`` after the DiffAugment policies (if any)."""
         return self.discriminator(self.augment(images))
 
-    def nce_loss(self, src: Tensor, tgt: Tensor, flipped: bool, draws: torch.Generator | None = None) -> Tensor:
-        """PatchNCE between the input ``src`` (keys) and its translation ``tgt`` (queries); patch positions
-        from ``draws`` (the step's generator) when given."""
+    def nce_loss(self, src: Tensor | Sequence[Tensor], tgt: Tensor, flipped: bool,
+                 draws: torch.Generator | None = None) -> Tensor:
+        """PatchNCE between the input (keys) and its translation ``tgt`` (queries); patch positions from
+        ``draws`` (the step's generator) when given. ``src`` is the input image, or its features at
+        ``self.layers`` when the translation's own pass computed them (the keys carry no gradient either way,
+        as in CUT's ``PatchNCELoss``, so they are computed without a graph)."""
         feat_q = self.generator.encode(tgt, self.layers)
         if flipped:
             feat_q = [f.flip(-1) for f in feat_q]
-        feat_k = self.generator.encode(src, self.layers)
-        idx = [sample_locations(f, self.cfg.nce.num_patches, draws) for f in feat_k]
-        k = self.head([gather_patches(f, i) for f, i in zip(feat_k, idx)])
+        with torch.no_grad():
+            feat_k = self.generator.encode(src, self.layers) if isinstance(src, Tensor) else list(src)
+            idx = [sample_locations(f, self.cfg.nce.num_patches, draws) for f in feat_k]
+            k = self.head([gather_patches(f, i) for f, i in zip(feat_k, idx)])
         q = self.head([gather_patches(f, i) for f, i in zip(feat_q, idx)])
         return patch_nce(self.objective, q, k, self.cfg.nce.negatives)
 
@@ -359,8 +363,14 @@ class TranslationTask:
         n = real_a.shape[0]
         with step.autocast():
             inputs = torch.cat([real_a, real_b]) if identity else real_a
-            fake = self.generator(inputs.flip(-1) if flipped else inputs)
+            if use_nce and not flipped:  # the keys' features are the translation's own (CUT recomputes them)
+                fake, keys = self.generator.forward_and_encode(inputs, self.layers)
+                keys = [f.detach() for f in keys]
+            else:
+                fake, keys = self.generator(inputs.flip(-1) if flipped else inputs), None
         fake_b = fake[:n]
+        keys_a = [f[:n] for f in keys] if keys else real_a
+        keys_b = [f[n:] for f in keys] if keys else real_b
         with step.autocast():
             loss_d = 0.5 * (lsgan(self.judge(fake_b.detach()), 0.0) + lsgan(self.judge(real_b), 1.0))
         step.optimize("discriminator", loss_d, terms={"discriminator_lsgan": loss_d})
@@ -372,11 +382,11 @@ class TranslationTask:
                 out = {"loss_d": float(loss_d.detach()), "loss_gan": float(loss_gan.detach())}
                 terms = {"gan": loss_gan}
                 if use_nce:
-                    nce_x = self.nce_loss(real_a, fake_b, flipped, draws)
+                    nce_x = self.nce_loss(keys_a, fake_b, flipped, draws)
                     out["nce_x"] = float(nce_x.detach())
                     nce = nce_x
                     if cfg.nce.identity:
-                        nce_y = self.nce_loss(real_b, fake[n:], flipped, draws)
+                        nce_y = self.nce_loss(keys_b, fake[n:], flipped, draws)
                         out["nce_y"] = float(nce_y.detach())
                         nce = 0.5 * (nce_x + nce_y)
                     terms["nce"] = cfg.nce.weight * nce

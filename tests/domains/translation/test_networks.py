@@ -26,6 +26,19 @@ def test_generator_shapes_and_nce_layers(antialias):
         g.encode(x, [0, 30])
 
 
+@pytest.mark.parametrize("residual", [False, True])
+def test_one_pass_gives_the_translation_and_the_encoders_features(residual):
+    torch.manual_seed(0)
+    g = ResnetGenerator(ngf=4, n_blocks=3, residual=residual)
+    x = torch.rand(2, 3, 16, 16) * 2 - 1
+    out, feats = g.forward_and_encode(x, [12, 0, 4])
+    assert torch.equal(out, g(x))
+    assert all(torch.equal(a, b) for a, b in zip(feats, g.encode(x, [12, 0, 4])))
+    assert len(feats) == 3 and feats[0].shape[1] == g.channels[12]
+    with pytest.raises(ValueError, match="nce_layers"):
+        g.forward_and_encode(x, [g.n_encoder_layers])
+
+
 def test_default_layers_scale_with_blocks():
     assert default_nce_layers(9) == [0, 4, 8, 12, 16]
     assert default_nce_layers(4) == [0, 4, 8, 12, 15]

@@ -11,7 +11,7 @@ from PIL import Image
 
 from contrasuite.core.task.protocol import Progress, TaskContext, no_progress
 from contrasuite.domains.averaging import update_average
-from contrasuite.domains.translation.data import DataConfig, emoji_groups, split_emoji
+from contrasuite.domains.translation.data import DataConfig, emoji_groups, split_emoji, to_float
 from contrasuite.domains.translation.task import GRID_HEADER, TranslationConfig, TranslationTask
 
 
@@ -84,6 +84,23 @@ def test_step_order_and_every_optimizer_moves(tmp_path, data_root, emoji_cache):
         assert any(not torch.equal(a, b) for a, b in zip(after, before[name])), name
     # D is unfrozen again and no stale gradients are left behind for the next step
     assert all(p.requires_grad and p.grad is None for m in task.modules().values() for p in m.parameters())
+
+
+def test_keys_from_the_translations_own_pass_give_the_loss_and_gradients_of_recomputed_keys(tmp_path, data_root, emoji_cache):
+    """The step takes PatchNCE's keys from G's forward (CUT encodes the input again): same loss and gradients."""
+    task = tiny_task(tmp_path, data_root, emoji_cache)
+    real_a = to_float(next(iter(task.batches(0)))[0])
+    grads = []
+    for from_forward in (False, True):
+        task.generator.zero_grad(set_to_none=True)
+        task.head.zero_grad(set_to_none=True)
+        fake, feats = task.generator.forward_and_encode(real_a, task.layers)
+        src = [f.detach() for f in feats] if from_forward else real_a
+        loss = task.nce_loss(src, fake, False, torch.Generator().manual_seed(3))
+        loss.backward()
+        grads.append([loss.detach()] + [p.grad.clone() for m in (task.generator, task.head) for p in m.parameters()])
+    assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in zip(*grads))
+    assert grads[0][0] > 0 and any(g.abs().sum() > 0 for g in grads[0][1:])
 
 
 def test_gan_only_and_fastcut_variants(tmp_path, data_root, emoji_cache):
