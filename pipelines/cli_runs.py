@@ -32,7 +32,8 @@ RESULT_KEYS = ("epochs", "max_steps", "seed", "precision", "deterministic")
 
 
 def config_digest(config: Path, overrides: Sequence[str], code: Mapping[str, str] | None = None) -> str:
-    """SHA-256 of what determines a run's result: the resolved ``config:`` section and :data:`RESULT_KEYS`,
+    """SHA-256 of what determines a run's result: the resolved ``config:`` section, :data:`RESULT_KEYS` (and
+    ``run.early_stop_patience`` when set),
     and ``code``: tags of code the result depends on beyond its config (e.g. a pretrained network's).
 
     A cached result is reused only while this matches, so editing a config reruns its cached runs."""
@@ -43,6 +44,8 @@ def config_digest(config: Path, overrides: Sequence[str], code: Mapping[str, str
     run = resolved.get("run", {})
     run["precision"] = planned_precision(run["precision"], run["device"])  # auto -> what this machine runs
     key = {"config": resolved.get("config", {}), "run": {k: run.get(k) for k in RESULT_KEYS}}
+    if run.get("early_stop_patience"):  # absent at 0 (never), so the digests made before the key existed stay valid
+        key["run"]["early_stop_patience"] = run["early_stop_patience"]
     if code:  # absent when not given, so the digests made before ``code`` existed stay valid
         key["code"] = dict(code)
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()

@@ -77,6 +77,9 @@ class RunSettings:
     best_metric: Optional[str] = None
     """Validation metric that selects ``best.pt`` (None: the first key ``evaluate("val")`` returns)."""
     best_mode: str = one_of("max", ("max", "min"))
+    early_stop_patience: int = bounded(0, ge=0)
+    """Stop training after this many validations in a row without a better ``run.best_metric`` (0: never; needs
+    ``run.eval_every_epochs`` > 0). The run ends as finished; ``status.json`` says where it stopped."""
     deterministic: bool = False
     """``torch.use_deterministic_algorithms(True)`` and cuDNN benchmark off."""
     grad_clip: Optional[float] = bounded(None, gt=0)
@@ -454,6 +457,9 @@ def load_config(path: str | os.PathLike, overrides: Sequence[str] = (), data_roo
     except ValueError as err:
         raise ConfigError(f"{path}: {err}") from None
     _check_objective_terms(resolved["config"], path, getattr(task_class, "extra_objectives", None))
+    if run.early_stop_patience and not run.eval_every_epochs:
+        raise ConfigError(f"{path}: run.early_stop_patience={run.early_stop_patience} needs validations during "
+                          "training: set run.eval_every_epochs > 0")
     if run.name is not None and not SAFE_NAME.fullmatch(run.name):
         raise ConfigError(f"{path}: run.name: {run.name!r} is not a safe folder name (letters, digits and ._- , "
                           "not starting with . or -; / between folder names)")

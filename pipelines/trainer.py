@@ -4,7 +4,8 @@ Order of a run: device and process group, seeds, ``task.setup(ctx)``, (restore a
 then for each epoch ``task.batches(epoch)`` -> ``task.train_step(batch, step)`` per batch, logging
 every ``run.log_every_steps``, health every ``run.health_every_steps``, ``last.pt`` every
 ``run.checkpoint_every_steps`` and at each epoch end, validation every ``run.eval_every_epochs``
-(``best.pt`` by ``run.best_metric``) and once at the end. Evaluation and health run under a forked
+(``best.pt`` by ``run.best_metric``; ``run.early_stop_patience`` validations in a row without a better one end
+training) and once at the end. Evaluation and health run under a forked
 RNG so they never change the training stream; that, the stored RNG states and the data position
 make a resumed run equal an uninterrupted one.
 
@@ -152,6 +153,7 @@ class Trainer:
         self.scaler = make_scaler(self.run.precision, self.device)
         self.log = MetricsLog(self.run_dir, enabled=self.dist.is_main and not read_only, tensorboard=self.run.tensorboard)
         self.best: float | None = None
+        self._evals_since_best = 0  # validations since ``best`` last improved (``run.early_stop_patience``)
         self._seconds_before = (0.0, 0.0)  # training (wall, CPU) seconds of the processes that made the restored checkpoint
         self._resumed = False
         self._fit_started: tuple[float, float] | None = None  # (time.time(), time.process_time()) when fit began
@@ -221,6 +223,7 @@ class Trainer:
             "rank_rngs": rank_rngs if len(rank_rngs) > 1 else None,
             "position": asdict(self.position),
             "best": self.best,
+            "evals_since_best": self._evals_since_best,
             "last_eval_step": self._last_eval_step,
             "consecutive_skips": self._consecutive_skips,
             **self.train_times(),
@@ -254,6 +257,7 @@ class Trainer:
             raise
         self.position = Position(**state["position"])
         self.best = state["best"]
+        self._evals_since_best = state.get("evals_since_best", 0)
         self._resume_rng, self._epoch_rng = self._own_rng(state)
         self._last_eval_step = state["last_eval_step"]
         self._consecutive_skips = state.get("consecutive_skips", 0)
@@ -290,7 +294,12 @@ class Trainer:
 
     def _finished(self) -> bool:
         max_steps = self.run.max_steps
-        return self.position.epoch >= self.run.epochs or (max_steps is not None and self.position.global_step >= max_steps)
+        return (self.position.epoch >= self.run.epochs or (max_steps is not None and self.position.global_step >= max_steps)
+                or self._stopped_early())
+
+    def _stopped_early(self) -> bool:
+        """``run.early_stop_patience`` validations in a row brought no better ``run.best_metric``."""
+        return 0 < self.run.early_stop_patience <= self._evals_since_best
 
     def _epoch_batches(self) -> Iterator[Any]:
         """This epoch's batches from the current position, with RNG restored as the position requires."""
@@ -345,7 +354,9 @@ class Trainer:
                     self.validate()
                 self.save("last")
             earlier = {"earlier_train_cpu_seconds": self._seconds_before[1]} if self._resumed else {}
-            self._status("finished", **self.train_times(), resumed=self._resumed, **earlier)
+            early = {"stopped_early": f"{self._evals_since_best} validations without a better {self._best_key()}"
+                     f" (run.early_stop_patience={self.run.early_stop_patience})"} if self._stopped_early() else {}
+            self._status("finished", **self.train_times(), resumed=self._resumed, **earlier, **early)
         except Preempted:
             raise
         except BaseException as err:
@@ -396,6 +407,10 @@ class Trainer:
         if run.eval_every_epochs and pos.epoch % run.eval_every_epochs == 0:
             self.validate()
         self.save("last")
+        if self._stopped_early() and self.dist.is_main:
+            print(f"early stop after epoch {pos.epoch}: {self._evals_since_best} validations without a better "
+                  f"{self._best_key()} (best {self.best}; run.early_stop_patience={run.early_stop_patience})",
+                  file=sys.stderr)
 
     def _stop_if_signalled(self) -> None:
         """After a step: on a stop signal that reached any rank, save ``last.pt`` and raise :class:`Preempted`."""
@@ -447,9 +462,13 @@ class Trainer:
         The other ranks wait for rank 0's decision (and its metrics), so no evaluation is run twice."""
         self._last_eval_step = self.position.global_step
         metrics, better = distributed.broadcast_object(self._on_main(self._validate_main) or ({}, False))
+        self._evals_since_best = 0 if better else self._evals_since_best + 1
         if better:
             self.save("best")
         return metrics
+
+    def _best_key(self) -> str:
+        return self.run.best_metric or "first validation metric"
 
     def _validate_main(self) -> tuple[dict[str, float], bool]:
         pos = self.position

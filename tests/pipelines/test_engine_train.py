@@ -198,3 +198,35 @@ def test_missing_data_file_is_a_clear_error(toy_yaml, tmp_path, capsys):
     status = json.loads((run_dir / "status.json").read_text())
     assert status["state"] == "failed" and "toy.bin" in status["error"]
     assert not (run_dir / "checkpoints").exists()
+
+
+def test_early_stop_after_patience_validations_without_gain_and_resume_with_more(toy_yaml, capsys):
+    # lr 0: the weights never move, so only the first validation improves on the (empty) best
+    loaded = load_config(toy_yaml(run={"epochs": 10, "early_stop_patience": 2, "health_every_steps": 0}),
+                         ["config.lr=0.0"])
+    run_dir = trainer.train(loaded)
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["state"] == "finished" and status["epoch"] == 3  # validations at epochs 1 (best), 2, 3
+    assert "2 validations without a better first validation metric" in status["stopped_early"]
+    assert "early stop after epoch 3" in capsys.readouterr().err
+    assert load(run_dir / "checkpoints" / "last.pt")["evals_since_best"] == 2
+    assert load(run_dir / "checkpoints" / "best.pt")["position"]["epoch"] == 1
+    trainer.resume(run_dir, ["run.early_stop_patience=4"])  # a larger patience trains on from where it stopped
+    status = json.loads((run_dir / "status.json").read_text())
+    assert status["epoch"] == 5 and "4 validations" in status["stopped_early"]
+
+
+def test_early_stop_off_by_default_and_needs_validations(toy_yaml):
+    improving = trainer.train(load_config(toy_yaml(run={"epochs": 3, "health_every_steps": 0})))
+    assert "stopped_early" not in json.loads((improving / "status.json").read_text())
+    with pytest.raises(trainer.ConfigError, match="run.early_stop_patience=3 needs validations.*run.eval_every_epochs"):
+        load_config(toy_yaml(run={"early_stop_patience": 3, "eval_every_epochs": 0}))
+
+
+def test_early_stop_patience_is_in_the_config_digest_only_when_set(toy_yaml):
+    from contrasuite.pipelines.cli_runs import config_digest
+
+    path = toy_yaml()
+    plain = config_digest(path, [])
+    assert config_digest(path, ["run.early_stop_patience=0"]) == plain  # records made before the key stay current
+    assert config_digest(path, ["run.early_stop_patience=5"]) != plain
