@@ -154,6 +154,7 @@ class Trainer:
         self.log = MetricsLog(self.run_dir, enabled=self.dist.is_main and not read_only, tensorboard=self.run.tensorboard)
         self.best: float | None = None
         self._evals_since_best = 0  # validations since ``best`` last improved (``run.early_stop_patience``)
+        self._selection_key: str | None = None  # the validation key that selected ``best.pt`` last
         self._seconds_before = (0.0, 0.0)  # training (wall, CPU) seconds of the processes that made the restored checkpoint
         self._resumed = False
         self._fit_started: tuple[float, float] | None = None  # (time.time(), time.process_time()) when fit began
@@ -468,7 +469,8 @@ class Trainer:
         return metrics
 
     def _best_key(self) -> str:
-        return self.run.best_metric or "first validation metric"
+        """The metric that selects ``best.pt``: ``run.best_metric``, else the first key validation returned."""
+        return self.run.best_metric or self._selection_key or "first validation metric"
 
     def _validate_main(self) -> tuple[dict[str, float], bool]:
         pos = self.position
@@ -476,7 +478,7 @@ class Trainer:
             metrics = {k: float(v) for k, v in self.task.evaluate("val").items()}
         self._plot_similarities()
         self.log.log({f"val/{k}": v for k, v in metrics.items()}, step=pos.global_step, epoch=pos.epoch)
-        key = self.run.best_metric or next(iter(metrics), None)
+        key = self._selection_key = self.run.best_metric or next(iter(metrics), None)
         training_curves(self.log.path, self.run_dir / "plots" / "curves.png", key, f"{self.loaded.domain}/{self.loaded.name}")
         better = False
         if key is not None:

@@ -207,7 +207,7 @@ def test_early_stop_after_patience_validations_without_gain_and_resume_with_more
     run_dir = trainer.train(loaded)
     status = json.loads((run_dir / "status.json").read_text())
     assert status["state"] == "finished" and status["epoch"] == 3  # validations at epochs 1 (best), 2, 3
-    assert "2 validations without a better first validation metric" in status["stopped_early"]
+    assert "2 validations without a better top1" in status["stopped_early"]  # the first key validation returns
     assert "early stop after epoch 3" in capsys.readouterr().err
     assert load(run_dir / "checkpoints" / "last.pt")["evals_since_best"] == 2
     assert load(run_dir / "checkpoints" / "best.pt")["position"]["epoch"] == 1
