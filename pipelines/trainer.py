@@ -355,8 +355,7 @@ class Trainer:
                     self.validate()
                 self.save("last")
             earlier = {"earlier_train_cpu_seconds": self._seconds_before[1]} if self._resumed else {}
-            early = {"stopped_early": f"{self._evals_since_best} validations without a better {self._best_key()}"
-                     f" (run.early_stop_patience={self.run.early_stop_patience})"} if self._stopped_early() else {}
+            early = {"stopped_early": self._early_stop_reason()} if self._stopped_early() else {}
             self._status("finished", **self.train_times(), resumed=self._resumed, **earlier, **early)
         except Preempted:
             raise
@@ -409,9 +408,7 @@ class Trainer:
             self.validate()
         self.save("last")
         if self._stopped_early() and self.dist.is_main:
-            print(f"early stop after epoch {pos.epoch}: {self._evals_since_best} validations without a better "
-                  f"{self._best_key()} (best {self.best}; run.early_stop_patience={run.early_stop_patience})",
-                  file=sys.stderr)
+            print(f"early stop after epoch {pos.epoch}: {self._early_stop_reason()}, best {self.best}", file=sys.stderr)
 
     def _stop_if_signalled(self) -> None:
         """After a step: on a stop signal that reached any rank, save ``last.pt`` and raise :class:`Preempted`."""
@@ -468,9 +465,12 @@ class Trainer:
             self.save("best")
         return metrics
 
-    def _best_key(self) -> str:
-        """The metric that selects ``best.pt``: ``run.best_metric``, else the first key validation returned."""
-        return self.run.best_metric or self._selection_key or "first validation metric"
+    def _early_stop_reason(self) -> str:
+        """Why training stopped early, naming the metric that selects ``best.pt`` (``run.best_metric``, else the
+        first key validation returned)."""
+        key = self.run.best_metric or self._selection_key or "first validation metric"
+        return (f"{self._evals_since_best} validations without a better {key} "
+                f"(run.early_stop_patience={self.run.early_stop_patience})")
 
     def _validate_main(self) -> tuple[dict[str, float], bool]:
         pos = self.position
