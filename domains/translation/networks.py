@@ -122,7 +122,9 @@ class ResnetGenerator(nn.Module):
         last = len(self.model) - 1 if to_end else (wanted[-1] if wanted else -1)
         feats: dict[int, Tensor] = {}
         h = x
-        for i, layer in enumerate(self.model[:last + 1]):
+        for i, layer in enumerate(self.model):
+            if i > last:
+                break
             if i == len(self.model) - 1 and self.residual:
                 # Global skip: tanh(h + atanh(x)), so the generator starts near the identity and learns a change.
                 h = torch.tanh(h + torch.atanh(x.clamp(-GLOBAL_SKIP_CLAMP, GLOBAL_SKIP_CLAMP)))
