@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from contrasuite.pipelines.config import find_config, load_config
+from contrasuite.pipelines import distributed
 from contrasuite.pipelines.distributed import env_info
 from contrasuite.pipelines.trainer import Trainer
 
@@ -75,4 +76,7 @@ def record_gradients(trainer: Trainer) -> list[dict[str, torch.Tensor]]:
 
 if __name__ == "__main__":
     args = sys.argv[2:]
-    main(Path(sys.argv[1]), [a for a in args if not a.startswith("--")], {a for a in args if a.startswith("--")})
+    try:
+        main(Path(sys.argv[1]), [a for a in args if not a.startswith("--")], {a for a in args if a.startswith("--")})
+    finally:  # as the CLI does: a group left to interpreter shutdown made gloo abort a rank now and then (CI)
+        distributed.shutdown()
