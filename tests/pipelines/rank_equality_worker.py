@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from contrasuite.pipelines.config import find_config, load_config
 from contrasuite.pipelines import distributed
+from contrasuite.pipelines.config import find_config, load_config
 from contrasuite.pipelines.distributed import env_info
 from contrasuite.pipelines.trainer import Trainer
 
