@@ -17,7 +17,6 @@ from torch import nn
 
 from contrasuite.pipelines import distributed
 from contrasuite.pipelines.config import find_config, load_config
-from contrasuite.pipelines.distributed import env_info
 from contrasuite.pipelines.trainer import Trainer
 
 RUN = ("run.progress=false", "run.eval_every_epochs=0", "run.health_every_steps=0", "run.log_every_steps=0",
@@ -25,7 +24,7 @@ RUN = ("run.progress=false", "run.eval_every_epochs=0", "run.health_every_steps=
 
 
 def main(out: Path, specs: list[str], flags: set[str]) -> None:
-    world = env_info().world_size
+    world = distributed.env_info().world_size
     for spec in specs:
         name, _, rest = spec.partition("=")
         config, *overrides = rest.split("|")
