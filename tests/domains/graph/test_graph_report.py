@@ -49,6 +49,18 @@ def test_the_effects_name_the_arms_of_the_paper_page():
     assert {a.config for a in report.arms("reduced")} >= {"configs/graph/reduced/weince_imdb.yaml"}
 
 
+def test_the_settings_control_runs_on_imdb_at_the_paper_protocol_only_and_is_compared_with_adameow():
+    paper = {a.name: a.config for a in report.arms("paper")}
+    assert paper["infonce_ada_imdb"] == "configs/graph/infonce_ada_imdb.yaml" and "infonce_ada_acm" not in paper
+    assert not any(a.name.startswith("infonce_ada") for a in report.arms("reduced"))
+    records = [fake_record("adameow_imdb", v, s) for s, v in enumerate((60.0, 61.0))]
+    records += [fake_record("infonce_ada_imdb", v, s) for s, v in enumerate((58.0, 58.0))]
+    page = report.render_page("paper", records, "CMD")
+    assert "| InfoNCE with AdaMEOW's settings (ours) | 0, 1 | 58.00 ± 0.00 |" in page
+    assert "AdaMEOW minus InfoNCE (AdaMEOW's settings), test Macro-F1" in page and "+2.50 ± 0.50" in page
+    assert "meow_imdb" in page.split("Not yet run")[1] and "infonce_ada_imdb" not in page.split("Not yet run")[1]
+
+
 DATA = Path(os.environ["CONTRASUITE_DATA"])
 needs_acm = pytest.mark.skipif(not (DATA / "graph" / "acm").is_dir(),
                                reason="needs the ACM graph under $CONTRASUITE_DATA")
