@@ -57,7 +57,8 @@ def test_every_shipped_config_runs_on_a_tiny_graph(path, tmp_path, make_tiny_gra
 
 
 def test_reduced_configs_keep_the_method_of_their_full_config():
-    assert len(REDUCED) == len(SHIPPED) == 12
+    paper_only = {"infonce_ada_imdb.yaml"}  # the settings control of the paper page (report.SETTINGS_CONTROL)
+    assert len(REDUCED) == 12 and {p.name for p in REDUCED} == {p.name for p in SHIPPED} - paper_only
     for path in REDUCED:
         reduced, full = load_config(path), load_config(CONFIGS / path.name)
         assert reduced.config.objective == full.config.objective
