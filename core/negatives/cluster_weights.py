@@ -15,7 +15,9 @@ with singleton clusters set to the largest value, clipped to the 10th-90th perce
 so that ``mean(phi) = temperature``. The offset is 5 in MEOW's code (PCL's own code uses 10).
 
 k-means is plain torch: k-means++ seeding from a seeded ``torch.Generator``, Lloyd iterations, and
-``n_init`` restarts run as one batched computation, the restart with the lowest inertia kept.
+``n_init`` restarts run as one batched computation, the restart with the lowest inertia kept. The iterations
+stop early once no restart's assignments change: from there each further iteration would recompute the same
+centroids (empty clusters keep theirs), so the result is the one all ``n_iter`` iterations give, to the bit.
 ``spherical=True`` assigns by inner product with L2-normalised centroids (MEOW's faiss inner-product
 index on normalised embeddings).
 """
@@ -69,24 +71,53 @@ def _kmeans_pp(x: Tensor, k: int, runs: int, generator: torch.Generator) -> Tens
     return x[torch.stack(picks, dim=1)]
 
 
+def _block_rows(x: Tensor, columns: int) -> int:
+    """Rows of ``x`` per block whose ``[rows, columns]`` scores take about 2 MB (they stay in the CPU's cache for
+    the reduction that follows); all rows at once off the CPU."""
+    return max(64, (1 << 19) // columns) if x.device.type == "cpu" else x.shape[0]
+
+
+def _nearest(x: Tensor, centroids: Tensor) -> tuple[Tensor, Tensor]:
+    """Squared distance to the nearest centroid and its index, ``[R, N]`` each: ``_sq_dist(x, centroids).min(-1)``
+    to the bit, one block of rows at a time (about a third of the CPU time of the whole ``[R, N, k]`` at once)."""
+    rows = _block_rows(x, centroids.shape[0] * centroids.shape[1])
+    parts = [_sq_dist(x[start : start + rows], centroids).min(-1) for start in range(0, x.shape[0], rows)]
+    return torch.cat([p.values for p in parts], 1), torch.cat([p.indices for p in parts], 1)
+
+
 def _assign(x: Tensor, centroids: Tensor, spherical: bool) -> Tensor:
     """Nearest centroid ``[R, N]``: largest inner product for unit vectors, else smallest distance.
 
-    The inner products of all restarts are one ``[rows, R * k]`` product per block of about 2 MB of
-    scores (which stays in cache for the reduction), and the nearest centroid is ``max(...).indices`` (the
-    first of tied maxima, as ``argmax``): the same values and indices as ``(x @ centroids.transpose(1,
-    2)).argmax(-1)`` in about a third of the CPU time (a batched product with a broadcast ``x``, and
-    ``argmax`` over the last dimension, are slow kernels there).
+    The inner products of all restarts are one ``[rows, R * k]`` product per block of rows (:func:`_block_rows`),
+    and the nearest centroid is ``max(...).indices`` (the first of tied maxima, as ``argmax``): the same values
+    and indices as ``(x @ centroids.transpose(1, 2)).argmax(-1)`` in about a third of the CPU time (a batched
+    product with a broadcast ``x``, and ``argmax`` over the last dimension, are slow kernels there).
     """
+    if not spherical:
+        return _nearest(x, centroids)[1]
+    runs, k, dim = centroids.shape
+    flat = centroids.reshape(runs * k, dim).T
+    rows = _block_rows(x, runs * k)
+    out = torch.empty(runs, x.shape[0], dtype=torch.long, device=x.device)
+    for start in range(0, x.shape[0], rows):
+        out[:, start : start + rows] = (x[start : start + rows] @ flat).view(-1, runs, k).max(-1).indices.T
+    return out
+
+
+def _update(x: Tensor, assign: Tensor, centroids: Tensor, spherical: bool) -> Tensor:
+    """Lloyd's update of ``centroids [R, k, D]``: the mean of each cluster's points under ``assign [R, N]``
+    (L2-normalised when spherical); an empty cluster keeps its centroid as it is."""
+    n_init, num_clusters, dim = centroids.shape
+    sums = torch.zeros(n_init, num_clusters, dim, device=x.device)
+    for r in range(n_init):  # per restart: no R copies of x, the same sums in the same order
+        sums[r].index_add_(0, assign[r], x)
+    runs = torch.arange(n_init, device=x.device)[:, None]
+    counts = torch.bincount((runs * num_clusters + assign).reshape(-1), minlength=n_init * num_clusters)
+    counts = counts.to(x.dtype).view(n_init, num_clusters, 1)
+    updated = sums / counts.clamp_min(1)
     if spherical:
-        runs, k, dim = centroids.shape
-        flat = centroids.reshape(runs * k, dim).T
-        rows = max(64, (1 << 19) // (runs * k)) if x.device.type == "cpu" else x.shape[0]  # blocks for the CPU's cache
-        out = torch.empty(runs, x.shape[0], dtype=torch.long, device=x.device)
-        for start in range(0, x.shape[0], rows):
-            out[:, start : start + rows] = (x[start : start + rows] @ flat).view(-1, runs, k).max(-1).indices.T
-        return out
-    return _sq_dist(x, centroids).min(-1).indices
+        updated = torch.nn.functional.normalize(updated, dim=-1)
+    return torch.where(counts == 0, centroids, updated)
 
 
 def kmeans(
@@ -111,21 +142,14 @@ def kmeans(
     if spherical:
         x = torch.nn.functional.normalize(x, dim=1)
     centroids = _kmeans_pp(x, num_clusters, n_init, generator)
-    runs = torch.arange(n_init, device=x.device)[:, None].expand(n_init, n)
+    previous = None
     for _ in range(n_iter):
         assign = _assign(x, centroids, spherical)  # [R, N]
-        flat = (runs * num_clusters + assign).reshape(-1)
-        sums = torch.zeros(n_init, num_clusters, x.shape[1], device=x.device)
-        for r in range(n_init):  # per restart: no R copies of x, the same sums in the same order
-            sums[r].index_add_(0, assign[r], x)
-        counts = torch.bincount(flat, minlength=n_init * num_clusters).to(x.dtype)[:, None]
-        updated = (sums.view(n_init * num_clusters, -1) / counts.clamp_min(1)).view(n_init, num_clusters, -1)
-        empty = (counts == 0).view(n_init, num_clusters, 1)
-        centroids = torch.where(empty, centroids, updated)  # an empty cluster keeps its centroid
-        if spherical:
-            centroids = torch.nn.functional.normalize(centroids, dim=-1)
-    dist = _sq_dist(x, centroids)
-    best_dist, assign = dist.min(-1)
+        if previous is not None and torch.equal(assign, previous):
+            break  # every restart at Lloyd's fixed point: the same assignments give the same centroids again
+        previous = assign
+        centroids = _update(x, assign, centroids, spherical)
+    best_dist, assign = _nearest(x, centroids)
     inertia = best_dist.sum(1)
     best = int(inertia.argmin())
     return Clustering(assign[best], centroids[best], float(inertia[best]))

@@ -1,7 +1,8 @@
 """The fast paths of MEOW's training step compute what the plain forms compute, to the bit: the GCN's
 sparse product with a transpose built once (``graphs.Propagator``), k-means' assignment step
-(``core/negatives/cluster_weights._assign``), the disagreement weights counted in bytes, and the weighted
-InfoNCE's single-positive path (``core/objectives/infonce.weighted_single_positive_infonce``)."""
+(``core/negatives/cluster_weights._assign``) and its final distances, the disagreement weights counted in bytes, and the weighted
+InfoNCE's single-positive path (``core/objectives/infonce.weighted_single_positive_infonce``); k-means stopping at
+Lloyd's fixed point gives what all its iterations give."""
 
 import json
 from pathlib import Path
@@ -81,7 +82,7 @@ def test_meow_steps_are_the_same_bits_as_with_the_plain_forms(tmp_path, make_tin
     assert all(torch.equal(fast_state[k], plain_state[k]) for k in plain_state)
 
 
-def test_kmeans_assignment_matches_the_batched_argmax_ties_included():
+def test_kmeans_assignment_and_nearest_distance_match_the_batched_forms_ties_included():
     g = torch.Generator().manual_seed(0)
     x = torch.nn.functional.normalize(torch.randn(9000, 16, generator=g), dim=1)  # several blocks of rows
     centroids = torch.nn.functional.normalize(torch.randn(3, 40, 16, generator=g), dim=-1)
@@ -89,6 +90,38 @@ def test_kmeans_assignment_matches_the_batched_argmax_ties_included():
     centroids[1, 20:] = centroids[1, :20]
     for spherical in (True, False):
         assert torch.equal(cluster_weights._assign(x, centroids, spherical), _plain_assign(x, centroids, spherical))
+    nearest, plain = cluster_weights._nearest(x, centroids), cluster_weights._sq_dist(x, centroids).min(-1)
+    assert torch.equal(nearest[0], plain.values) and torch.equal(nearest[1], plain.indices)
+
+
+def _all_iterations(x, k, n_iter, n_init, spherical, seed):
+    """k-means as ``kmeans`` runs it, every one of the ``n_iter`` iterations."""
+    x = torch.nn.functional.normalize(x, dim=1) if spherical else x
+    centroids = cluster_weights._kmeans_pp(x, k, n_init, torch.Generator().manual_seed(seed))
+    for _ in range(n_iter):
+        centroids = cluster_weights._update(x, cluster_weights._assign(x, centroids, spherical), centroids, spherical)
+    best_dist, assign = cluster_weights._sq_dist(x, centroids).min(-1)
+    best = int(best_dist.sum(1).argmin())
+    return assign[best], centroids[best]
+
+
+def test_kmeans_stops_at_lloyds_fixed_point_with_the_bits_of_all_iterations(monkeypatch):
+    g = torch.Generator().manual_seed(0)
+    spread = torch.randn(600, 8, generator=g)
+    repeated = torch.randn(5, 8, generator=g).repeat_interleave(40, dim=0)  # k > 5 distinct points: empty clusters
+    calls = []
+    monkeypatch.setattr(cluster_weights, "_assign", lambda *a: calls.append(1) or _assign(*a))
+    for x, k in ((spread, 30), (repeated, 9)):
+        for spherical in (True, False):
+            calls.clear()
+            result = cluster_weights.kmeans(x, k, n_iter=60, n_init=3, spherical=spherical,
+                                            generator=torch.Generator().manual_seed(4))
+            assert len(calls) < 60  # it stopped early
+            assign, centroids = _all_iterations(x, k, 60, 3, spherical, seed=4)
+            assert torch.equal(result.assignments, assign) and torch.equal(result.centroids, centroids)
+
+
+_assign = cluster_weights._assign
 
 
 def test_against_official_skips_in_one_line_without_the_official_folder(tmp_path, capsys):
