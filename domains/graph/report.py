@@ -164,7 +164,9 @@ def render_page(protocol: str, records: list[dict[str, Any]], command: str) -> s
         "",
         f"Rendered from the run records in `docs/results/records/{PAGES[protocol]}/` by `{command}`, which trains",
         "the runs that have no current record (a record is current while its config digest and data version match).",
-        ("Full configs (`configs/graph/<method>_<dataset>.yaml`): the MEOW paper's schedule and 50 probe runs."
+        ("Full configs (`configs/graph/<method>_<dataset>.yaml`): the official codes' hyperparameters, each config's "
+         "epochs (the Time lines give them), 50 probe runs. On IMDB, InfoNCE also runs at AdaMEOW's settings "
+         "(`infonce_ada_imdb.yaml`: its epochs, learning rate, weight decay, dropout and anchor, no weights)."
          if paper else "REDUCED protocol: `configs/graph/reduced/`, 60 epochs and 20 probe runs; AdaMEOW runs 60 of "
                        "its 1,200 epochs here, so its rows show an encoder that has barely trained."),
         "Each run: test score of the checkpoint selected on validation Macro-F1, at the probe iteration selected",
