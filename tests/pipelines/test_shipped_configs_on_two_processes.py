@@ -102,13 +102,14 @@ def test_graph_configs_refuse_two_processes(tmp_path):
 
 @pytest.mark.slow
 def test_graph_methods_start_on_one_process(tmp_path):
-    """Each graph method's full-scale config on IMDB (the quickest of the three datasets), on one process. Every
+    """Each graph method's full-scale config on IMDB (the quickest of the three datasets), and InfoNCE at AdaMEOW's
+    settings, on one process. Every
     graph config runs on a tiny graph in ``tests/domains/graph/test_graph_task.py``, and each real dataset's
     loading is tested in ``test_graph_data.py``."""
     configs = [c for c in _configs("graph") if "/reduced/" not in c and c.endswith("_imdb")]
     rows = _smoke([sys.executable], configs, tmp_path / "one.json")
     bad = [f"{r['state']} {r['config']}: {r['note']}" for r in rows if r["state"] != "ok"]
-    assert len(configs) == 4 and not bad, bad
+    assert len(configs) == 5 and not bad, bad
 
 
 @pytest.mark.slow
