@@ -105,6 +105,9 @@ def _all_iterations(x, k, n_iter, n_init, spherical, seed):
     return assign[best], centroids[best]
 
 
+_assign = cluster_weights._assign  # the unpatched assignment, for the counting wrapper below
+
+
 def test_kmeans_stops_at_lloyds_fixed_point_with_the_bits_of_all_iterations(monkeypatch):
     g = torch.Generator().manual_seed(0)
     spread = torch.randn(600, 8, generator=g)
@@ -119,9 +122,6 @@ def test_kmeans_stops_at_lloyds_fixed_point_with_the_bits_of_all_iterations(monk
             assert len(calls) < 60  # it stopped early
             assign, centroids = _all_iterations(x, k, 60, 3, spherical, seed=4)
             assert torch.equal(result.assignments, assign) and torch.equal(result.centroids, centroids)
-
-
-_assign = cluster_weights._assign
 
 
 def test_against_official_skips_in_one_line_without_the_official_folder(tmp_path, capsys):
