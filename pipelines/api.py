@@ -19,11 +19,12 @@ the rest of a domain never imports the engine. What is here:
 - a training step of ours against a peer's, alternating rounds in one process; the record and its page section
   (:mod:`contrasuite.pipelines.bench.against_peer`, for ``contrasuite bench <d> --against peer``): running,
   :func:`cpu_task`, :func:`our_step`, :func:`pull_levers`, :func:`optimizer_kernel`, :func:`alternate`, :func:`synced_clocks`,
-  :func:`profile_sides` (both sides' operators); the record,
+  :func:`profile_sides` (both sides' operators), :func:`compute_bound` (our step's FLOPs and the machine's peak); the record,
   :data:`RECORDS`, :func:`run_variant`, :func:`summarize` (a comparison's ratios), :func:`outcome`, :func:`ours_text`, :func:`peer_version`, :func:`peer_record`;
   its section, :func:`heading`,
   :func:`check_text`, :func:`machine_lines`, :func:`rounds_table`, :func:`round_cells`, :func:`ratio_sentence`,
   :func:`profile_table`, :func:`checks_text`, :func:`profile_note` (a "where the time goes" paragraph with the profile's table),
+  :func:`ceiling_text` (the largest ratio the step's arithmetic allows),
   :func:`where_words` (its words on the optimizer's kernel and the weights' layout, :func:`weight_layout`);
   the command, :func:`official_flags` (a bench whose peer is the official code), :func:`peer_flags` and
   :func:`peer_main` (``--report``: a record into its page section).
@@ -31,10 +32,10 @@ the rest of a domain never imports the engine. What is here:
 
 from contrasuite.pipelines.bench import write_output
 from contrasuite.pipelines.bench.against_peer import (
-    RECORDS, alternate, check_text, checks_text, comparison_section, cpu_task, heading, machine_lines, official_flags,
-    optimizer_kernel, our_step, ours_text, outcome, peer_flags, peer_main, peer_record, peer_version, plain_loop_step,
-    profile_note, profile_sides, profile_table, pull_levers, round_cells, run_variant, summarize, synced_clocks,
-    weight_layout, where_words,
+    RECORDS, alternate, ceiling_text, check_text, checks_text, comparison_section, compute_bound, cpu_task, heading,
+    machine_lines, official_flags, optimizer_kernel, our_step, ours_text, outcome, peer_flags, peer_main,
+    peer_record, peer_version, plain_loop_step, profile_note, profile_sides, profile_table, pull_levers,
+    round_cells, run_variant, summarize, synced_clocks, weight_layout, where_words,
 )
 from contrasuite.pipelines.checkpoint import CheckpointError, load as load_checkpoint
 from contrasuite.pipelines.cli_runs import ROOT, run_cli, thread_env
@@ -52,9 +53,9 @@ __all__ = [
     "logged_per_epoch", "mean_std", "pick_device", "run_cli", "thread_env",
     "write_json", "write_output", "setup_task",
     # --against peer benches (contrasuite.pipelines.bench.against_peer)
-    "RECORDS", "alternate", "check_text", "checks_text", "comparison_section", "cpu_task", "heading", "machine_lines",
-    "official_flags", "optimizer_kernel", "our_step", "ours_text", "outcome", "peer_flags", "peer_main", "peer_record",
-    "peer_version", "plain_loop_step", "profile_note",
+    "RECORDS", "alternate", "ceiling_text", "check_text", "checks_text", "comparison_section", "compute_bound",
+    "cpu_task", "heading", "machine_lines", "official_flags", "optimizer_kernel", "our_step", "ours_text",
+    "outcome", "peer_flags", "peer_main", "peer_record", "peer_version", "plain_loop_step", "profile_note",
     "profile_sides", "profile_table", "pull_levers", "round_cells", "run_variant", "summarize", "synced_clocks",
     "weight_layout", "where_words",
 ]

@@ -66,9 +66,9 @@ import torch
 from contrasuite.domains.super_resolution import official_pcl
 from contrasuite.domains.super_resolution.task import SRConfig, SuperResolutionTask
 from contrasuite.pipelines.api import (
-    RECORDS, StepRunner, alternate, check_text, comparison_section, cpu_task, default_data_root, official_flags,
-    our_step, ours_text, outcome, peer_flags, peer_main, peer_record, pick_device, run_variant, setup_task, synced_clocks,
-    weight_layout, write_output,
+    RECORDS, StepRunner, alternate, ceiling_text, check_text, comparison_section, compute_bound, cpu_task,
+    default_data_root, official_flags, our_step, ours_text, outcome, peer_flags, peer_main, peer_record, pick_device,
+    run_variant, setup_task, synced_clocks, weight_layout, write_output,
 )
 
 
@@ -231,6 +231,8 @@ def against_official(args: argparse.Namespace, argv: Sequence[str]) -> dict[str,
             theirs(batches[i % len(batches)])
         rounds = alternate({"ours": ours, "peer": theirs}, batches, args.repeats, args.steps, synced_clocks(device))
         profiles = {"ours": profile(ours, batches[0], device), "peer": profile(theirs, batches[0], device)} if args.profile else None
+        bound = args.profile and device.type == "cpu" and args.precision == "fp32"  # the peak is fp32's on the CPU
+        compute = compute_bound(ours, batches[0]) if bound else None
     cfg = task.cfg
     layout = weight_layout([task.generator])
     fields = {
@@ -247,6 +249,7 @@ def against_official(args: argparse.Namespace, argv: Sequence[str]) -> dict[str,
         "official_parameters": official_pcl.official_counts(trainer),
         "first_step": {"ours": {k: float(v) for k, v in first_ours.items()}, "official": first_official},
         "official_precision": "fp32", "warmup_steps": 1 + args.warmup, **({"profile": profiles} if profiles else {}),
+        **({"compute": compute} if compute else {}),
         **({"cudnn": {"allow_tf32": torch.backends.cudnn.allow_tf32, "benchmark": torch.backends.cudnn.benchmark}}
            if device.type == "cuda" else {}),
     }
@@ -308,7 +311,7 @@ def profile_note(r: dict[str, Any]) -> str:
     return (f"\nWhere the time goes (`torch.profiler`, one more step per side, {unit}): convolutions "
             f"(forward and backward) take {ours['conv_share']:.0%} of ours ({ours['total_ms']:.{digits}f} ms in all) and "
             f"{peer['conv_share']:.0%} of the official step ({peer['total_ms']:.{digits}f} ms); the largest operators:\n\n"
-            + "\n".join(rows))
+            + "\n".join(rows) + ceiling_text(r))
 
 
 def render_official(r: dict[str, Any]) -> str:

@@ -257,6 +257,59 @@ def profile_sides(sides: dict[str, Callable[[Any], Any]], batches: list, steps: 
     return out
 
 
+PEAK_SIZES = (512, 1024, 2048)
+"""The square fp32 products :func:`matmul_peak` times: the machine's best rate over them is the ceiling's rate."""
+
+
+def matmul_peak(sizes: Sequence[int] = PEAK_SIZES, repeats: int = 5) -> float:
+    """This process's best fp32 matrix-product rate on the CPU (FLOP/s, ``2 n^3`` a product): the fastest of ``repeats``
+    products of two ``n x n`` matrices for each of ``sizes``, on the wall clock, at the threads set now. The best of
+    several, so another job on the machine lowers it less than it lowers a step's time."""
+    best = 0.0
+    for n in sizes:
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        torch.mm(a, b)
+        for _ in range(repeats):
+            start = time.perf_counter()
+            torch.mm(a, b)
+            best = max(best, 2 * n**3 / (time.perf_counter() - start))
+    return best
+
+
+def compute_bound(step: Callable[[Any], Any], batch: Any) -> dict[str, Any]:
+    """The arithmetic of one more step of ``step`` on ``batch`` and the rate the machine does it at: the FLOPs that
+    ``torch.utils.flop_counter.FlopCounterMode`` counts (products and convolutions, forward and backward, as run:
+    a direct convolution's ``2 * output * in_channels * k^2``), in all and per operator, and :func:`matmul_peak`.
+    A step that does this arithmetic takes at least ``flop / peak`` seconds (:func:`ceiling_text`)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with counter:
+        step(batch)
+    return {"flop_per_step": counter.get_total_flops(), "matmul_peak_flops": matmul_peak(),
+            "flop_by_op": {str(op): n for op, n in counter.get_flop_counts()["Global"].items()}}
+
+
+def ceiling_text(record: dict[str, Any]) -> str:
+    """The compute bound of a record with ``compute`` (:func:`compute_bound`) in words: our step's arithmetic, the
+    peak, the rate each side reached (median seconds per step on the record's clock) and the largest ratio any step
+    of the same arithmetic could reach against the peer's time on this machine; empty for a record without it."""
+    compute = record.get("compute")
+    if not compute:
+        return ""
+    clock, rounds = record["clock"], record["rounds"]
+    ours, peer = (statistics.median(r[f"{side}_{clock}_s"] for r in rounds) for side in ("ours", "peer"))
+    flop, peak = compute["flop_per_step"], compute["matmul_peak_flops"]
+    parts = ", ".join(f"`{op}` {n / 1e9:.1f}" for op, n in sorted(compute["flop_by_op"].items(), key=lambda kv: -kv[1]))
+    return (f"\n\nCompute bound (`torch.utils.flop_counter` over one more step of ours): our step does "
+            f"{flop / 1e9:.1f} GFLOP ({parts}). This machine's fp32 matrix product "
+            f"in the same process, on the same threads, peaks at {peak / 1e9:.1f} GFLOP/s (the best of "
+            f"{', '.join(f'{n}²' for n in PEAK_SIZES)} products), so no step doing this arithmetic takes less than "
+            f"{flop / peak:.3g} s here. Ours ran it at {flop / ours / 1e9:.1f} GFLOP/s ({flop / ours / peak:.0%} of the "
+            f"peak), the peer {flop / peer / 1e9:.1f} (our arithmetic over its {peer:.3g} s a step): at this precision the ratio cannot exceed "
+            f"**{peer * peak / flop:.2f}** on this machine without less arithmetic.")
+
+
 # -- the record -------------------------------------------------------------------------------------------
 
 def run_variant(args: argparse.Namespace) -> list[str]:
@@ -399,12 +452,12 @@ def profile_note(record: dict[str, Any], where: str, profiles: dict[str, dict[st
     profile (``profiles``, else the record's ``profile``), :func:`checks_text` and its :func:`profile_table`."""
     profiles = profiles or record.get("profile")
     if not profiles:
-        return f"\nWhere the time goes: {where}"
+        return f"\nWhere the time goes: {where}" + ceiling_text(record)
     steps = record["steps_per_round"]
     return (f"\nWhere the time goes (`torch.profiler` over {steps} more step{'s' * (steps != 1)} per side after the "
             f"rounds, the sides in turn; each operator's self time on this thread, in wall time, so another job on "
             f"the machine inflates it; the {PROFILE_ROWS} largest on either side, then the {PROFILE_ROWS} largest "
-            f"differences): {where}\n\n{checks_text(profiles)}\n\n{profile_table(profiles)}")
+            f"differences): {where}\n\n{checks_text(profiles)}\n\n{profile_table(profiles)}{ceiling_text(record)}")
 
 
 def write_section(page: Path, name: str, text: str) -> None:

@@ -1,7 +1,7 @@
 """pipelines/bench/against_peer.py: alternating timed rounds, the ratios, the equal-work check and the page sections."""
 
 from contrasuite.pipelines.bench.against_peer import (
-    PAGE_HEAD, alternate, checks_text, loss_check, plain_loop_step, profile_sides, profile_table, rounds_table,
+    PAGE_HEAD, alternate, ceiling_text, checks_text, compute_bound, loss_check, plain_loop_step, profile_sides, profile_table, rounds_table,
     summarize, write_section,
 )
 
@@ -80,6 +80,30 @@ def test_profile_sides_and_table_show_the_largest_operators_and_what_only_one_si
     checks = {"ours": {"cpu_self_ms": 100.0, "ops": {"aten::_foreach_norm": 1.0, "aten::linalg_vector_norm": 0.6}},
               "peer": {"cpu_self_ms": 99.0, "ops": {"aten::linalg_vector_norm": 0.1, "aten::stack": 0.3}}}
     assert "ours beyond the peer's: 1.50 ms per step, 1.50% of our operators' time" in checks_text(checks)
+
+
+def test_compute_bound_counts_a_step_s_flops_and_the_ceiling_follows_from_the_peak():
+    import torch
+
+    model = torch.nn.Linear(64, 32, bias=False)
+    x = torch.randn(16, 64)
+
+    def step(batch):
+        model(batch).sum().backward()
+
+    bound = compute_bound(step, x)
+    # forward 2*16*64*32 and as much for the weight's gradient; an input that needs no gradient gets none
+    assert bound["flop_per_step"] == 2 * 2 * 16 * 64 * 32
+    assert compute_bound(step, x.requires_grad_())["flop_per_step"] == 3 * 2 * 16 * 64 * 32
+    assert sum(bound["flop_by_op"].values()) == bound["flop_per_step"]
+    assert bound["matmul_peak_flops"] > 1e8  # any CPU multiplies faster than 0.1 GFLOP/s
+    record = {"clock": "cpu", "rounds": [{"ours_cpu_s": 1.0, "peer_cpu_s": 1.2}, {"ours_cpu_s": 1.1, "peer_cpu_s": 1.3}],
+              "compute": {"flop_per_step": 90e9, "matmul_peak_flops": 100e9, "flop_by_op": {"aten.mm": 90e9}}}
+    text = ceiling_text(record)
+    # the fastest step is 0.9 s; the peer's median 1.25 s: at most 1.25 / 0.9 = 1.39 on this machine
+    assert "no step doing this arithmetic takes less than 0.9 s" in text and "**1.39**" in text
+    assert "Ours ran it at 85.7 GFLOP/s (86% of the peak)" in text
+    assert ceiling_text({"clock": "cpu", "rounds": []}) == ""
 
 
 def test_write_section_makes_the_page_replaces_in_place_appends_and_puts_a_lever_after_its_base(tmp_path):
