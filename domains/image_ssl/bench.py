@@ -53,9 +53,9 @@ import torch
 from torch import nn
 
 from contrasuite.pipelines.api import (
-    RECORDS, ROOT, alternate, check_text, comparison_section, cpu_task, optimizer_kernel, our_step, ours_text, outcome,
-    peer_flags, peer_main, peer_record, plain_loop_step, profile_note, profile_sides, pull_levers, weight_layout,
-    where_words,
+    RECORDS, ROOT, alternate, check_text, comparison_section, compute_bound, cpu_task, optimizer_kernel, our_step,
+    ours_text, outcome, peer_flags, peer_main, peer_record, plain_loop_step, profile_note, profile_sides, pull_levers,
+    weight_layout, where_words,
 )
 
 SECTION = "image_ssl"
@@ -136,6 +136,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         first_ours, first_peer = ours(batches[0]), peer_step(batches[0])  # also each side's warm-up
         rounds = alternate({"ours": ours, "peer": peer_step}, batches, args.repeats, args.steps)
         profiles = profile_sides({"ours": ours, "peer": peer_step}, batches, args.steps) if args.profile else None
+        compute = compute_bound(ours, batches[0]) if args.profile else None
     m = task.cfg.model
     kernel = optimizer_kernel(task.optimizers()["model"])
     layout = weight_layout([task.model])
@@ -145,7 +146,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
            "config": args.config, "overrides": overrides, "encoder": m.encoder, "head": [m.proj_hidden, m.proj_dim],
            "batch": int(task.cfg.batch_size), "image_size": int(task.cfg.data.image_size),
            "data": f"{task.data_source}, {len(task.train_images)}-image training subset", "distinct_batches": len(batches),
-           **({"profile": profiles} if profiles else {})}
+           **({"profile": profiles, "compute": compute} if profiles else {})}
     return peer_record(SECTION, args, argv, LEVERS, levers, own, outcome(first_ours, first_peer, rounds, args.clock))
 
 
