@@ -77,9 +77,9 @@ from contrasuite.domains.code_search.encoder import BiEncoder, EncoderConfig, re
 from contrasuite.domains.code_search.mine import iter_functions, summary
 from contrasuite.domains.hugging_face import local_models_only
 from contrasuite.pipelines.api import (
-    RECORDS, alternate, checks_text, cpu_task, heading, machine_lines, optimizer_kernel, our_step, ours_text, outcome,
-    peer_flags, peer_main, peer_record, plain_loop_step, profile_note, profile_sides, profile_table, round_cells,
-    where_words,
+    RECORDS, alternate, ceiling_text, checks_text, compute_bound, cpu_task, heading, machine_lines, optimizer_kernel,
+    our_step, ours_text, outcome, peer_flags, peer_main, peer_record, plain_loop_step, profile_note, profile_sides,
+    profile_table, round_cells, where_words,
 )
 
 EMBED_MODES = ("embed", "sentence-transformers")
@@ -322,6 +322,7 @@ def _comparison(args: argparse.Namespace, chunk: int, run_dir: Path) -> dict[str
     peer_step(batches[0])
     rounds = alternate({"ours": ours, "peer": peer_step}, batches, args.repeats, args.steps)
     profiles = profile_sides({"ours": ours, "peer": peer_step}, batches, args.steps) if args.profile else None
+    compute = compute_bound(ours, batches[0]) if args.profile else None
     enc = task.cfg.encoder
     return {
         "step": f"GradCache, chunk {chunk}" if chunk else "plain", "grad_cache_chunk": chunk,
@@ -331,7 +332,7 @@ def _comparison(args: argparse.Namespace, chunk: int, run_dir: Path) -> dict[str
         "max_code_length": enc.max_code_length, "model": enc.model, "distinct_batches": len(batches),
         "group_cost_tokens": enc.group_cost_tokens, "padded_tokens": _padded_tokens(task, batches, chunk),
         **outcome(ours_first, theirs_first, rounds, args.clock, dropout="off"),
-        **({"profile": profiles} if profiles else {}),
+        **({"profile": profiles, "compute": compute} if profiles else {}),
     }
 
 
@@ -406,8 +407,9 @@ def render_peer(record: dict[str, Any]) -> str:
         where = where_words(record, WHERE, "AdamW", "`sqrt`, `lerp_`, `addcdiv_`, `addcmul_`", LOOP_CLOSING,
                             closing=grouped_closing(first))
         lines.append(profile_note(record, where + " The first table is the plain step's.", first.get("profile")))
+        lines[-1] += ceiling_text({"clock": clock, **first})
         lines += [f"\n{c['step']}: {checks_text(c['profile'])}\n\n{profile_table(c['profile'])}"
-                  for c in record["comparisons"][1:] if "profile" in c]
+                  + ceiling_text({"clock": clock, **c}) for c in record["comparisons"][1:] if "profile" in c]
     return "\n".join(lines)
 
 

@@ -55,7 +55,9 @@ peer's time per training step over ours, measured in one process on the same dat
 the two sides alternating; above 1 means ours is faster. Each bench sets its task up after
 `torch.manual_seed(0)` with the config's `run.seed` (0 in every shipped config), and the peer starts from a
 copy of those weights; the spread shown is over the alternating rounds of that one seed, since a step's time
-does not depend on the seed.
+does not depend on the seed. A "compute bound" paragraph divides the FLOPs of our step (`torch.utils.flop_counter`)
+by the fastest fp32 matrix product the same process measures: the peer's time over that floor is the ratio a
+step doing all its arithmetic at that rate would reach, the ceiling at that precision on that machine.
 """
 
 
@@ -293,7 +295,8 @@ def compute_bound(step: Callable[[Any], Any], batch: Any) -> dict[str, Any]:
 def ceiling_text(record: dict[str, Any]) -> str:
     """The compute bound of a record with ``compute`` (:func:`compute_bound`) in words: our step's arithmetic, the
     peak, the rate each side reached (median seconds per step on the record's clock) and the largest ratio any step
-    of the same arithmetic could reach against the peer's time on this machine; empty for a record without it."""
+    of the same arithmetic could reach at the peak against the peer's time on this machine; empty for a record
+    without it."""
     compute = record.get("compute")
     if not compute:
         return ""
@@ -302,12 +305,13 @@ def ceiling_text(record: dict[str, Any]) -> str:
     flop, peak = compute["flop_per_step"], compute["matmul_peak_flops"]
     parts = ", ".join(f"`{op}` {n / 1e9:.1f}" for op, n in sorted(compute["flop_by_op"].items(), key=lambda kv: -kv[1]))
     return (f"\n\nCompute bound (`torch.utils.flop_counter` over one more step of ours): our step does "
-            f"{flop / 1e9:.1f} GFLOP ({parts}). This machine's fp32 matrix product "
-            f"in the same process, on the same threads, peaks at {peak / 1e9:.1f} GFLOP/s (the best of "
-            f"{', '.join(f'{n}²' for n in PEAK_SIZES)} products), so no step doing this arithmetic takes less than "
-            f"{flop / peak:.3g} s here. Ours ran it at {flop / ours / 1e9:.1f} GFLOP/s ({flop / ours / peak:.0%} of the "
-            f"peak), the peer {flop / peer / 1e9:.1f} (our arithmetic over its {peer:.3g} s a step): at this precision the ratio cannot exceed "
-            f"**{peer * peak / flop:.2f}** on this machine without less arithmetic.")
+            f"{flop / 1e9:.1f} GFLOP ({parts}). This machine's fp32 matrix product in the same process, on the same "
+            f"threads, peaks at {peak / 1e9:.1f} GFLOP/s (the best of {', '.join(f'{n}²' for n in PEAK_SIZES)} "
+            f"products), so this arithmetic at that rate takes {flop / peak:.3g} s. Ours ran it at "
+            f"{flop / ours / 1e9:.1f} GFLOP/s ({flop / ours / peak:.0%} of the peak), the peer "
+            f"{flop / peer / 1e9:.1f} (our arithmetic over its {peer:.3g} s a step): a step doing it all at the peak "
+            f"would be **{peer * peak / flop:.2f}**x the peer's speed, the ceiling of the ratio at this precision on "
+            "this machine short of less arithmetic.")
 
 
 # -- the record -------------------------------------------------------------------------------------------
