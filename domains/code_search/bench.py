@@ -39,7 +39,8 @@ than the default gets its own record and section (``code_search+<config name>``)
         --steps 2 --threads 1 --output docs/results/records/bench_pipelines/code_search_peer_infonce.json
 
 ``--profile`` adds both sides' operators (``torch.profiler`` over ``--steps`` more steps per side and step kind,
-the sides in turn) to the record; the section's "where the time goes" paragraph shows them beside what they are.
+the sides in turn) and each of our steps' compute bound (``compute_bound``: its FLOPs over the fp32 matrix-product
+peak) to the record; the section's "where the time goes" paragraph shows them beside what they are.
 
     contrasuite bench code_search --against peer --threads 1 --profile
     contrasuite bench code_search --against peer --report

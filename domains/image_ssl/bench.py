@@ -23,8 +23,8 @@ the order alternating between rounds; a round's ratio is peer time / our time (a
 the headline the median over rounds with the smallest and largest. ``--clock cpu`` (default) is this process's CPU
 time; both clocks are kept in the record (``--output``), which ``--report`` renders into its section of
 ``docs/results/bench_pipelines.md``. ``--profile`` adds both sides' operators (``torch.profiler`` over ``--steps``
-more steps per side, the sides in turn) to the record; the section's "where the time goes" paragraph shows them
-beside what they are.
+more steps per side, the sides in turn) and our step's compute bound (``compute_bound``: its FLOPs over the fp32
+matrix-product peak) to the record; the section's "where the time goes" paragraph shows them beside what they are.
 
 Our SGD runs on PyTorch's fused kernel and our convolution weights are channels-last (``run.memory_format: auto``
 on the CPU, ``pipelines/memory_format.py``), the pipeline's defaults; the peer's SGD runs PyTorch's CPU default,

@@ -37,9 +37,10 @@ them). Equal work: the parameter counts, and our EDSR weights copied into the of
 so the first step's L1 must agree (1e-4 relative in fp32, 1e-2 for ours in bf16); for ``pcl`` the variants'
 draws, the discriminator's BatchNorm groups and the LR upsampling differ (the section says what). ``--warmup``
 untimed steps per side follow the first (default 0 on the CPU, 3 on CUDA; the record keeps cuDNN's TF32 and
-benchmark settings, PyTorch's defaults on both sides). ``--profile``
-keeps each side's largest operators over one more step, which ``--report`` renders. The clock is the process's CPU
-time on the CPU (``--clock``) and the wall clock after ``torch.cuda.synchronize()`` on CUDA. The official code
+benchmark settings, PyTorch's defaults on both sides). ``--profile`` keeps each side's largest operators over one
+more step, and on the CPU in fp32 our step's compute bound (``compute_bound``: its FLOPs over the fp32
+matrix-product peak), which ``--report`` renders. The clock is the process's CPU time on the CPU (``--clock``) and
+the wall clock after ``torch.cuda.synchronize()`` on CUDA. The official code
 comes from ``docs/results/records/official/pcl_sisr/export_pcl_sisr.sh`` (``--official``, default
 ``/tmp/official/pcl_sisr``). One record holds every mode x precision of a command:
 ``docs/results/records/bench_pipelines/super_resolution_official.json`` (``..._cuda.json`` on a GPU), section

@@ -47,7 +47,8 @@ check), then ``--warmup`` steps per side (default 2 there, 0 on the CPU) before 
 process's defaults (recorded; the official ``BaseModel`` switches ``cudnn.benchmark`` on for every side).
 
 ``--clock cpu`` (the default on the CPU) is this process's CPU time; on CUDA only ``wall`` is allowed, read
-after ``torch.cuda.synchronize()``. The record goes to
+after ``torch.cuda.synchronize()``. On the CPU the record also keeps each variant's compute bound (``compute_bound``:
+the FLOPs of one more fp32 step of ours over the fp32 matrix-product peak). The record goes to
 ``docs/results/records/bench_pipelines/translation_official.json`` (``translation_official_cuda.json`` on a
 GPU), its section ``translation`` (``translation+cuda``) of ``docs/results/bench_pipelines.md``.
 
@@ -79,8 +80,9 @@ import torch
 from contrasuite.domains.translation.data import DataConfig, to_float
 from contrasuite.domains.translation.task import TranslationConfig, TranslationTask
 from contrasuite.pipelines.api import (
-    RECORDS, ConfigError, StepRunner, alternate, check_text, cpu_task, heading, load_config, machine_lines, official_flags,
-    our_step, ours_text, outcome, peer_flags, peer_main, peer_record, pick_device, run_variant, setup_task, synced_clocks,
+    RECORDS, ConfigError, StepRunner, alternate, ceiling_text, check_text, compute_bound, cpu_task, heading, load_config,
+    machine_lines, official_flags, our_step, ours_text, outcome, peer_flags, peer_main, peer_record, pick_device,
+    run_variant, setup_task, synced_clocks,
 )
 
 SETTINGS = {
@@ -327,6 +329,7 @@ def compare_variant(args: argparse.Namespace, variant: str, device: torch.device
         for side in sides.values():
             side(batches[0])
     rounds = alternate(sides, batches, args.repeats, args.steps, synced_clocks(device))
+    compute = {"compute": compute_bound(sides["ours"], batches[0])} if device.type == "cpu" else {}  # fp32's peak
     c = args.clock
     bf16 = outcome(first["bf16"], first["official"], [{f"ours_{c}_s": r[f"bf16_{c}_s"], f"peer_{c}_s": r[f"peer_{c}_s"]}
                                                       for r in rounds], c, tolerance=TOLERANCE["bf16"])
@@ -338,7 +341,8 @@ def compare_variant(args: argparse.Namespace, variant: str, device: torch.device
             "parameters": {"ours": sizes({"G": task.generator, "D": task.discriminator, "F": task.head}),
                            "official": sizes({"G": net(model.netG), "D": net(model.netD), "F": net(model.netF)})},
             "crop": int(crops[0][0].shape[-1]), "batch": int(crops[0][0].shape[0]), "distinct_batches": len(crops),
-            **outcome(first["fp32"], first["official"], rounds, args.clock, tolerance=TOLERANCE["fp32"]), "bf16": bf16}
+            **outcome(first["fp32"], first["official"], rounds, args.clock, tolerance=TOLERANCE["fp32"]), "bf16": bf16,
+            **compute}
 
 
 def against_official(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
@@ -411,6 +415,8 @@ def render_official(record: dict[str, Any]) -> str:
             "(`copy_`, `fill_`); ours adds the engine's per-step gradient and weight norms (`_foreach_norm`), which are "
             "small at this size. Under bf16 autocast the convolutions take a fraction of their fp32 time and the casts "
             "of weights and activations to bf16 (`copy_`) become the largest single operator.")
+    lines += [f"\n{v['mode']}, fp32: {ceiling_text({'clock': clock, **v}).strip()}"
+              for v in record["variants"] if "compute" in v]
     return "\n".join(lines)
 
 
