@@ -24,7 +24,7 @@ the rest of a domain never imports the engine. What is here:
   its section, :func:`heading`,
   :func:`check_text`, :func:`machine_lines`, :func:`rounds_table`, :func:`round_cells`, :func:`ratio_sentence`,
   :func:`profile_table`, :func:`checks_text`, :func:`profile_note` (a "where the time goes" paragraph with the profile's table),
-  :func:`ceiling_text` (the largest ratio the step's arithmetic allows),
+  :func:`ceiling_text` (the ratio our step's arithmetic would reach at that peak),
   :func:`where_words` (its words on the optimizer's kernel and the weights' layout, :func:`weight_layout`);
   the command, :func:`official_flags` (a bench whose peer is the official code), :func:`peer_flags` and
   :func:`peer_main` (``--report``: a record into its page section).
