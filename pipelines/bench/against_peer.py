@@ -282,7 +282,7 @@ def compute_bound(step: Callable[[Any], Any], batch: Any) -> dict[str, Any]:
     """The arithmetic of one more step of ``step`` on ``batch`` and the rate the machine does it at: the FLOPs that
     ``torch.utils.flop_counter.FlopCounterMode`` counts (products and convolutions, forward and backward, as run:
     a direct convolution's ``2 * output * in_channels * k^2``), in all and per operator, and :func:`matmul_peak`.
-    A step that does this arithmetic takes at least ``flop / peak`` seconds (:func:`ceiling_text`)."""
+    At that rate this arithmetic takes ``flop / peak`` seconds (:func:`ceiling_text`)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     counter = FlopCounterMode(display=False)

@@ -1,8 +1,8 @@
 """pipelines/bench/against_peer.py: alternating timed rounds, the ratios, the equal-work check and the page sections."""
 
 from contrasuite.pipelines.bench.against_peer import (
-    PAGE_HEAD, alternate, ceiling_text, checks_text, compute_bound, loss_check, plain_loop_step, profile_sides, profile_table, rounds_table,
-    summarize, write_section,
+    PAGE_HEAD, alternate, ceiling_text, checks_text, compute_bound, loss_check, plain_loop_step, profile_sides,
+    profile_table, rounds_table, summarize, write_section,
 )
 
 
@@ -100,7 +100,7 @@ def test_compute_bound_counts_a_step_s_flops_and_the_ceiling_follows_from_the_pe
     record = {"clock": "cpu", "rounds": [{"ours_cpu_s": 1.0, "peer_cpu_s": 1.2}, {"ours_cpu_s": 1.1, "peer_cpu_s": 1.3}],
               "compute": {"flop_per_step": 90e9, "matmul_peak_flops": 100e9, "flop_by_op": {"aten.mm": 90e9}}}
     text = ceiling_text(record)
-    # the fastest step is 0.9 s; the peer's median 1.25 s: at most 1.25 / 0.9 = 1.39 on this machine
+    # at the peak the arithmetic takes 0.9 s; the peer's median 1.25 s: 1.25 / 0.9 = 1.39
     assert "this arithmetic at that rate takes 0.9 s" in text and "**1.39**x the peer's speed" in text
     assert "Ours ran it at 85.7 GFLOP/s (86% of the peak)" in text
     assert ceiling_text({"clock": "cpu", "rounds": []}) == ""

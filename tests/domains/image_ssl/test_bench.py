@@ -27,7 +27,8 @@ def test_against_peer_writes_a_record_with_both_timings_and_equal_first_losses(t
     assert "<!-- section:image_ssl -->" in text and f"**{record['ratio_median']:.2f}**" in text
     assert "The operators of the engine's checks" in text and "| all operators |" in text
     # the compute bound: the convolutions' FLOPs (forward and backward) over the fp32 matmul peak, rendered
-    assert record["compute"]["flop_by_op"]["aten.convolution_backward"] > record["compute"]["flop_by_op"]["aten.convolution"]
+    flop = record["compute"]["flop_by_op"]
+    assert flop["aten.convolution_backward"] > flop["aten.convolution"]
     assert "Compute bound" in text and "x the peer's speed" in text
 
 
