@@ -52,6 +52,30 @@ def masked_logsumexp(x: Tensor, mask: Tensor, dim: int = -1, keepdim: bool = Fal
     return out if keepdim else out.squeeze(dim)
 
 
+def logsumexp_rows(x: Tensor, scratch_bytes: int = 1 << 20) -> Tensor:
+    """``torch.logsumexp(x, dim=1)`` of a 2-D ``x``, to the bit, a block of rows at a time.
+
+    The same operations as ``torch.logsumexp`` (row max, infinite maxima taken as 0, ``exp(x - max)``, sum, log,
+    plus the max), with ``exp(x - max)`` written into one scratch buffer of about ``scratch_bytes`` that each block
+    of rows reuses instead of a fresh ``N x M`` tensor. A multiple of 64 rows per block keeps each row's place
+    relative to 64-byte boundaries as in the whole tensor. A large temporary costs page faults each time it is
+    allocated (glibc maps and unmaps anything above 32 MB), about 45 ms of CPU for 4,019 x 4,019 floats on the
+    AMD EPYC of ``docs/domains/graph.md``; a 1 MB scratch also stays in the CPU's cache for the sum.
+    """
+    n, m = x.shape
+    block = max(64, scratch_bytes // max(1, m * x.element_size()) // 64 * 64)
+    scratch = torch.empty(min(block, n), m, dtype=x.dtype, device=x.device)
+    out = torch.empty(n, dtype=x.dtype, device=x.device)
+    for start in range(0, n, block):
+        rows = x[start : start + block]
+        top = rows.amax(dim=1, keepdim=True)
+        top.masked_fill_(top.abs() == math.inf, 0)
+        e = torch.sub(rows, top, out=scratch[: rows.shape[0]]).exp_()
+        torch.sum(e, dim=1, out=out[start : start + rows.shape[0]])
+        out[start : start + rows.shape[0]].log_().add_(top.squeeze(1))
+    return out
+
+
 def exp_shifted_(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Overwrite ``x`` with ``E = exp(x - max)`` along the last dimension; return ``(E, s, lse)``, ``s`` the
     sums of ``E`` and ``lse = max + log s`` (``torch.logsumexp``). The backward of ``lse`` is then

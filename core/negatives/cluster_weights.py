@@ -160,11 +160,12 @@ def disagreement_weights(assignments: Tensor | Sequence[Tensor], *, normalize: b
     a = torch.stack(list(assignments)) if not isinstance(assignments, Tensor) else assignments
     if a.dim() != 2:
         raise ValueError(f"assignments must be [K, N], got shape {tuple(a.shape)}")
-    # counted in bytes (exact up to 255 clusterings), then one conversion: the same values as summing float
-    # masks, in about half the passes over N x N memory
-    count = torch.zeros(a.shape[1], a.shape[1], dtype=torch.uint8 if a.shape[0] < 256 else torch.int32, device=a.device)
-    for c in a:
-        count.add_(c[:, None] != c[None, :])
+    # counted in bytes (exact up to 255 clusterings; the first mask's bytes are its count), then one conversion:
+    # the same values as summing float masks, in about half the passes over N x N memory
+    first = a[0][:, None] != a[0][None, :]
+    count = first.view(torch.uint8) if a.shape[0] < 256 else first.to(torch.int32)
+    for c in a[1:]:
+        count.add_((c[:, None] != c[None, :]).view(torch.uint8))  # as bytes: no converted copy of the mask
     w = count.to(torch.get_default_dtype())
     return w / a.shape[0] if normalize else w
 

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from contrasuite.core.numerics import exp_shifted_, masked_logsumexp
+from contrasuite.core.numerics import exp_shifted_, logsumexp_rows, masked_logsumexp
 from contrasuite.core.objectives.base import ContrastiveObjective
 from contrasuite.core.pairs import Pairs
 from contrasuite.core.similarity import get_factors, get_similarity
@@ -84,47 +84,54 @@ def weighted_infonce(
     return total / n_pos.clamp_min(1)
 
 
-class _WeightedLogSumExp(torch.autograd.Function):
-    """``log sum_j exp(l_ij + log w_ij)`` per row over the entries with ``w_ij > 0`` outside ``excluded``, the
-    dtype's ``log(tiny)`` for a row without any: what :func:`masked_logsumexp` of ``l + log(w.clamp_min(tiny))``
-    under the mask ``neg & (w > 0)`` gives, to the bit, forward and backward (the same operations on the same
-    values), with the weights ``w`` held constant.
+class _WeightedNegativesLoss(torch.autograd.Function):
+    """``L_i = log sum_j exp(l_ij + log w_ij) - l_it_i`` per anchor: the log-sum-exp over the entries with
+    ``w_ij > 0`` outside ``excluded`` (the dtype's ``log(tiny)`` for a row without any) minus the positive logit
+    ``l_it_i``. The same values and gradients, to the bit, as :func:`masked_logsumexp` of
+    ``l + log(w.clamp_min(tiny))`` under the mask ``neg & (w > 0)`` minus ``l[rows, targets]`` (the same
+    operations on the same values), with the weights ``w`` held constant.
 
     Autograd through that form keeps ``N x M`` masks of the pairs (built twice), the log-weights, the sum, the
-    ``where`` and its backward's zeros, and ``logsumexp``'s own buffers: about three times the passes over
-    ``N x M`` memory of this one, which fills one buffer in place and saves it for the backward
-    ``g_i exp(x_ij - lse_i)`` (``logsumexp``'s own backward formula; exactly 0 at the masked entries).
+    ``where`` and its backward's zeros, ``logsumexp``'s own buffers and the dense zeros of the positives'
+    gather: about three times the passes over ``N x M`` memory of this one, which fills one buffer in place
+    (its log-sum-exp by :func:`logsumexp_rows`, without ``torch.logsumexp``'s temporary), saves it for the backward
+    ``g_i exp(x_ij - lse_i)`` (``logsumexp``'s own backward formula; exactly 0 at the excluded entries, the
+    positives among them) and subtracts ``g_i`` at the positives in place: one fresh ``N x M`` buffer forward and
+    one backward, each of which costs page faults besides its passes (:func:`logsumexp_rows`).
     """
 
     @staticmethod
-    def forward(ctx, logits: Tensor, weight: Tensor, rows: Tensor, cols: Tensor) -> Tensor:  # type: ignore[override]
+    def forward(ctx, logits: Tensor, weight: Tensor, targets: Tensor, rows: Tensor, cols: Tensor) -> Tensor:  # type: ignore[override]
         keep = weight > 0
         keep[rows, cols] = False
         has = keep.any(dim=1)
-        x = torch.log(weight.clamp_min(torch.finfo(logits.dtype).tiny)).add_(logits.detach())
+        x = weight.clamp_min(torch.finfo(logits.dtype).tiny).log_().add_(logits.detach())
         x.masked_fill_(keep.logical_not_(), torch.finfo(x.dtype).min)
-        lse = torch.logsumexp(x, dim=1)
-        ctx.save_for_backward(x, lse, has)
-        return torch.where(has, lse, math.log(torch.finfo(x.dtype).tiny))
+        lse = logsumexp_rows(x)
+        ctx.save_for_backward(x, lse, has, targets)
+        every = torch.arange(targets.shape[0], device=targets.device)
+        return torch.where(has, lse, math.log(torch.finfo(x.dtype).tiny)) - logits.detach()[every, targets]
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None, None]:  # type: ignore[override]
-        x, lse, has = ctx.saved_tensors
-        grad = torch.where(has, grad, torch.zeros_like(grad))
-        return (x - lse[:, None]).exp_().mul_(grad[:, None]), None, None, None
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None, None, None]:  # type: ignore[override]
+        x, lse, has, targets = ctx.saved_tensors
+        negatives = torch.where(has, grad, torch.zeros_like(grad))
+        out = (x - lse[:, None]).exp_().mul_(negatives[:, None])
+        every = torch.arange(targets.shape[0], device=targets.device)
+        out[every, targets] -= grad  # 0 there before (an excluded entry): -g_i, as the gather's backward adds
+        return out, None, None, None, None
 
 
 def weighted_single_positive_infonce(logits: Tensor, pairs: Pairs, neg_weight: Tensor) -> Tensor:
     """:func:`weighted_infonce` for single-positive pairs (``pairs.targets``), the positive out of the
     denominator (``a = 0``: DCL, MEOW) and constant ``neg_weight [N, M]`` of the logits' dtype: the same
-    values and gradients, to the bit, in fewer passes over ``N x M`` memory (:class:`_WeightedLogSumExp`)."""
+    values and gradients, to the bit, in fewer passes over ``N x M`` memory (:class:`_WeightedNegativesLoss`)."""
     targets = pairs.targets
     rows = torch.arange(targets.shape[0], device=targets.device)
     # excluded from the negatives: the positives, and the self-pairs when the candidates are the anchors
     excluded = (torch.cat([rows, rows]), torch.cat([targets, rows])) if pairs.exclude_self else (rows, targets)
-    neg_lse = _WeightedLogSumExp.apply(logits, neg_weight, *excluded)
-    per_pair = neg_lse - logits[rows, targets]
+    per_pair = _WeightedNegativesLoss.apply(logits, neg_weight, targets, *excluded)
     return torch.zeros(logits.shape[0], dtype=logits.dtype, device=logits.device).index_add(0, rows, per_pair)
 
 

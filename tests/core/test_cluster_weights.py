@@ -56,6 +56,9 @@ def test_disagreement_weights_count_separating_clusterings():
     )
     assert torch.equal(w, expected)
     assert torch.equal(disagreement_weights(a, normalize=True), expected / 2)
+    assert torch.equal(disagreement_weights(a[:1]), (a[0][:, None] != a[0][None, :]).float())  # one clustering
+    many = a.repeat(150, 1)  # 300 clusterings: counted past a byte's 255
+    assert torch.equal(disagreement_weights(many), expected * 150)
 
 
 def test_concentration_mean_is_temperature_and_clipped():

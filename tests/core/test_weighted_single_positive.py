@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from contrasuite.core.numerics import logsumexp_rows
 from contrasuite.core.objectives import InfoNCE
 from contrasuite.core.objectives.infonce import weighted_infonce
 from contrasuite.core.pairs import Pairs
@@ -23,9 +24,9 @@ def both(logits, pairs, weight):
 
 
 @pytest.mark.parametrize("exclude_self", [False, True])
-def test_fast_path_is_the_generic_path_to_the_bit(exclude_self):
+@pytest.mark.parametrize("n", [64, 700])  # 700: several blocks of logsumexp_rows' 1 MB scratch
+def test_fast_path_is_the_generic_path_to_the_bit(exclude_self, n):
     g = torch.Generator().manual_seed(0)
-    n = 64
     logits = torch.randn(n, n, generator=g) * 3
     targets = torch.randperm(n, generator=g)
     if exclude_self:
@@ -51,3 +52,15 @@ def test_meow_objective_call_is_unchanged():
         loss = objective(x, y, neg_weight=w)
         grads.append((loss.detach(), *torch.autograd.grad(loss, [x, y])))
     assert all(torch.equal(p, q) for p, q in zip(*grads))
+
+
+@pytest.mark.parametrize("scratch_bytes", [1 << 20, 4096, 1 << 30])
+def test_logsumexp_rows_is_torch_logsumexp_to_the_bit(scratch_bytes):
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(300, 517, generator=g) * 20  # 517 columns: no row a multiple of a vector's width
+    x[x > 25] = torch.finfo(x.dtype).min  # masked entries, as the weighted kernel fills them
+    x[3] = torch.finfo(x.dtype).min  # a row without any entry
+    assert torch.equal(logsumexp_rows(x, scratch_bytes), torch.logsumexp(x, dim=1))
+    special = torch.tensor([[float("inf"), 1.0], [float("-inf"), float("-inf")], [float("nan"), 0.0]])
+    assert torch.equal(logsumexp_rows(special).isnan(), torch.logsumexp(special, 1).isnan())
+    assert torch.equal(logsumexp_rows(special)[:2], torch.logsumexp(special, 1)[:2])
