@@ -22,6 +22,9 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
+
+from contrasuite.core.numerics import logsumexp_rows
 
 CPU_BLOCK_BYTES = 2 << 20
 """Automatic block size on the CPU: about half a core's L2 cache."""
@@ -115,13 +118,46 @@ class LearnedNegativeWeights(nn.Module):
         return torch.sigmoid(self.second(torch.tanh(self.first(pair_sum))))[..., 0]
 
 
+class _LearnedWeightLoss(torch.autograd.Function):
+    """:func:`learned_weight_infonce` for ``logits`` and ``weight`` of one dtype: the same values and gradients,
+    to the bit, as autograd through ``logsumexp(l + log(w.clamp_min(tiny))) - diag(l)``, with one fresh ``N x N``
+    buffer forward (``x = log w + l``, its log-sum-exp by :func:`~contrasuite.core.numerics.logsumexp_rows`) and
+    two backward (``G = g_i exp(x_ij - lse_i)``, logsumexp's own backward, then ``dL/dw = G / w`` where
+    ``w >= tiny``, 0 elsewhere, as the log's and the clamp's backward give; ``dL/dl = G`` less ``g_i`` on the
+    diagonal, in place) where that autograd form allocates about ten (the clamp, log, sum, exp, product, quotient,
+    mask and the diagonal's dense zeros), each a pass over ``N x N`` memory and page faults on the CPU.
+    """
+
+    @staticmethod
+    def forward(ctx, logits: Tensor, weight: Tensor) -> Tensor:  # type: ignore[override]
+        x = weight.clamp_min(torch.finfo(weight.dtype).tiny).log_().add_(logits.detach())
+        lse = logsumexp_rows(x)
+        ctx.save_for_backward(x, lse, weight)
+        return lse - logits.detach().diagonal()
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, Tensor | None]:  # type: ignore[override]
+        x, lse, weight = ctx.saved_tensors
+        g = (x - lse[:, None]).exp_().mul_(grad[:, None])
+        grad_weight = None
+        if ctx.needs_input_grad[1]:
+            below = weight.ge(torch.finfo(weight.dtype).tiny).logical_not_()
+            grad_weight = torch.div(g, weight).masked_fill_(below, 0)
+        g.diagonal().sub_(grad)
+        return g, grad_weight
+
+
 def learned_weight_infonce(logits: Tensor, weight: Tensor) -> Tensor:
     """AdaMEOW's per-anchor loss ``L_i = -l_ii + log sum_j w_ij exp(l_ij)`` ``[N]`` for ``logits [N, N]``
     (the positive on the diagonal) and pair weights ``weight [N, N]``, ``w_ii`` included.
 
-    One ``N x N`` log-sum-exp; weights that underflow to 0 count as the dtype's smallest positive value.
+    One ``N x N`` log-sum-exp (:class:`_LearnedWeightLoss` when the two share a dtype); weights that underflow
+    to 0 count as the dtype's smallest positive value.
     """
     if logits.dim() != 2 or logits.shape[0] != logits.shape[1] or weight.shape != logits.shape:
         raise ValueError(f"logits and weight must both be [N, N], got {tuple(logits.shape)} and {tuple(weight.shape)}")
+    if logits.dtype == weight.dtype:
+        return _LearnedWeightLoss.apply(logits, weight)
     log_weight = weight.clamp_min(torch.finfo(weight.dtype).tiny).log()
     return torch.logsumexp(logits + log_weight, dim=1) - logits.diagonal()

@@ -95,3 +95,27 @@ def test_learned_weight_infonce_is_adameows_formula():
         assert torch.allclose(x, y, atol=1e-12)
     with pytest.raises(ValueError, match=r"\[N, N\]"):
         learned_weight_infonce(torch.zeros(2, 3), torch.zeros(2, 3))
+
+
+@pytest.mark.parametrize("n", [7, 700])  # 700: several blocks of logsumexp_rows' scratch
+def test_learned_weight_infonce_is_the_autograd_form_to_the_bit(n):
+    """The fused loss gives autograd's values and gradients of ``logsumexp(l + log w.clamp_min(tiny)) - diag(l)``
+    exactly, weights that underflow to 0 included (their gradient 0, as the clamp's backward gives)."""
+    g = torch.Generator().manual_seed(4)
+    logits = torch.randn(n, n, generator=g) * 5
+    weight = torch.rand(n, n, generator=g)
+    weight[weight < 0.05] = 0.0
+    upstream = torch.linspace(-1.0, 2.0, n)
+    out = []
+    for form in ("fused", "autograd"):
+        x, w = logits.clone().requires_grad_(), weight.clone().requires_grad_()
+        if form == "fused":
+            loss = learned_weight_infonce(x, w)
+        else:
+            loss = torch.logsumexp(x + w.clamp_min(torch.finfo(w.dtype).tiny).log(), dim=1) - x.diagonal()
+        out.append((loss.detach(), *torch.autograd.grad((loss * upstream).sum(), [x, w])))
+    assert all(torch.equal(a, b) for a, b in zip(*out))
+    assert (out[0][2][weight == 0] == 0).all() and out[0][2].abs().sum() > 0
+    x = logits.clone().requires_grad_()  # constant weights: the logits' gradient alone
+    (grad,) = torch.autograd.grad(learned_weight_infonce(x, weight).mul(upstream).sum(), [x])
+    assert torch.equal(grad, out[1][1])
