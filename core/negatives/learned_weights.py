@@ -46,11 +46,10 @@ class _PairWeights(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden_a: Tensor, hidden_b: Tensor, w2: Tensor, b2: Tensor, chunk_size: int) -> Tensor:
-        rows = []
-        for part in hidden_a.split(chunk_size):
+        weights = hidden_a.new_empty(hidden_a.shape[0], hidden_b.shape[0])
+        for start, part in zip(range(0, hidden_a.shape[0], chunk_size), hidden_a.split(chunk_size)):
             t = (part[:, None, :] + hidden_b[None, :, :]).tanh_()
-            rows.append(torch.sigmoid(t @ w2 + b2))
-        weights = torch.cat(rows)
+            torch.sigmoid(t @ w2 + b2, out=weights[start : start + part.shape[0]])  # no list of rows to concatenate
         ctx.save_for_backward(hidden_a, hidden_b, w2, weights)
         ctx.chunk_size = chunk_size
         return weights
