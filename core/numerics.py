@@ -67,13 +67,19 @@ def logsumexp_rows(x: Tensor, scratch_bytes: int = 1 << 20) -> Tensor:
     scratch = torch.empty(min(block, n), m, dtype=x.dtype, device=x.device)
     out = torch.empty(n, dtype=x.dtype, device=x.device)
     for start in range(0, n, block):
-        rows = x[start : start + block]
+        rows, result = x[start : start + block], out[start : start + block]
         top = rows.amax(dim=1, keepdim=True)
         top.masked_fill_(top.abs() == math.inf, 0)
         e = torch.sub(rows, top, out=scratch[: rows.shape[0]]).exp_()
-        torch.sum(e, dim=1, out=out[start : start + rows.shape[0]])
-        out[start : start + rows.shape[0]].log_().add_(top.squeeze(1))
+        torch.sum(e, dim=1, out=result)
+        result.log_().add_(top.squeeze(1))
     return out
+
+
+def logsumexp_backward(x: Tensor, lse: Tensor, grad: Tensor) -> Tensor:
+    """The gradient ``g_i exp(x_ij - lse_i)`` of ``lse = logsumexp(x, dim=1)`` for ``grad [N]``: autograd's own
+    formula for ``torch.logsumexp`` (the same operations, so the same bits) in one new ``[N, M]`` buffer."""
+    return (x - lse[:, None]).exp_().mul_(grad[:, None])
 
 
 def exp_shifted_(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
-from contrasuite.core.numerics import logsumexp_rows
+from contrasuite.core.numerics import logsumexp_backward, logsumexp_rows
 
 CPU_BLOCK_BYTES = 2 << 20
 """Automatic block size on the CPU: about half a core's L2 cache."""
@@ -138,7 +138,7 @@ class _LearnedWeightLoss(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad: Tensor) -> tuple[Tensor, Tensor | None]:  # type: ignore[override]
         x, lse, weight = ctx.saved_tensors
-        g = (x - lse[:, None]).exp_().mul_(grad[:, None])
+        g = logsumexp_backward(x, lse, grad)
         grad_weight = None
         if ctx.needs_input_grad[1]:
             below = weight.ge(torch.finfo(weight.dtype).tiny).logical_not_()

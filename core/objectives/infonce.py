@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from contrasuite.core.numerics import exp_shifted_, logsumexp_rows, masked_logsumexp
+from contrasuite.core.numerics import exp_shifted_, logsumexp_backward, logsumexp_rows, masked_logsumexp
 from contrasuite.core.objectives.base import ContrastiveObjective
 from contrasuite.core.pairs import Pairs
 from contrasuite.core.similarity import get_factors, get_similarity
@@ -101,26 +101,24 @@ class _WeightedNegativesLoss(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, logits: Tensor, weight: Tensor, targets: Tensor, rows: Tensor, cols: Tensor) -> Tensor:  # type: ignore[override]
+    def forward(ctx, logits: Tensor, weight: Tensor, anchors: Tensor, targets: Tensor,  # type: ignore[override]
+                excluded_rows: Tensor, excluded_cols: Tensor) -> Tensor:
         keep = weight > 0
-        keep[rows, cols] = False
+        keep[excluded_rows, excluded_cols] = False
         has = keep.any(dim=1)
         x = weight.clamp_min(torch.finfo(logits.dtype).tiny).log_().add_(logits.detach())
         x.masked_fill_(keep.logical_not_(), torch.finfo(x.dtype).min)
         lse = logsumexp_rows(x)
-        ctx.save_for_backward(x, lse, has, targets)
-        every = torch.arange(targets.shape[0], device=targets.device)
-        return torch.where(has, lse, math.log(torch.finfo(x.dtype).tiny)) - logits.detach()[every, targets]
+        ctx.save_for_backward(x, lse, has, anchors, targets)
+        return torch.where(has, lse, math.log(torch.finfo(x.dtype).tiny)) - logits.detach()[anchors, targets]
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None, None, None]:  # type: ignore[override]
-        x, lse, has, targets = ctx.saved_tensors
-        negatives = torch.where(has, grad, torch.zeros_like(grad))
-        out = (x - lse[:, None]).exp_().mul_(negatives[:, None])
-        every = torch.arange(targets.shape[0], device=targets.device)
-        out[every, targets] -= grad  # 0 there before (an excluded entry): -g_i, as the gather's backward adds
-        return out, None, None, None, None
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None, None, None, None]:  # type: ignore[override]
+        x, lse, has, anchors, targets = ctx.saved_tensors
+        out = logsumexp_backward(x, lse, torch.where(has, grad, torch.zeros_like(grad)))
+        out[anchors, targets] -= grad  # 0 there before (an excluded entry): -g_i, as the gather's backward adds
+        return out, None, None, None, None, None
 
 
 def weighted_single_positive_infonce(logits: Tensor, pairs: Pairs, neg_weight: Tensor) -> Tensor:
@@ -131,7 +129,7 @@ def weighted_single_positive_infonce(logits: Tensor, pairs: Pairs, neg_weight: T
     rows = torch.arange(targets.shape[0], device=targets.device)
     # excluded from the negatives: the positives, and the self-pairs when the candidates are the anchors
     excluded = (torch.cat([rows, rows]), torch.cat([targets, rows])) if pairs.exclude_self else (rows, targets)
-    per_pair = _WeightedNegativesLoss.apply(logits, neg_weight, targets, *excluded)
+    per_pair = _WeightedNegativesLoss.apply(logits, neg_weight, rows, targets, *excluded)
     return torch.zeros(logits.shape[0], dtype=logits.dtype, device=logits.device).index_add(0, rows, per_pair)
 
 
