@@ -31,10 +31,12 @@ so that AdaMEOW minus it measures the learned weights apart from AdaMEOW's epoch
 LABELS = {"meow": "MEOW (ours)", "adameow": "AdaMEOW (ours)", "infonce": "InfoNCE, same encoder (ours)",
           "infonce_ada": "InfoNCE with AdaMEOW's settings (ours)", "weince": "WEINCE, same encoder (ours)",
           "official_meow": "MEOW, official code (jianxiangyu/MEOW code_meow, CPU patches)",
-          "official_adameow": "AdaMEOW, official code (code_adameow), epoch 500 of 1,200, 20 labels only"}
+          "official_adameow": "AdaMEOW, official code (code_adameow), H200, epoch 500 of 1,200, 20 labels only",
+          "official_adameow_cpu": "AdaMEOW, official code (code_adameow, CPU patches), its last evaluation"}
 SHORT = {"meow": "MEOW", "adameow": "AdaMEOW", "infonce": "InfoNCE", "infonce_ada": "InfoNCE (AdaMEOW's settings)",
          "weince": "WEINCE", "official_meow": "official MEOW",
-         "official_adameow": "official AdaMEOW"}
+         "official_adameow": "official AdaMEOW", "official_adameow_cpu": "official AdaMEOW, CPU"}
+OFFICIAL = ("official_meow", "official_adameow", "official_adameow_cpu")
 RATIOS = (20, 40, 60)
 KEYS = [f"{m}_{r}" for m in ("macro_f1", "micro_f1", "auc") for r in RATIOS] + ["nmi", "ari"]
 HEAD = ["Ma-F1 20", "Ma-F1 40", "Ma-F1 60", "Mi-F1 20", "Mi-F1 40", "Mi-F1 60", "AUC 20", "AUC 40", "AUC 60", "NMI", "ARI"]
@@ -155,6 +157,14 @@ def _timing(method: str, runs: list[dict]) -> str:
                if loads else ""))
 
 
+def _evaluations(method: str, runs: list[dict]) -> str:
+    """The 20-label test Macro-F1 an official code printed at each of its evaluations, per seed (it selects none)."""
+    per_seed = ["seed {}: {}".format(r["seed"], ", ".join(f"{v:.2f} at {e}" for e, v in r["evaluations"].items()))
+                for r in runs if "evaluations" in r]
+    return (f"{SHORT[method]}, test Macro-F1 at 20 labels printed at each evaluation (epoch), "
+            + "; ".join(per_seed) + ".\n")
+
+
 def render_page(protocol: str, records: list[dict[str, Any]], command: str) -> str:
     """The Markdown page of ``protocol`` from its records."""
     paper = protocol == "paper"
@@ -189,11 +199,17 @@ def render_page(protocol: str, records: list[dict[str, Any]], command: str) -> s
                   "`docs/results/records/official/adameow_gpu/run_official_adameow_gpu.sh` (its README there). The official",
                   "code selects nothing and prints test scores at epochs 500, 600, ..., 1,200, stopping at the first label",
                   "rate whose AUC is below its `auc_limit` (97); the device time ended after its epoch-500 evaluation,",
-                  "so its rows are epoch 500, 20 labels per class, the embedding of that epoch's training forward.", ""]
+                  "so its rows are epoch 500, 20 labels per class, the embedding of that epoch's training forward."]
+        if any(r["arm"] == "official_adameow_cpu" for r in records):
+            lines += ["The official AdaMEOW CPU rows ran its whole schedule on this project's CPU machine, one thread, with the",
+                      "CPU patches only (`docs/results/records/official/adameow/run_official_adameow_cpu.sh SEED`, then",
+                      "`docs/results/records/official/adameow_gpu/record.py`): a row holds the last evaluation it printed",
+                      "(epoch 1,200 unless its Time line says fewer epochs ran), and every evaluation is listed below it."]
+        lines += [""]
     by_group: dict[str, dict[str, list[dict]]] = {}
     for record in sorted(records, key=lambda r: (r["group"], r["arm"], r["seed"])):
         by_group.setdefault(record["group"], {}).setdefault(method_of(record), []).append(record)
-    order = ["official_meow", "official_adameow", *METHODS[protocol], *SETTINGS_CONTROL]
+    order = [*OFFICIAL, *METHODS[protocol], *SETTINGS_CONTROL]
     for ds in DATASETS:
         runs = by_group.get(ds, {})
         if not runs:
@@ -204,6 +220,7 @@ def render_page(protocol: str, records: list[dict[str, Any]], command: str) -> s
         lines += [f"| {LABELS[m]} | {', '.join(str(r['seed']) for r in runs[m])} | "
                   + " | ".join(_cell(runs[m], k) for k in KEYS) + " |" for m in order if m in runs]
         lines += ["", "Time: " + "; ".join(_timing(m, runs[m]) for m in order if m in runs) + ".", ""]
+        lines += [_evaluations(m, runs[m]) for m in order if m in runs and any("evaluations" in r for r in runs[m])]
         for method, baseline in (("meow", "infonce"), ("adameow", "meow"), ("adameow", "infonce_ada"),
                                  ("official_meow", "meow")):
             if text := versus(runs, method, baseline):

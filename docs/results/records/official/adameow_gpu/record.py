@@ -1,10 +1,12 @@
-"""The graph_paper record of one official code_adameow run on a GPU, parsed from its time-stamped log.
+"""The graph_paper record of one official code_adameow run, parsed from its time-stamped log.
 
     python record.py LOG SEED MACHINE_TXT DATA_DIR > docs/results/records/graph_paper/official_adameow_acm_seed<SEED>.json
 
-The log is what run_official_adameow_gpu.sh writes (each line: epoch seconds, then the official output). The
-official code selects nothing: it prints test scores at epochs 500, 600, ..., 1,200 (stopping at the first
-ratio whose AUC is below its auc_limit, 97); the record holds the last epoch it evaluated, named in the timings.
+The log and MACHINE_TXT are what run_official_adameow_gpu.sh (on the GPU machine) or
+../adameow/run_official_adameow_cpu.sh (on the CPU; its records are arm ``official_adameow_cpu``) write (each log
+line: epoch seconds, then the official output). The official code selects nothing: it prints test scores at epochs
+500, 600, ..., 1,200 (stopping at the first ratio whose AUC is below its auc_limit, 97); the record holds the last
+epoch it evaluated, named in the timings, and the 20-label Macro-F1 of every evaluation in ``evaluations``.
 """
 
 import datetime
@@ -25,30 +27,43 @@ tests = [(float(t) - start, m.groups()) for t, text in lines if (m := re.search(
     r"auc: ([\d.]+) var: ([\d.]+)", text))]
 clusters = [m.groups() for _, text in lines if (m := re.search(r"\[Clustering\] Epoch: (\d+) NMI: ([\d.]+)\s+ARI: ([\d.]+)", text))]
 evaluated = int(clusters[-1][0])                    # the last evaluated epoch (1-based, as the code prints it)
+# each evaluation prints its k-means line, then one test line per ratio until an AUC falls below the limit
+rounds = [[v for t, v in tests if start_t <= t < end_t] for start_t, end_t in zip(
+    [float(t) - start for t, text in lines if "[Clustering]" in text],
+    [float(t) - start for t, text in lines if "[Clustering]" in text][1:] + [float("inf")])]
 metrics: dict[str, float] = {}
-for ratio, (_, values) in zip((20, 40, 60), tests[-3:] if len(tests) >= 3 and evaluated == 1200 else tests[-1:]):
+for ratio, values in zip((20, 40, 60), rounds[-1]):
     ma, mas, mi, mis, auc, aucs = map(float, values)
     metrics |= {f"macro_f1_{ratio}": ma, f"micro_f1_{ratio}": mi, f"auc_{ratio}": auc,
                 f"macro_f1_std_{ratio}": mas, f"micro_f1_std_{ratio}": mis, f"auc_std_{ratio}": aucs}
 metrics |= {"nmi": float(clusters[-1][1]), "ari": float(clusters[-1][2])}
 machine = open(machine_txt).read().splitlines()
-gpu, versions = machine[1].split(",")[0].strip(), dict(zip(*[iter(machine[2].split())] * 2))
+if machine[0].startswith("cpu:"):                   # run_official_adameow_cpu.sh: cpu, versions, cores, date
+    arm, command, patch = "official_adameow_cpu", f"python3 -u main.py acm --seed {seed}", "adameow/code_adameow_cpu.patch"
+    versions, host = machine[1], {"platform": machine[0].split(":", 1)[1].strip(), "cores": int(machine[2]),
+                                  "device": "cpu", "threads": 1}
+else:                                               # run_official_adameow_gpu.sh: nvidia-smi csv, versions, cores
+    arm, command, patch = "official_adameow", f"python3 -u main.py acm --seed {seed} --gpu 0", "adameow_gpu/code_adameow_gpu.patch"
+    versions, host = machine[2], {"platform": "H200 device machine", "cores": int(machine[3]), "device": "cuda:0",
+                                  "device_name": machine[1].split(",")[0].strip(), "threads": None}
 record = {
-    "page": "graph_paper", "arm": "official_adameow", "group": "acm", "seed": seed,
-    "command": f"python3 -u main.py acm --seed {seed} --gpu 0", "config": None, "overrides": [], "config_sha256": None,
+    "page": "graph_paper", "arm": arm, "group": "acm", "seed": seed,
+    "command": command, "config": None, "overrides": [], "config_sha256": None,
     "data_version": hashlib.sha256("".join(sums).encode()).hexdigest()[:12],
     "code": {"repository": "github.com/jianxiangyu/MEOW", "commit": "6a072d79648ab83f7ec7b7482af1696ed00938a1",
-             "folder": "code_adameow", "patch": "docs/results/records/official/adameow_gpu/code_adameow_gpu.patch"},
-    "machine": {"platform": "H200 device machine", "cores": int(machine[3]), "device": "cuda:0", "device_name": gpu,
-                "threads": None, "load_average_1min": None, "precision": "fp32"},
-    "libraries": versions,
+             "folder": "code_adameow", "patch": f"docs/results/records/official/{patch}"},
+    "machine": host | {"load_average_1min": None, "precision": "fp32"},
+    "libraries": dict(zip(*[iter(versions.split())] * 2)),
     "metrics": metrics,
     "timings": {"epochs_run": evaluated, "selected_epoch": evaluated, "train_seconds": round(epochs[evaluated - 1], 1),
                 "seconds_per_epoch": round(epochs[evaluated - 1] / evaluated, 3),
                 "seconds_to_selected": round(epochs[evaluated - 1], 1),
                 "eval_seconds": round(tests[-1][0] - epochs[evaluated - 1], 1)},
-    "stopped": f"at epoch {evaluated} of 1,200: the device time ran out (run_official_adameow_gpu.sh's deadline)",
+    "evaluations": {int(epoch): float(values[0][0]) for (epoch, _, _), values in zip(clusters, rounds)},
     "recorded": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
 }
+if evaluated < 1200:
+    record["stopped"] = f"at epoch {evaluated} of 1,200" + (
+        ": the device time ran out (run_official_adameow_gpu.sh's deadline)" if arm == "official_adameow" else "")
 json.dump(record, sys.stdout, indent=2)
 print()
