@@ -76,8 +76,9 @@ EFFECTS = tuple(
            f"adameow_{ds}", f"meow_{ds}", "macro_f1_20", f"test Macro-F1, 20 labels per class, {ds.upper()}",
            f"full configs, same encoder, each method's official hyperparameters (AdaMEOW {_schedule(f'adameow_{ds}')}, "
            f"MEOW {_schedule(f'meow_{ds}')})",
-           official="official code_adameow, 3 seeds on an H200, stopped at epoch 500 of 1,200 (graph_paper page; "
-                    "records/official/adameow_gpu)" if ds == "acm" else "",
+           official="official code_adameow, 3 seeds on an H200, stopped at epoch 500 of 1,200, and on the CPU over "
+                    "its whole schedule (seeds as the graph_paper page lists them; records/official/adameow_gpu and "
+                    "adameow)" if ds == "acm" else "",
            official_arm=("official_adameow", ds))
     for ds in DATASETS
 ) + tuple(
@@ -161,8 +162,8 @@ def _evaluations(method: str, runs: list[dict]) -> str:
     """The 20-label test Macro-F1 an official code printed at each of its evaluations, per seed (it selects none)."""
     per_seed = ["seed {}: {}".format(r["seed"], ", ".join(f"{v:.2f} at {e}" for e, v in r["evaluations"].items()))
                 for r in runs if "evaluations" in r]
-    return (f"{SHORT[method]}, test Macro-F1 at 20 labels printed at each evaluation (epoch), "
-            + "; ".join(per_seed) + ".\n")
+    name = SHORT[method]
+    return f"{name[0].upper()}{name[1:]}: test Macro-F1 at 20 labels per class printed at each evaluation, " + "; ".join(per_seed) + ".\n"
 
 
 def render_page(protocol: str, records: list[dict[str, Any]], command: str) -> str:
@@ -204,7 +205,8 @@ def render_page(protocol: str, records: list[dict[str, Any]], command: str) -> s
             lines += ["The official AdaMEOW CPU rows ran its whole schedule on this project's CPU machine, one thread, with the",
                       "CPU patches only (`docs/results/records/official/adameow/run_official_adameow_cpu.sh SEED`, then",
                       "`docs/results/records/official/adameow_gpu/record.py`): a row holds the last evaluation it printed",
-                      "(epoch 1,200 unless its Time line says fewer epochs ran), and every evaluation is listed below it."]
+                      "(epoch 1,200 unless its Time line says fewer epochs ran), and every evaluation is listed below it;",
+                      "its time is the wall time to its last epoch, the evaluations before it (about 4 min each) included."]
         lines += [""]
     by_group: dict[str, dict[str, list[dict]]] = {}
     for record in sorted(records, key=lambda r: (r["group"], r["arm"], r["seed"])):
