@@ -28,9 +28,8 @@ tests = [(float(t) - start, m.groups()) for t, text in lines if (m := re.search(
 clusters = [m.groups() for _, text in lines if (m := re.search(r"\[Clustering\] Epoch: (\d+) NMI: ([\d.]+)\s+ARI: ([\d.]+)", text))]
 evaluated = int(clusters[-1][0])                    # the last evaluated epoch (1-based, as the code prints it)
 # each evaluation prints its k-means line, then one test line per ratio until an AUC falls below the limit
-rounds = [[v for t, v in tests if start_t <= t < end_t] for start_t, end_t in zip(
-    [float(t) - start for t, text in lines if "[Clustering]" in text],
-    [float(t) - start for t, text in lines if "[Clustering]" in text][1:] + [float("inf")])]
+starts = [float(t) - start for t, text in lines if "[Clustering]" in text]
+rounds = [[v for t, v in tests if a <= t < b] for a, b in zip(starts, starts[1:] + [float("inf")])]
 metrics: dict[str, float] = {}
 for ratio, values in zip((20, 40, 60), rounds[-1]):
     ma, mas, mi, mis, auc, aucs = map(float, values)
