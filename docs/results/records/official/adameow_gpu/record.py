@@ -25,10 +25,12 @@ epochs = {int(m.group(1)): float(t) - start for t, text in lines if (m := re.mat
 tests = [(float(t) - start, m.groups()) for t, text in lines if (m := re.search(
     r"\[Test Classification\] Macro-F1_mean: ([\d.]+) var: ([\d.]+)\s+Micro-F1_mean: ([\d.]+) var: ([\d.]+) "
     r"auc: ([\d.]+) var: ([\d.]+)", text))]
-clusters = [m.groups() for _, text in lines if (m := re.search(r"\[Clustering\] Epoch: (\d+) NMI: ([\d.]+)\s+ARI: ([\d.]+)", text))]
+# each evaluation starts with its k-means line: (seconds, (epoch, NMI, ARI))
+kmeans = [(float(t) - start, m.groups()) for t, text in lines
+          if (m := re.search(r"\[Clustering\] Epoch: (\d+) NMI: ([\d.]+)\s+ARI: ([\d.]+)", text))]
+starts, clusters = [t for t, _ in kmeans], [groups for _, groups in kmeans]
 evaluated = int(clusters[-1][0])                    # the last evaluated epoch (1-based, as the code prints it)
-# each evaluation prints its k-means line, then one test line per ratio until an AUC falls below the limit
-starts = [float(t) - start for t, text in lines if "[Clustering]" in text]
+# then one test line per ratio until an AUC falls below the limit
 rounds = [[v for t, v in tests if a <= t < b] for a, b in zip(starts, starts[1:] + [float("inf")])]
 metrics: dict[str, float] = {}
 for ratio, values in zip((20, 40, 60), rounds[-1]):
