@@ -39,7 +39,7 @@ from contrasuite.domains.graph.data import metapath_edge_types, reach_incidence,
 
 GATHER = ("in", "out")
 CONTEXTS = ("walk", "reach")
-TIES = ("torch", "numpy")
+TIES = ("torch", "numpy", "random")
 WEIGHTS = ("counts", "binary")
 
 
@@ -91,7 +91,7 @@ def propagation_matrix(rows: Tensor, cols: Tensor, values: Tensor, num_nodes: in
     ).coalesce().to_sparse_csr()
 
 
-def pathsim_topk(counts: Tensor, nei_max: int, ties: str = "torch") -> MetaPathGraph:
+def pathsim_topk(counts: Tensor, nei_max: int, ties: str = "torch", seed: int = 0) -> MetaPathGraph:
     """Keep each node's ``nei_max`` neighbours of highest PathSim with their counts (module docstring).
 
     ``ties`` picks among equal PathSim values when more than ``nei_max`` tie (ACM's PSP: every paper of
@@ -99,6 +99,9 @@ def pathsim_topk(counts: Tensor, nei_max: int, ties: str = "torch") -> MetaPathG
     ``torch.topk``'s choice, ``numpy`` the official code's, ``np.argsort(sim, axis=1)[:, ::-1][:, :k]``
     on the float64 PathSim matrix (numpy's default sort; which nodes it keeps follows numpy's sort
     implementation, so it matches the official code run with the same numpy on the same kind of CPU).
+    Both choices follow the node numbering, which on ACM is ordered by class; ``random`` keeps tied
+    nodes at random (``torch.topk`` on the columns shuffled by a permutation drawn from ``seed``), a
+    graph that no file order can make more label-homogeneous.
     """
     if nei_max < 1:
         raise ValueError(f"nei_max must be >= 1, got {nei_max}")
@@ -117,7 +120,12 @@ def pathsim_topk(counts: Tensor, nei_max: int, ties: str = "torch") -> MetaPathG
     else:
         diag = dense.diagonal()
         sim = 2 * dense / (diag[:, None] + diag[None, :]).clamp_min(torch.finfo(dense.dtype).tiny)
-        values, cols = sim.topk(k, dim=1)
+        if ties == "random":
+            shuffle = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).to(sim.device)
+            values, at = sim[:, shuffle].topk(k, dim=1)
+            cols = shuffle[at]
+        else:
+            values, cols = sim.topk(k, dim=1)
     rows = torch.arange(n)[:, None].expand(n, k)
     keep = values > 0
     rows, cols = rows[keep], cols[keep]

@@ -25,16 +25,19 @@ from contrasuite.pipelines.api import Arm, Comparison, Effect, compare_main, dif
 
 METHODS = {"paper": ("meow", "adameow", "infonce"), "reduced": ("meow", "adameow", "infonce", "weince")}
 DATASETS = ("acm", "dblp", "imdb")
-SETTINGS_CONTROL = {"infonce_ada": ("imdb",)}
+CONTROLS = {"infonce_ada": ("imdb",), "meow_random_ties": ("acm",)}
 """Paper-protocol arms on some datasets only: InfoNCE with AdaMEOW's official settings (``infonce_ada_imdb.yaml``),
-so that AdaMEOW minus it measures the learned weights apart from AdaMEOW's epochs, learning rate, dropout and anchor."""
+so that AdaMEOW minus it measures the learned weights apart from AdaMEOW's epochs, learning rate, dropout and anchor;
+MEOW with PSP ties kept at random (``meow_random_ties_acm.yaml``), so that MEOW minus it measures what ACM's
+class-ordered file adds through the official tie rule."""
 LABELS = {"meow": "MEOW (ours)", "adameow": "AdaMEOW (ours)", "infonce": "InfoNCE, same encoder (ours)",
           "infonce_ada": "InfoNCE with AdaMEOW's settings (ours)", "weince": "WEINCE, same encoder (ours)",
+          "meow_random_ties": "MEOW, PSP ties kept at random (ours)",
           "official_meow": "MEOW, official code (jianxiangyu/MEOW code_meow, CPU patches)",
           "official_adameow": "AdaMEOW, official code (code_adameow), H200, epoch 500 of 1,200, 20 labels only",
           "official_adameow_cpu": "AdaMEOW, official code (code_adameow, CPU patches), its last evaluation"}
 SHORT = {"meow": "MEOW", "adameow": "AdaMEOW", "infonce": "InfoNCE", "infonce_ada": "InfoNCE (AdaMEOW's settings)",
-         "weince": "WEINCE", "official_meow": "official MEOW",
+         "weince": "WEINCE", "meow_random_ties": "MEOW (random ties)", "official_meow": "official MEOW",
          "official_adameow": "official AdaMEOW", "official_adameow_cpu": "official AdaMEOW, CPU"}
 OFFICIAL = ("official_meow", "official_adameow", "official_adameow_cpu")
 RATIOS = (20, 40, 60)
@@ -87,15 +90,15 @@ EFFECTS = tuple(
            "macro_f1_20", f"test Macro-F1, 20 labels per class, {ds.upper()}",
            f"full configs, same encoder, both at AdaMEOW's official settings ({_schedule(f'adameow_{ds}')}, "
            "dropout 0.1, fine anchor)")
-    for ds in SETTINGS_CONTROL["infonce_ada"]
+    for ds in CONTROLS["infonce_ada"]
 )
 """The claims this comparison measures (``contrasuite compare effects``)."""
 
 
 def _methods(protocol: str, dataset: str) -> tuple[str, ...]:
     """The methods of ``protocol`` run on ``dataset``: :data:`METHODS`, and on the paper protocol
-    :data:`SETTINGS_CONTROL` where it names ``dataset``."""
-    extra = tuple(m for m, on in SETTINGS_CONTROL.items() if dataset in on) if protocol == "paper" else ()
+    :data:`CONTROLS` where it names ``dataset``."""
+    extra = tuple(m for m, on in CONTROLS.items() if dataset in on) if protocol == "paper" else ()
     return METHODS[protocol] + extra
 
 
@@ -177,7 +180,10 @@ def render_page(protocol: str, records: list[dict[str, Any]], command: str) -> s
         "the runs that have no current record (a record is current while its config digest and data version match).",
         ("Full configs (`configs/graph/<method>_<dataset>.yaml`): the official codes' hyperparameters, each config's "
          "epochs (the Time lines give them), 50 probe runs. On IMDB, InfoNCE also runs at AdaMEOW's settings "
-         "(`infonce_ada_imdb.yaml`: its epochs, learning rate, weight decay, dropout and anchor, no weights)."
+         "(`infonce_ada_imdb.yaml`: its epochs, learning rate, weight decay, dropout and anchor, no weights). On ACM, "
+         "MEOW also runs with the papers tied on PSP PathSim kept at random (`meow_random_ties_acm.yaml`) instead of "
+         "the official code's choice, which follows the class-ordered file (docs/domains/graph.md, 'Ties in the PSP "
+         "graph')."
          if paper else "REDUCED protocol: `configs/graph/reduced/`, 60 epochs and 20 probe runs; AdaMEOW runs 60 of "
                        "its 1,200 epochs here, so its rows show an encoder that has barely trained."),
         "Each run: test score of the checkpoint selected on validation Macro-F1, at the probe iteration selected",
@@ -211,7 +217,7 @@ def render_page(protocol: str, records: list[dict[str, Any]], command: str) -> s
     by_group: dict[str, dict[str, list[dict]]] = {}
     for record in sorted(records, key=lambda r: (r["group"], r["arm"], r["seed"])):
         by_group.setdefault(record["group"], {}).setdefault(method_of(record), []).append(record)
-    order = [*OFFICIAL, *METHODS[protocol], *SETTINGS_CONTROL]
+    order = [*OFFICIAL, *METHODS[protocol], *CONTROLS]
     for ds in DATASETS:
         runs = by_group.get(ds, {})
         if not runs:
@@ -224,7 +230,7 @@ def render_page(protocol: str, records: list[dict[str, Any]], command: str) -> s
         lines += ["", "Time: " + "; ".join(_timing(m, runs[m]) for m in order if m in runs) + ".", ""]
         lines += [_evaluations(m, runs[m]) for m in order if m in runs and any("evaluations" in r for r in runs[m])]
         for method, baseline in (("meow", "infonce"), ("adameow", "meow"), ("adameow", "infonce_ada"),
-                                 ("official_meow", "meow")):
+                                 ("meow", "meow_random_ties"), ("official_meow", "meow")):
             if text := versus(runs, method, baseline):
                 lines += [text, ""]
     missing = [f"{m}_{d}" for d in DATASETS for m in _methods(protocol, d) if m not in by_group.get(d, {})]

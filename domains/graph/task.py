@@ -65,8 +65,9 @@ class ModelConfig:
     edge_weights: str = one_of("counts", WEIGHTS)
     """Plain-view graph weights: ``counts`` (path counts, MEOW) or ``binary`` (graphs.py)."""
     pathsim_ties: str = one_of("torch", TIES)
-    """Which of the nodes tied on PathSim the top-k keeps: ``torch`` (``torch.topk``) or ``numpy`` (the
-    official code's ``np.argsort``); see ``graphs.pathsim_topk``."""
+    """Which of the nodes tied on PathSim the top-k keeps: ``torch`` (``torch.topk``), ``numpy`` (the
+    official code's ``np.argsort``) or ``random`` (drawn from the run's seed, free of the node order); see
+    ``graphs.pathsim_topk``."""
     gather: str = one_of("in", GATHER)
     """``in``: a node gathers from the nodes whose top-k kept it (MEOW's code); ``out``: from its own top-k."""
     context: str = one_of("reach", CONTEXTS)
@@ -179,7 +180,8 @@ class GraphTask:
         self.graphs = []
         for i, m in enumerate(spec.metapaths):
             nei_max = model_cfg.nei_max[i] if model_cfg.nei_max else data[spec.target].num_nodes
-            self.graphs.append(pathsim_topk(counts[m.name], nei_max, model_cfg.pathsim_ties).to(self.device))
+            graph = pathsim_topk(counts[m.name], nei_max, model_cfg.pathsim_ties, seed=ctx.seed * 1_000_003 + i)
+            self.graphs.append(graph.to(self.device))
         self.adjacencies = [g.adjacency(model_cfg.edge_weights, model_cfg.gather) for g in self.graphs]
         self.mean_graph = mean_adjacency(self.adjacencies)
         contexts = [

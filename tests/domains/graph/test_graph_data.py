@@ -185,7 +185,35 @@ def test_pathsim_ties_numpy_keeps_the_official_choice_among_tied_nodes():
     default = pathsim_topk(counts, k)  # torch.topk: the same number of ties kept, its own choice
     assert torch.equal(torch.bincount(default.rows, minlength=12), torch.bincount(graph.rows, minlength=12))
     with pytest.raises(ValueError, match="ties"):
-        pathsim_topk(counts, k, ties="random")
+        pathsim_topk(counts, k, ties="stable")
+
+
+def test_pathsim_ties_random_draws_tied_nodes_evenly_and_by_seed():
+    """``torch`` and ``numpy`` keep the same tied nodes whatever the seed (their choice follows the node
+    numbering); ``random`` draws them from the seed: the same draw for one seed, every tied node about
+    equally often over seeds, never a node of PathSim 0."""
+    n, k, seeds = 400, 40, 30
+    counts = torch.ones(n, n)  # every node tied with every other at PathSim 1
+    counts[:, -1] = 0.0
+    counts[-1] = 0.0
+    counts[-1, -1] = 1.0       # but the last node, linked to itself only
+    for ties in ("torch", "numpy"):
+        first, second = (pathsim_topk(counts, k, ties=ties, seed=s) for s in (0, 1))
+        assert torch.equal(first.cols, second.cols)
+    times_kept = torch.zeros(n)
+    for seed in range(seeds):
+        graph = pathsim_topk(counts, k, ties="random", seed=seed)
+        assert torch.all(torch.bincount(graph.rows, minlength=n)[: n - 1] == k)
+        kept = graph.cols[graph.rows == 0]
+        assert n - 1 not in kept.tolist()
+        times_kept[kept] += 1
+    again = pathsim_topk(counts, k, ties="random", seed=seeds - 1)
+    assert torch.equal(again.cols, graph.cols)
+    assert not torch.equal(pathsim_topk(counts, k, ties="random", seed=seeds).cols, graph.cols)
+    # each tied node is kept k / (n - 1) * seeds = 3.0 times on average (sd 1.7), and 96 % of them at least
+    # once; a rule by numbers keeps the same 40 nodes all 30 times
+    tied = times_kept[: n - 1]
+    assert tied.max() <= 12 and (tied > 0).double().mean() > 0.9
 
 
 def test_a_context_chain_runs_in_fp32_under_bf16_autocast():

@@ -8,6 +8,7 @@ import pytest
 
 import contrasuite.domains.graph.bench as bench
 import contrasuite.domains.graph.report as report
+from contrasuite.pipelines.config import load_config
 
 
 def fake_record(arm, value, seed=0, group=None):
@@ -59,6 +60,20 @@ def test_the_settings_control_runs_on_imdb_at_the_paper_protocol_only_and_is_com
     assert "| InfoNCE with AdaMEOW's settings (ours) | 0, 1 | 58.00 ± 0.00 |" in page
     assert "AdaMEOW minus InfoNCE (AdaMEOW's settings), test Macro-F1" in page and "+2.50 ± 0.50" in page
     assert "meow_imdb" in page.split("Not yet run")[1] and "infonce_ada_imdb" not in page.split("Not yet run")[1]
+
+
+def test_the_random_ties_control_runs_on_acm_only_and_is_compared_with_meow():
+    paper = {a.name: a.config for a in report.arms("paper")}
+    assert paper["meow_random_ties_acm"] == "configs/graph/meow_random_ties_acm.yaml"
+    assert not any("random_ties" in name for name in paper if not name.endswith("_acm"))
+    ours, shipped = (load_config(f"configs/graph/{n}.yaml").config for n in ("meow_random_ties_acm", "meow_acm"))
+    assert ours.model.pathsim_ties == "random" and shipped.model.pathsim_ties == "numpy"
+    assert ours.model.nei_max == shipped.model.nei_max and ours.objective == shipped.objective
+    records = [fake_record("meow_acm", v, s) for s, v in enumerate((92.0, 91.0))]
+    records += [fake_record("meow_random_ties_acm", v, s) for s, v in enumerate((89.0, 90.0))]
+    page = report.render_page("paper", records, "CMD")
+    assert "| MEOW, PSP ties kept at random (ours) | 0, 1 | 89.50 ± 0.71 |" in page
+    assert "MEOW minus MEOW (random ties), test Macro-F1" in page and "+2.00 ± 0.71" in page
 
 
 DATA = Path(os.environ["CONTRASUITE_DATA"])

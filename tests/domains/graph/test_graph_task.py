@@ -37,15 +37,13 @@ def tiny_overrides(dataset: dict, out: Path, epochs: int = 2) -> list[str]:
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: str(p.relative_to(CONFIGS)))
 def test_every_shipped_config_runs_on_a_tiny_graph(path, tmp_path, make_tiny_graph):
-    raw = yaml.safe_load(path.read_text())
-    for term in raw["config"]["objective"]["terms"]:
+    resolved = load_config(path).resolved["config"]  # its `extends` chain merged
+    for term in resolved["objective"]["terms"]:
         if term["name"] not in OBJECTIVES:
             pytest.skip(f"objective {term['name']!r} is not registered in contrasuite.core yet")
-    base = yaml.safe_load((path.parent / raw["extends"]).read_text()) if "extends" in raw else raw
-    num_metapaths = len(base["config"]["dataset"]["metapaths"])
-    dataset = make_tiny_graph(tmp_path / "tiny", num_metapaths)
+    dataset = make_tiny_graph(tmp_path / "tiny", len(resolved["dataset"]["metapaths"]))
     overrides = tiny_overrides(dataset, tmp_path / "runs")
-    if raw["config"]["negatives"]["kind"] == "cluster":
+    if resolved["negatives"]["kind"] == "cluster":
         overrides.append("config.negatives.num_clusters=[4, 7]")
     loaded = load_config(path, overrides)
     run_dir = train(loaded)
@@ -58,7 +56,7 @@ def test_every_shipped_config_runs_on_a_tiny_graph(path, tmp_path, make_tiny_gra
 
 
 def test_reduced_configs_keep_the_method_of_their_full_config():
-    paper_only = {f"{m}_{d}.yaml" for m, datasets in report.SETTINGS_CONTROL.items() for d in datasets}
+    paper_only = {f"{m}_{d}.yaml" for m, datasets in report.CONTROLS.items() for d in datasets}
     assert len(REDUCED) == 12 and {p.name for p in REDUCED} == {p.name for p in SHIPPED} - paper_only
     for path in REDUCED:
         reduced, full = load_config(path), load_config(CONFIGS / path.name)
