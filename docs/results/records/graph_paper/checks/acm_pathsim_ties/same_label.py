@@ -5,7 +5,8 @@
 For every meta-path of ``configs/graph/{meow,adameow}_<dataset>.yaml``: the share of the kept (node, neighbour)
 edges whose two nodes have the same label, with ``torch``, ``numpy`` and ``random`` ties (``graphs.pathsim_topk``,
 ``random`` with seed 0), first in the dataset files' node order, then with the nodes renumbered at random (3 orders,
-mean), which no tie rule can read labels from. Uses the labels of every node: a diagnostic of the graph, never used for training.
+mean), which no tie rule can read labels from. Uses the labels of every node: a diagnostic of the graph, never
+used for training.
 """
 
 from __future__ import annotations
