@@ -25,19 +25,22 @@ from contrasuite.pipelines.api import Arm, Comparison, Effect, compare_main, dif
 
 METHODS = {"paper": ("meow", "adameow", "infonce"), "reduced": ("meow", "adameow", "infonce", "weince")}
 DATASETS = ("acm", "dblp", "imdb")
-CONTROLS = {"infonce_ada": ("imdb",), "meow_random_ties": ("acm",)}
+CONTROLS = {"infonce_ada": ("imdb",), "meow_random_ties": ("acm",), "infonce_random_ties": ("acm",)}
 """Paper-protocol arms on some datasets only: InfoNCE with AdaMEOW's official settings (``infonce_ada_imdb.yaml``),
 so that AdaMEOW minus it measures the learned weights apart from AdaMEOW's epochs, learning rate, dropout and anchor;
-MEOW with PSP ties kept at random (``meow_random_ties_acm.yaml``), so that MEOW minus it measures what ACM's
-class-ordered file adds through the official tie rule."""
+MEOW and InfoNCE with PSP ties kept at random (``<method>_random_ties_acm.yaml``), so that MEOW minus its random-ties
+arm measures what ACM's class-ordered file adds through the official tie rule, and MEOW minus InfoNCE can be read
+on a graph that does not follow the file order."""
 LABELS = {"meow": "MEOW (ours)", "adameow": "AdaMEOW (ours)", "infonce": "InfoNCE, same encoder (ours)",
           "infonce_ada": "InfoNCE with AdaMEOW's settings (ours)", "weince": "WEINCE, same encoder (ours)",
           "meow_random_ties": "MEOW, PSP ties kept at random (ours)",
+          "infonce_random_ties": "InfoNCE, PSP ties kept at random (ours)",
           "official_meow": "MEOW, official code (jianxiangyu/MEOW code_meow, CPU patches)",
           "official_adameow": "AdaMEOW, official code (code_adameow), H200, epoch 500 of 1,200, 20 labels only",
           "official_adameow_cpu": "AdaMEOW, official code (code_adameow, CPU patches), its last evaluation"}
 SHORT = {"meow": "MEOW", "adameow": "AdaMEOW", "infonce": "InfoNCE", "infonce_ada": "InfoNCE (AdaMEOW's settings)",
-         "weince": "WEINCE", "meow_random_ties": "MEOW (random ties)", "official_meow": "official MEOW",
+         "weince": "WEINCE", "meow_random_ties": "MEOW (random ties)",
+         "infonce_random_ties": "InfoNCE (random ties)", "official_meow": "official MEOW",
          "official_adameow": "official AdaMEOW", "official_adameow_cpu": "official AdaMEOW, CPU"}
 OFFICIAL = ("official_meow", "official_adameow", "official_adameow_cpu")
 RATIOS = (20, 40, 60)
@@ -181,9 +184,9 @@ def render_page(protocol: str, records: list[dict[str, Any]], command: str) -> s
         ("Full configs (`configs/graph/<method>_<dataset>.yaml`): the official codes' hyperparameters, each config's "
          "epochs (the Time lines give them), 50 probe runs. On IMDB, InfoNCE also runs at AdaMEOW's settings "
          "(`infonce_ada_imdb.yaml`: its epochs, learning rate, weight decay, dropout and anchor, no weights). On ACM, "
-         "MEOW also runs with the papers tied on PSP PathSim kept at random (`meow_random_ties_acm.yaml`) instead of "
-         "the official code's choice, which follows the class-ordered file (docs/domains/graph.md, 'Ties in the PSP "
-         "graph')."
+         "MEOW and InfoNCE also run with the papers tied on PSP PathSim kept at random "
+         "(`<method>_random_ties_acm.yaml`) instead of the official code's choice, which follows the class-ordered "
+         "file (docs/domains/graph.md, 'Ties in the PSP graph')."
          if paper else "REDUCED protocol: `configs/graph/reduced/`, 60 epochs and 20 probe runs; AdaMEOW runs 60 of "
                        "its 1,200 epochs here, so its rows show an encoder that has barely trained."),
         "Each run: test score of the checkpoint selected on validation Macro-F1, at the probe iteration selected",
@@ -230,7 +233,8 @@ def render_page(protocol: str, records: list[dict[str, Any]], command: str) -> s
         lines += ["", "Time: " + "; ".join(_timing(m, runs[m]) for m in order if m in runs) + ".", ""]
         lines += [_evaluations(m, runs[m]) for m in order if m in runs and any("evaluations" in r for r in runs[m])]
         for method, baseline in (("meow", "infonce"), ("adameow", "meow"), ("adameow", "infonce_ada"),
-                                 ("meow", "meow_random_ties"), ("official_meow", "meow")):
+                                 ("meow", "meow_random_ties"), ("meow_random_ties", "infonce_random_ties"),
+                                 ("official_meow", "meow")):
             if text := versus(runs, method, baseline):
                 lines += [text, ""]
     missing = [f"{m}_{d}" for d in DATASETS for m in _methods(protocol, d) if m not in by_group.get(d, {})]

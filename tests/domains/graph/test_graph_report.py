@@ -62,18 +62,24 @@ def test_the_settings_control_runs_on_imdb_at_the_paper_protocol_only_and_is_com
     assert "meow_imdb" in page.split("Not yet run")[1] and "infonce_ada_imdb" not in page.split("Not yet run")[1]
 
 
-def test_the_random_ties_control_runs_on_acm_only_and_is_compared_with_meow():
+def test_the_random_ties_controls_run_on_acm_only_and_are_compared_with_meow_and_each_other():
     paper = {a.name: a.config for a in report.arms("paper")}
-    assert paper["meow_random_ties_acm"] == "configs/graph/meow_random_ties_acm.yaml"
+    for method in ("meow", "infonce"):
+        assert paper[f"{method}_random_ties_acm"] == f"configs/graph/{method}_random_ties_acm.yaml"
+        ours, shipped = (load_config(f"configs/graph/{n}.yaml").config
+                         for n in (f"{method}_random_ties_acm", f"{method}_acm"))
+        assert ours.model.pathsim_ties == "random" and shipped.model.pathsim_ties == "numpy"
+        assert ours.model.nei_max == shipped.model.nei_max and ours.objective == shipped.objective
+        assert ours.negatives == shipped.negatives and ours.optim == shipped.optim
     assert not any("random_ties" in name for name in paper if not name.endswith("_acm"))
-    ours, shipped = (load_config(f"configs/graph/{n}.yaml").config for n in ("meow_random_ties_acm", "meow_acm"))
-    assert ours.model.pathsim_ties == "random" and shipped.model.pathsim_ties == "numpy"
-    assert ours.model.nei_max == shipped.model.nei_max and ours.objective == shipped.objective
     records = [fake_record("meow_acm", v, s) for s, v in enumerate((92.0, 91.0))]
     records += [fake_record("meow_random_ties_acm", v, s) for s, v in enumerate((89.0, 90.0))]
+    records += [fake_record("infonce_random_ties_acm", v, s) for s, v in enumerate((88.0, 88.0))]
     page = report.render_page("paper", records, "CMD")
     assert "| MEOW, PSP ties kept at random (ours) | 0, 1 | 89.50 ± 0.71 |" in page
     assert "MEOW minus MEOW (random ties), test Macro-F1" in page and "+2.00 ± 0.71" in page
+    assert "| InfoNCE, PSP ties kept at random (ours) | 0, 1 | 88.00 ± 0.00 |" in page
+    assert "MEOW (random ties) minus InfoNCE (random ties), test Macro-F1" in page and "+1.50 ± 0.50" in page
 
 
 DATA = Path(os.environ["CONTRASUITE_DATA"])
