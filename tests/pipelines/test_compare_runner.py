@@ -149,6 +149,12 @@ def test_the_official_cell_adds_the_official_runs_beside_ours():
         "the official code: official 1.50 over 2 seeds, official minus `m` -1.50 ± 0.50 (beyond 2 standard errors)")
 
 
+def test_every_declared_effect_says_what_the_official_code_showed_or_why_none_ran():
+    """Issue 39: each row of the effects table names the official code's result on our protocol or why it is absent."""
+    silent = [e.method for e in effects.declared() if not e.official.strip()]
+    assert not silent, f"effects without an official-code cell: {silent}"
+
+
 def test_every_seed_can_start_from_one_run_of_an_arm_that_runs_at_one_seed(toy_comparison, tmp_path):
     """PCL-SR's protocol: one converged model (seed 0) that every seed's fine-tuning starts from."""
     _, plain = toy_comparison
