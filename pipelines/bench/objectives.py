@@ -51,6 +51,7 @@ import json
 import math
 import platform
 import statistics
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -380,6 +381,8 @@ def markdown(rows: list[Row]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from contrasuite.pipelines.bench import compiled_objectives  # it builds on this module
+
     parser = argparse.ArgumentParser(prog="contrasuite bench objectives", description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", default="", help="comma-separated batch sizes N (default 256,1024,4096; 4096,16384,65536 with --tiled)")
     parser.add_argument("--dim", type=int, default=128, help="feature dimension D")
@@ -393,7 +396,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiled", action="store_true", help="tiled objectives beside dense at large N (module docstring)")
     parser.add_argument("--tile-size", type=int, default=512, help="tile size of --tiled")
     parser.add_argument("--dense-max-gib", type=float, default=8.0, help="--tiled: run dense only where its estimated peak fits")
+    parser.add_argument("--compile", action="store_true",
+                        help="each objective under torch.compile against itself eager (pipelines/bench/compiled_objectives.py); "
+                             "default N 1024,4096, --output its JSON record")
+    parser.add_argument("--report", action="store_true", help="--compile: render the record at --output into --page; run nothing")
+    parser.add_argument("--page", type=Path, default=compiled_objectives.against_peer.PAGE, help="the page --report writes")
     args = parser.parse_args(argv)
+    if args.compile and args.tiled:
+        parser.error("--compile and --tiled: choose one")
+    if args.report and not args.compile:
+        parser.error("--report renders a --compile record: add --compile")
+    if args.compile:
+        args.output = args.output or str(compiled_objectives.RECORD)
+        if args.report:
+            if not Path(args.output).is_file():
+                parser.error(f"--report: no record at {args.output}")
+            compiled_objectives.report(Path(args.output), args.page)
+            return 0
 
     known = tiled_names() if args.tiled else list(OBJECTIVES)
     names = [s for s in args.objectives.split(",") if s] or known
@@ -401,7 +420,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"--objectives: unknown {unknown}; known{' (tiled)' if args.tiled else ''}: {sorted(known)}")
     try:
-        ns = [int(s) for s in (args.n or ("4096,16384,65536" if args.tiled else "256,1024,4096")).split(",") if s]
+        default_n = "4096,16384,65536" if args.tiled else "1024,4096" if args.compile else "256,1024,4096"
+        ns = [int(s) for s in (args.n or default_n).split(",") if s]
     except ValueError:
         parser.error(f"--n must be comma-separated integers, got {args.n!r}")
     if args.threads:
@@ -415,6 +435,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.clock == "cpu" and device.type != "cpu":
         parser.error("--clock cpu measures host CPU time: use it with --device cpu")
+    if args.compile:
+        compiled = compiled_objectives.run(ns, args.dim, args.repeats, names, ("paired", "two_view"), device,
+                                           CLOCKS[args.clock])
+        settings = {"dim": args.dim, "repeats": args.repeats, "device": device.type,
+                    "threads": torch.get_num_threads(), "clock": args.clock}
+        out = Path(args.output)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(compiled_objectives.record(compiled, settings, sys.argv[1:] if argv is None else argv),
+                                  indent=1) + "\n")
+        print(compiled_objectives.section(json.loads(out.read_text())))
+        return 0
     if args.tiled:
         rows: list = run_tiled(
             ns, args.dim, args.repeats, args.large_repeats, names, args.tile_size, args.dense_max_gib, device, CLOCKS[args.clock]

@@ -93,3 +93,35 @@ def test_resident_peak_after_the_parent_used_several_threads_returns():
             "from contrasuite.pipelines import memory; print(memory.peak_resident_bytes(lambda: (x @ x).sum()))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and int(out.stdout.split()[-1]) >= 0, out.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_compile_mode_checks_the_compiled_objective_against_eager_and_renders_its_section(tmp_path):
+    """One real inductor compile per form: the record's rows hold the check and the ratio; --report renders them."""
+    out, page = tmp_path / "compile.json", tmp_path / "page.md"
+    args = ["--compile", "--n", "32", "--dim", "8", "--repeats", "2", "--objectives", "infonce", "--threads", "1",
+            "--clock", "cpu", "--output", str(out)]
+    assert bench.main(args) == 0
+    record = json.loads(out.read_text())
+    assert record["section"] == "objectives_compile" and record["command"].startswith("contrasuite bench objectives --compile")
+    assert [(r["objective"], r["form"], r["n"]) for r in record["rows"]] == [("infonce", "paired", 32), ("infonce", "two_view", 32)]
+    for r in record["rows"]:
+        assert r["loss_rel_diff"] <= 1e-4 and r["grad_rel_diff"] <= 1e-4
+        assert r["eager_ms"] > 0 and r["compiled_ms"] > 0 and r["ratio_min"] <= r["ratio"] <= r["ratio_max"]
+        assert r["compile_s"] > 0
+    assert bench.main(["--compile", "--report", "--output", str(out), "--page", str(page)]) == 0
+    text = page.read_text()
+    assert "<!-- section:objectives_compile -->" in text and "| infonce | two_view | 32 |" in text
+    assert "| yes |" in text
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--report"], "--report renders a --compile record: add --compile"),
+    (["--compile", "--tiled"], "--compile and --tiled: choose one"),
+    (["--compile", "--report", "--output", "missing.json"], "--report: no record at missing.json"),
+])
+def test_compile_mode_flags_that_cannot_run_exit_2_naming_the_flag(args, words, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as err:
+        bench.main(args)
+    assert err.value.code == 2 and words in capsys.readouterr().err
