@@ -100,11 +100,12 @@ def largest(x: Tensor, k: int, overwrite: bool = False) -> Tensor:
     Exact, no gradient. On the CPU it is NumPy's SIMD sort of whole rows of up to
     :data:`SORT_WHOLE_ROWS_UP_TO` values (measured 2x faster than a partition there), else its
     introselect (``np.partition``) and a sort of the ``k`` values: the values ``torch.topk`` gives,
-    measured 9 to 20x faster than it there for ``k`` around a tenth of the row; elsewhere ``torch.topk``.
+    measured 9 to 20x faster than it there for ``k`` around a tenth of the row; elsewhere, and under
+    ``torch.compile`` (which traces ``torch.topk``, not NumPy's in-place sorts), ``torch.topk``.
     ``overwrite``: sort or partition the rows of ``x`` in place (each row keeps its values, not their
     order), sparing a copy of ``x``; the values are the same.
     """
-    if x.device.type != "cpu" or x.dtype not in (torch.float32, torch.float64):
+    if x.device.type != "cpu" or x.dtype not in (torch.float32, torch.float64) or torch.compiler.is_compiling():
         return x.detach().topk(k, dim=-1).values
     a = x.detach().numpy()
     m = a.shape[-1]

@@ -315,6 +315,16 @@ def test_largest_sorts_or_partitions_to_the_same_values():
     assert torch.equal(largest(x.flatten(), 100), x.flatten().topk(100).values)
 
 
+def test_largest_under_torch_compile_takes_topk_and_gives_the_same_values():
+    """Dynamo cannot trace NumPy's in-place sorts (it failed on WEINCE-repro); compiled, ``largest`` is ``topk``."""
+    from contrasuite.core.negatives.topk import SORT_WHOLE_ROWS_UP_TO, largest
+
+    torch.manual_seed(12)
+    x = torch.randn(5, SORT_WHOLE_ROWS_UP_TO + 3)
+    compiled = torch.compile(lambda t: largest(t, 9), backend="eager", fullgraph=True)
+    assert torch.equal(compiled(x), largest(x, 9))
+
+
 def test_top_m_columns_from_the_tail_values_match_a_partition():
     """``restrict_to_top_m`` with the tail's sorted values (a comparison per row) keeps the same
     columns as with ``np.argpartition``; a tie at a row's k-th value falls back to the partition."""
