@@ -59,8 +59,9 @@ _LINEAR = "test linear-probe accuracy (%), CIFAR-10 (JPEG copy), frozen encoder"
 _WEINCE_CLAIM = ("+3.27 linear: InfoNCE 50.01 -> WEINCE 53.28, CIFAR-100, ResNet-18, SimCLR 100 epochs, batch 256, "
                  "mean of 4 encoder seeds (paper Table 2, ICML 2026, arXiv:2606.00262, as the official "
                  "notebooks/analyze_cifar100_r18_repro.ipynb hard-codes it)")
-_WEINCE_OFFICIAL = ("not run here (github.com/hsme98/weince trains on CUDA; no records/official/weince.md); "
-                    "docs/objectives/weince.md lists where ours differs")
+_WEINCE_OFFICIAL = ("the official training code does not adapt to this protocol by configuration (`.cuda()` batches, "
+                    "torchvision CIFAR downloads, its ResNets only); its loss and gradient pinned to ours, the blend to "
+                    "1e-15 and the repro to 3e-9 in fp64 (records/official/weince.md)")
 _DHEL_KCL_CLAIM = ("DHEL and KCL outperform InfoNCE variants such as SimCLR and DCL, even at smaller batch sizes "
                    "(abstract and README, ICML 2024, arXiv:2405.18045; Table 1's numbers not retrieved; a third-party "
                    "CIFAR-100 R18 fine-tune, not a probe: NT-Xent 53.64, DHEL 56.14)")
