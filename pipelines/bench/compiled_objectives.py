@@ -119,6 +119,11 @@ def row_line(r: CompiledRow) -> str:
             f"{r.ratio_min:.2f} | {r.ratio_max:.2f} | {r.compile_s:.1f} | {r.graph_breaks} | {r.graphs} | {check} |")
 
 
+def named(rows: list[CompiledRow]) -> str:
+    """``circle (paired, 1024), ...``."""
+    return ", ".join(f"{r.objective} ({r.form}, {r.n})" for r in rows)
+
+
 def section(rec: dict[str, Any]) -> str:
     """The page's section of the record ``rec``."""
     rows = [CompiledRow(**r) for r in rec["rows"]]
@@ -144,9 +149,9 @@ def section(rec: dict[str, Any]) -> str:
         *(row_line(r) for r in rows),
         "",
         f"Compiled faster in every repeat: {len(faster)} of {len(rows)} rows"
-        + (f" ({', '.join(f'{r.objective} at {r.n}' for r in faster)})" if faster else "")
+        + (f" ({named(faster)})" if faster else "")
         + f"; slower in every repeat: {len(slower)}"
-        + (f" ({', '.join(f'{r.objective} at {r.n}' for r in slower)})" if slower else "") + ".",
+        + (f" ({named(slower)})" if slower else "") + ".",
     ])
 
 
