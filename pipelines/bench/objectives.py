@@ -36,6 +36,9 @@ Objectives whose definition computes more than one ``N x N`` similarity matrix a
 dense, run back to back in each repeat, where the dense one fits (its estimated peak,
 ``DENSE_BYTES_PER_PAIR x N^2``, within ``--dense-max-gib``); ``time / dense`` and ``mem / dense`` as above.
 
+``--compile`` times each objective under ``torch.compile`` against itself eager instead
+(:mod:`contrasuite.pipelines.bench.compiled_objectives`).
+
 Why unit-scale inputs: the objectives L2-normalise (cosine), so their logits ``s / t`` lie in
 ``[-1/t, 1/t]``; the baseline ``a @ b.T / t`` on plain ``randn`` rows would have logits of size
 ``sqrt(D) / t`` (about 100), and most of its ``exp(l - max)`` would underflow. On x86 CPUs an
