@@ -29,8 +29,9 @@ import torch
 from contrasuite.pipelines.bench import against_peer
 from contrasuite.pipelines.bench.objectives import Step, features, interleaved_ms, ours
 
-SECTION = "objectives_compile"
-RECORD = against_peer.RECORDS / f"{SECTION}.json"
+SECTION = "objectives+compile"
+"""Its section of the page: a variant (``+compile``) of the ``objectives`` bench (``contrasuite bench`` names)."""
+RECORD = against_peer.RECORDS / "objectives_compile.json"
 TOLERANCE = 1e-4
 """Relative difference of loss and input gradients (to the largest eager gradient) allowed between the
 compiled and the eager objective: inductor fuses and reorders fp32 reductions."""
@@ -64,7 +65,7 @@ def loss_and_grads(step: Step, a: torch.Tensor, b: torch.Tensor) -> tuple[float,
     a.grad = b.grad = None
     loss = step(a, b)
     loss.backward()
-    return float(loss), torch.cat([a.grad.flatten(), b.grad.flatten()])
+    return float(loss.detach()), torch.cat([a.grad.flatten(), b.grad.flatten()])
 
 
 def compare(name: str, form: str, n: int, dim: int, repeats: int, device: torch.device,

@@ -103,7 +103,7 @@ def test_compile_mode_checks_the_compiled_objective_against_eager_and_renders_it
             "--clock", "cpu", "--output", str(out)]
     assert bench.main(args) == 0
     record = json.loads(out.read_text())
-    assert record["section"] == "objectives_compile" and record["command"].startswith("contrasuite bench objectives --compile")
+    assert record["section"] == "objectives+compile" and record["command"].startswith("contrasuite bench objectives --compile")
     assert [(r["objective"], r["form"], r["n"]) for r in record["rows"]] == [("infonce", "paired", 32), ("infonce", "two_view", 32)]
     for r in record["rows"]:
         assert r["loss_rel_diff"] <= 1e-4 and r["grad_rel_diff"] <= 1e-4
@@ -111,7 +111,7 @@ def test_compile_mode_checks_the_compiled_objective_against_eager_and_renders_it
         assert r["compile_s"] > 0
     assert bench.main(["--compile", "--report", "--output", str(out), "--page", str(page)]) == 0
     text = page.read_text()
-    assert "<!-- section:objectives_compile -->" in text and "| infonce | two_view | 32 |" in text
+    assert "<!-- section:objectives+compile -->" in text and "| infonce | two_view | 32 |" in text
     assert "| yes |" in text
 
 
