@@ -16,7 +16,7 @@ Procedure (run once, outside this repository, on the CPU; records in docs/result
   (anchors) and the code vectors (candidates).
 * WEINCE: hsme98/weince at commit 49485f3, ``simclr/modules/nt_xent_hard_select.py`` (``NT_Xent.forward``,
   policy ``tlambda_select``), unpatched, each case a fresh module (``batch_size=64, temperature=0.5``), on
-  ``a, p`` of :func:`weince_inputs`; the script and its output are in docs/results/records/official/weince/.
+  ``a, p [64, 16]`` of :func:`paired_inputs`; the script and its output are in docs/results/records/official/weince/.
 * Feature Transformation: DTennant/CL-Visualizing-Feature-Transformation at commit
   c53d1befa31d27fc6db63009174355f3095009f5, ``memory/mem_moco.py`` (``RGBMoCo_dropmix_norm.forward``),
   the only patch the removal of ``.cuda()`` from its source text. Built as the README's training
@@ -51,11 +51,11 @@ def checksum_weights(rows: int, dtype: torch.dtype) -> torch.Tensor:
     return torch.randn(rows, D, generator=torch.Generator().manual_seed(1), dtype=torch.float64).to(dtype)
 
 
-def paired_inputs(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """Two views ``a, p [8, 16]`` (unnormalised; both losses normalise), ``p`` correlated with ``a``."""
+def paired_inputs(dtype: torch.dtype, n: int = N) -> tuple[torch.Tensor, torch.Tensor]:
+    """Two views ``a, p [n, 16]`` (unnormalised; the losses normalise), ``p`` correlated with ``a``."""
     g = torch.Generator().manual_seed(0)
-    a = torch.randn(N, D, generator=g, dtype=torch.float64)
-    p = a + 0.7 * torch.randn(N, D, generator=g, dtype=torch.float64)
+    a = torch.randn(n, D, generator=g, dtype=torch.float64)
+    p = a + 0.7 * torch.randn(n, D, generator=g, dtype=torch.float64)
     return a.to(dtype), p.to(dtype)
 
 
@@ -109,19 +109,14 @@ WEINCE_N = 64
 """Pairs in the WEINCE batch: enough negatives (126 an anchor) for the per-anchor and pooled tail fits' defaults."""
 # Official values (fp64), name: (registry name, our keys), then as PAIRED's.
 WEINCE = {
-    "weince_default": ("weince", {}, (3.328319405144692, 0.0032178683104841658, 0.0022259701710001297, -0.10970705962080442, -0.0026192998236921105, 0.0021486372028527993)),
+    "weince_default": ("weince", {}, (3.328319405144692, 0.0032178683104841658, 0.0022259701710001297,
+                                     -0.10970705962080442, -0.0026192998236921105, 0.0021486372028527993)),
     "weince_margin0_rho5_aic2": ("weince", dict(aic_margin=0.0, kappa_rho=5.0, kappa_aic=2.0),
-                                 (3.3103426802249363, 0.003706990695371507, 0.00257090637606037, -0.12650828141593162, -0.0026415188265680803, 0.002415575867256671)),
-    "weince_repro_default": ("weince_repro", {}, (4.952868766794212, 0.017971783626611993, 0.012359459770494992, -0.15785422643566827, -0.008553826749236458, 0.002832404467682584)),
+                                 (3.3103426802249363, 0.003706990695371507, 0.00257090637606037,
+                                  -0.12650828141593162, -0.0026415188265680803, 0.002415575867256671)),
+    "weince_repro_default": ("weince_repro", {}, (4.952868766794212, 0.017971783626611993, 0.012359459770494992,
+                                                 -0.15785422643566827, -0.008553826749236458, 0.002832404467682584)),
 }
-
-
-def weince_inputs(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """``a, p [64, 16]`` drawn as :func:`paired_inputs` draws its ``[8, 16]``."""
-    g = torch.Generator().manual_seed(0)
-    a = torch.randn(WEINCE_N, D, generator=g, dtype=torch.float64)
-    p = a + 0.7 * torch.randn(WEINCE_N, D, generator=g, dtype=torch.float64)
-    return a.to(dtype), p.to(dtype)
 
 
 FT_POS_BETA = 0.4014028764965108
@@ -164,7 +159,7 @@ def test_dhel_kcl_equal_official(name, dtype):
 def test_weince_equals_official(name, dtype):
     """The SimCLR two-view call image_ssl makes; the repro's fp64 tolerance is its float32 ``beta_t`` (module docstring)."""
     registry, keys, official = WEINCE[name]
-    a, p = (x.requires_grad_(True) for x in weince_inputs(dtype))
+    a, p = (x.requires_grad_(True) for x in paired_inputs(dtype, WEINCE_N))
     z, labels = two_view(a, p)
     loss = OBJECTIVES[registry](temperature=0.5, **keys)(z, labels=labels)
     ga, gp = torch.autograd.grad(loss, (a, p))
