@@ -23,6 +23,14 @@ from contrasuite.pipelines.compare import RESULTS, load_records
 from contrasuite.pipelines.tables import difference
 
 
+SETTLED = ("official code does not show it on this protocol either",
+           "official code shows it and ours now does",
+           "no official code runs here",
+           "official code not run on this dataset (time)")
+"""Issue 39's answers to "bug or budget" for an effect ours does not show (the last one where the official code
+runs here but a run outlasts this machine's sessions); a shown effect reads ``effect shown``."""
+
+
 @dataclass(frozen=True)
 class Effect:
     """One claimed effect and the two arms of a results page that measure it."""
@@ -42,6 +50,8 @@ class Effect:
     higher_is_better: bool = True
     official: str = ""
     """What running the official code on this protocol showed, or why none ran (issue 39)."""
+    settled: str = ""
+    """Where the effect is missing, what running or reading the official code settled: one of :data:`SETTLED`."""
     official_arm: tuple[str, str] | None = None
     """``(arm, group)`` of the official code's runs among the page's records, when they sit there: the cell then
     adds their mean of ``metric`` and its difference from our ``arm`` with the standard error."""
@@ -63,6 +73,11 @@ def measured(effect: Effect, records: list[dict[str, Any]]) -> tuple[str, str, s
     sign = 1 if effect.higher_is_better else -1
     verdict = "not shown" if not d.beyond else "shown" if sign * d.mean > 0 else "opposite"
     return f"{d.mean:+.2f} ± {d.se:.2f}", seeds, verdict
+
+
+def bug_or_budget(effect: Effect, verdict: str) -> str:
+    """``effect shown`` for a shown effect, else the effect's :attr:`Effect.settled` (``-`` when it has none)."""
+    return "effect shown" if verdict == "shown" else effect.settled or "-"
 
 
 def official_cell(effect: Effect, records: list[dict[str, Any]]) -> str:
@@ -101,9 +116,12 @@ def render(effects: Sequence[Effect], results: Path = RESULTS) -> str:
         "`opposite` (the other sign, at least two standard errors), `not shown` (within two standard errors),",
         "`not measured` (fewer than two seeds a side: the page is archived, see `archive/`, or not yet run). A row",
         "whose page is archived but whose records are kept (its data cannot be remade here) says so in `page`.",
+        "Bug or budget: `effect shown`, or for an effect ours does not show what the official code settled (its",
+        "numbers and reasons in the next column).",
         "",
-        "| method | paper's claim | our measure | our protocol | difference | seeds | verdict | official code on our protocol | page |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| method | paper's claim | our measure | our protocol | difference | seeds | verdict | bug or budget | "
+        "official code on our protocol | page |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     cache: dict[str, list[dict[str, Any]]] = {}
     for e in effects:
@@ -113,7 +131,7 @@ def render(effects: Sequence[Effect], results: Path = RESULTS) -> str:
                 f"[{e.page}](archive/{e.page}.md) (archived; its records kept)" if (results / "archive" / f"{e.page}.md").is_file()
                 else f"{e.page} (not published)")
         lines.append(f"| {e.method} | {e.claim} | {e.measure}: `{e.arm}` - `{e.baseline}` | {e.protocol} | {diff} | "
-                     f"{seeds} | {verdict} | {official_cell(e, records)} | {page} |")
+                     f"{seeds} | {verdict} | {bug_or_budget(e, verdict)} | {official_cell(e, records)} | {page} |")
     return "\n".join(lines) + "\n"
 
 

@@ -76,7 +76,7 @@ EFFECTS = tuple(
            "test MRR on 1,000 pairs of the mined, package-disjoint test split",
            "all-MiniLM-L6-v2, one epoch on the mined training split (set d94fa3f780c2 of the archived scale page), "
            "batches of 256, best.pt on validation MRR",
-           official=_OFFICIAL)
+           official=_OFFICIAL, settled="no official code runs here")
     for arm in SOFT
 )
 """The claims this comparison measures (``contrasuite compare effects``)."""

@@ -76,7 +76,8 @@ EFFECTS = tuple(
            "alone, same seed, both from one converged model",
            official="the released code (Aitical/PCL-SISR) sends no contrastive gradient to the SR network: its arm "
                     "`finetune_x2_pcl_official` ends equal to the L1 control bit for bit "
-                    "(docs/domains/super_resolution.md)")
+                    "(docs/domains/super_resolution.md)",
+           settled="official code does not show it on this protocol either")
     for s in ("Set5", "B100")
 )
 """The claims this comparison measures (``contrasuite compare effects``)."""

@@ -71,11 +71,13 @@ EFFECTS = (
     Effect("CUT: translation over the untranslated input",
            "a translation closer to the target domain than its input is the task: horse2zebra FID 45.5 (CUT, "
            "paper Table 1, pytorch-fid on Inception-v3; the input's FID is not in our research notes)",
-           PAGE, "cut", INPUT, "fd", _FD, _PROTOCOL, higher_is_better=False, official=_OFFICIAL_INPUT),
+           PAGE, "cut", INPUT, "fd", _FD, _PROTOCOL, higher_is_better=False, official=_OFFICIAL_INPUT,
+           settled="official code does not show it on this protocol either"),
     Effect("CUT over FastCUT",
            "CUT has a lower FID than FastCUT: horse2zebra 45.5 vs 73.4, Cityscapes 56.4 vs 68.8, cat->dog 76.2 vs "
            "94.0 (paper Table 1, as quoted by a third-party README)",
-           PAGE, "cut", "fastcut", "fd", _FD, _PROTOCOL, higher_is_better=False, official=_OFFICIAL_FAST),
+           PAGE, "cut", "fastcut", "fd", _FD, _PROTOCOL, higher_is_better=False, official=_OFFICIAL_FAST,
+           settled="official code does not show it on this protocol either"),
 )
 """The claims this comparison measures (``contrasuite compare effects``)."""
 

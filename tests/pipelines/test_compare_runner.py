@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from contrasuite.pipelines import compare, effects
-from contrasuite.pipelines.compare import Arm, Comparison, page_args
+from contrasuite.pipelines.compare import Arm, Comparison, load_records, page_args
 
 
 def _render(records, command):
@@ -133,7 +133,7 @@ def test_effects_verdicts_follow_the_difference_and_its_standard_error(tmp_path)
     for r in records("m", [3, 3.1, 2.9]) + records("b", [1, 1.1, 0.9]):
         (tmp_path / "records" / "p" / f"{r['arm']}_seed{r['seed']}.json").write_text(json.dumps(r))
     table = effects.render([e], tmp_path)
-    assert "| M | claim | accuracy: `m` - `b` | ours | +2.00 ± 0.08 | 3 / 3 | shown | - | p (not published) |" in table
+    assert "| M | claim | accuracy: `m` - `b` | ours | +2.00 ± 0.08 | 3 / 3 | shown | effect shown | - | p (not published) |" in table
 
 
 def test_the_official_cell_adds_the_official_runs_beside_ours():
@@ -150,9 +150,16 @@ def test_the_official_cell_adds_the_official_runs_beside_ours():
 
 
 def test_every_declared_effect_says_what_the_official_code_showed_or_why_none_ran():
-    """Issue 39: each row of the effects table names the official code's result on our protocol or why it is absent."""
-    silent = [e.method for e in effects.declared() if not e.official.strip()]
+    """Issue 39: each row of the effects table names the official code's result on our protocol or why it is absent,
+    and each effect ours does not show says what that settled (bug or budget)."""
+    declared = effects.declared()
+    silent = [e.method for e in declared if not e.official.strip()]
     assert not silent, f"effects without an official-code cell: {silent}"
+    cache: dict[str, list] = {}
+    for e in declared:
+        records = cache.setdefault(e.page, load_records(effects.RESULTS / "records" / e.page))
+        verdict = effects.measured(e, records)[2]
+        assert verdict == "shown" or e.settled in effects.SETTLED, f"{e.method} ({verdict}): settled {e.settled!r}"
 
 
 def test_every_seed_can_start_from_one_run_of_an_arm_that_runs_at_one_seed(toy_comparison, tmp_path):
