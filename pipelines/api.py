@@ -9,7 +9,8 @@ the rest of a domain never imports the engine. What is here:
 - a comparison report (:mod:`contrasuite.pipelines.compare`): it declares a :class:`Comparison` of
   :class:`Arm` s and a renderer, :func:`compare_main` trains what has no current record and renders the page;
   :func:`difference` (a difference of means over seeds with its standard error);
-  :class:`Effect`: a paper's claim and the arms that measure it, for ``EFFECTS`` (the effects table);
+  :class:`Effect`: a paper's claim and the arms that measure it, for ``EFFECTS`` (the effects table), with
+  the labels of its ``settled`` (:data:`NOT_EITHER`, :data:`NO_OFFICIAL`, :data:`NOT_RUN`);
 - running the project's own commands in child processes (the runner trains this way): :data:`ROOT`,
   :func:`run_cli`, :func:`thread_env`;
 - devices: :func:`pick_device`;
@@ -40,7 +41,7 @@ from contrasuite.pipelines.bench.against_peer import (
 from contrasuite.pipelines.checkpoint import CheckpointError, load as load_checkpoint
 from contrasuite.pipelines.cli_runs import ROOT, run_cli, thread_env
 from contrasuite.pipelines.compare import Arm, Comparison, main as compare_main
-from contrasuite.pipelines.effects import Effect
+from contrasuite.pipelines.effects import NO_OFFICIAL, NOT_EITHER, NOT_RUN, Effect
 from contrasuite.pipelines.config import ConfigError, default_data_root, load_config
 from contrasuite.pipelines.precision import pick_device
 from contrasuite.pipelines.run_dir import logged_per_epoch, write_json
@@ -48,7 +49,7 @@ from contrasuite.pipelines.standalone import StepRunner, setup_task
 from contrasuite.pipelines.tables import difference, mean_std
 
 __all__ = [
-    "Arm", "Comparison", "Effect", "compare_main", "difference",
+    "Arm", "Comparison", "Effect", "NOT_EITHER", "NO_OFFICIAL", "NOT_RUN", "compare_main", "difference",
     "ROOT", "CheckpointError", "ConfigError", "StepRunner", "load_checkpoint", "default_data_root", "load_config",
     "logged_per_epoch", "mean_std", "pick_device", "run_cli", "thread_env",
     "write_json", "write_output", "setup_task",

@@ -17,16 +17,17 @@ import argparse
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from contrasuite.pipelines.compare import RESULTS, load_records
 from contrasuite.pipelines.tables import difference
 
 
-SETTLED = ("official code does not show it on this protocol either",
-           "official code shows it and ours now does",
-           "no official code runs here",
-           "official code not run on this dataset (time)")
+NOT_EITHER = "official code does not show it on this protocol either"
+FIXED = "official code shows it and ours now does"
+NO_OFFICIAL = "no official code runs here"
+NOT_RUN = "official code not run on this dataset (time)"
+SETTLED = (NOT_EITHER, FIXED, NO_OFFICIAL, NOT_RUN)
 """Issue 39's answers to "bug or budget" for an effect ours does not show (the last one where the official code
 runs here but a run outlasts this machine's sessions); a shown effect reads ``effect shown``."""
 
@@ -104,6 +105,15 @@ def declared() -> list[Effect]:
     return effects
 
 
+def with_records(effects: Sequence[Effect], results: Path = RESULTS) -> Iterator[tuple[Effect, list[dict[str, Any]]]]:
+    """Each effect with the records of its page under ``results/records/``, each page's read once."""
+    pages: dict[str, list[dict[str, Any]]] = {}
+    for e in effects:
+        if e.page not in pages:
+            pages[e.page] = load_records(results / "records" / e.page)
+        yield e, pages[e.page]
+
+
 def render(effects: Sequence[Effect], results: Path = RESULTS) -> str:
     """The Markdown table of ``effects`` from the records under ``results/records/``."""
     lines = [
@@ -123,9 +133,7 @@ def render(effects: Sequence[Effect], results: Path = RESULTS) -> str:
         "official code on our protocol | page |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    cache: dict[str, list[dict[str, Any]]] = {}
-    for e in effects:
-        records = cache.setdefault(e.page, load_records(results / "records" / e.page))
+    for e, records in with_records(effects, results):
         diff, seeds, verdict = measured(e, records)
         page = (f"[{e.page}]({e.page}.md)" if (results / f"{e.page}.md").is_file() else
                 f"[{e.page}](archive/{e.page}.md) (archived; its records kept)" if (results / "archive" / f"{e.page}.md").is_file()

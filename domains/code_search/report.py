@@ -34,8 +34,8 @@ from typing import Any, Sequence
 
 from contrasuite.domains.code_search.mined_sets import ensure_mined, file_progress, mined_folder
 from contrasuite.pipelines.api import (
-    ROOT, Arm, Comparison, Effect, compare_main, default_data_root, difference, load_config, logged_per_epoch,
-    mean_std,
+    NO_OFFICIAL, ROOT, Arm, Comparison, Effect, compare_main, default_data_root, difference, load_config,
+    logged_per_epoch, mean_std,
 )
 
 ARMS = {  # name -> (label, config, overrides)
@@ -76,7 +76,7 @@ EFFECTS = tuple(
            "test MRR on 1,000 pairs of the mined, package-disjoint test split",
            "all-MiniLM-L6-v2, one epoch on the mined training split (set d94fa3f780c2 of the archived scale page), "
            "batches of 256, best.pt on validation MRR",
-           official=_OFFICIAL, settled="no official code runs here")
+           official=_OFFICIAL, settled=NO_OFFICIAL)
     for arm in SOFT
 )
 """The claims this comparison measures (``contrasuite compare effects``)."""

@@ -21,7 +21,7 @@ import argparse
 import statistics
 from typing import Any, Sequence
 
-from contrasuite.pipelines.api import Arm, Comparison, Effect, compare_main, difference, load_config
+from contrasuite.pipelines.api import Arm, Comparison, Effect, NOT_EITHER, NOT_RUN, compare_main, difference, load_config
 
 METHODS = {"paper": ("meow", "adameow", "infonce"), "reduced": ("meow", "adameow", "infonce", "weince")}
 DATASETS = ("acm", "dblp", "imdb")
@@ -86,7 +86,7 @@ EFFECTS = tuple(
            "full configs, same encoder, checkpoint selected on validation",
            official="the official code_meow, 5 seeds on the same data (it has no InfoNCE arm: it can match our "
                     "MEOW, not show the effect alone)", official_arm=("official_meow", ds),
-           settled="official code does not show it on this protocol either")
+           settled=NOT_EITHER)
     for ds in DATASETS
 ) + tuple(
     Effect(f"AdaMEOW learned weights ({ds.upper()})", "AdaMEOW beats MEOW (abstract, TKDE 2212.13847)", "graph_paper",
@@ -94,7 +94,7 @@ EFFECTS = tuple(
            f"full configs, same encoder, each method's official hyperparameters (AdaMEOW {_schedule(f'adameow_{ds}')}, "
            f"MEOW {_schedule(f'meow_{ds}')})",
            official=_ADAMEOW_OFFICIAL[ds], official_arm=("official_adameow_cpu", ds),
-           settled="official code does not show it on this protocol either" if ds == "acm" else "official code not run on this dataset (time)")
+           settled=NOT_EITHER if ds == "acm" else NOT_RUN)
     for ds in DATASETS
 ) + tuple(
     Effect(f"AdaMEOW learned weights at equal settings ({ds.upper()})", "AdaMEOW beats MEOW (abstract, TKDE 2212.13847): "

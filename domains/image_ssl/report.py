@@ -28,7 +28,7 @@ import yaml
 
 from contrasuite.domains.image_ssl.data import load_cifar10
 from contrasuite.pipelines.api import (
-    ROOT, Arm, Comparison, Effect, compare_main, difference, load_config, logged_per_epoch, mean_std,
+    ROOT, Arm, Comparison, Effect, NO_OFFICIAL, compare_main, difference, load_config, logged_per_epoch, mean_std,
 )
 
 CONFIG_DIR = "configs/image_ssl"
@@ -69,13 +69,13 @@ EFFECTS = (
     Effect("WEINCE, the paper's blend (reduced, 5 epochs)",
            _WEINCE_CLAIM + "; that run also trained the repro script's two top-M terms (research notes 1(b))",
            "image_ssl", "weince", "infonce", "linear_acc", _LINEAR, _REDUCED, official=_WEINCE_OFFICIAL,
-           settled="no official code runs here"),
+           settled=NO_OFFICIAL),
     Effect("WEINCE-repro, blend + top-M terms (reduced, 5 epochs)", _WEINCE_CLAIM, "image_ssl", "weince_repro",
            "infonce", "linear_acc", _LINEAR, _REDUCED, official=_WEINCE_OFFICIAL),
     Effect("WEINCE, the paper's blend (20 epochs)",
            _WEINCE_CLAIM + "; that run also trained the repro script's two top-M terms (research notes 1(b))",
            "image_ssl_epochs20", "weince", "infonce", "linear_acc", _LINEAR, _LONGER, official=_WEINCE_OFFICIAL,
-           settled="no official code runs here"),
+           settled=NO_OFFICIAL),
     Effect("WEINCE-repro, blend + top-M terms (20 epochs)", _WEINCE_CLAIM, "image_ssl_epochs20", "weince_repro",
            "infonce", "linear_acc", _LINEAR, _LONGER, official=_WEINCE_OFFICIAL),
     Effect("DHEL", _DHEL_KCL_CLAIM, "image_ssl", "dhel", "infonce", "linear_acc", _LINEAR, _REDUCED,
@@ -84,11 +84,11 @@ EFFECTS = (
                     "(records/official/dhel.md)"),
     Effect("KCL", _DHEL_KCL_CLAIM, "image_ssl", "kcl", "infonce", "linear_acc", _LINEAR, _REDUCED,
            official="no official training code runs here (losses only, as DHEL); loss and gradient pinned to the "
-                    "official Gaussian KCL (records/official/kcl.md)", settled="no official code runs here"),
+                    "official Gaussian KCL (records/official/kcl.md)", settled=NO_OFFICIAL),
     Effect("DCL", "+6.4 IN-1K linear: SimCLR+DCL 68.2, ResNet-50, batch 256, 200 epochs (abstract, ECCV 2022, "
                   "arXiv:2110.06848); Lightly's IN-1K benchmark, 100 epochs: 63.2 -> 65.1",
            "image_ssl", "dcl", "infonce", "linear_acc", _LINEAR, _REDUCED,
-           official="no official code located (research notes 7.2)", settled="no official code runs here"),
+           official="no official code located (research notes 7.2)", settled=NO_OFFICIAL),
     Effect("Feature Transformation (against MoCo)",
            "+2.1 IN-1K linear: MoCo-v2 67.5 -> 69.6 with FT, ResNet-50, 200 epochs (official README model table; "
            "ICCV 2021, arXiv:2108.02982)",
@@ -96,13 +96,13 @@ EFFECTS = (
            _REDUCED + "; MoCo key encoder m 0.99, queue-only negatives 4096, t 0.2, both arms",
            official="the official training code does not run here (CUDA multiprocessing, ImageNet loaders); its "
                     "FT forward pinned to ours to fp32 rounding (records/official/feature_transformation.md)",
-           settled="no official code runs here"),
+           settled=NO_OFFICIAL),
     Effect("MoCHi (against the same InfoNCE + queue)",
            "small IN-1K gains over MoCo-v2 (67.5), below 1 point, 200 epochs (NeurIPS 2020, arXiv:2010.01028; "
            "[memory, verify] in the research notes 7.3: no number verified)",
            "image_ssl", "infonce_mochi", "infonce_queue", "linear_acc", _LINEAR,
            _REDUCED + "; InfoNCE + 1,024-key queue both arms (no key encoder), MoCHi(128, 32, 16)",
-           official="none: no official code was published (records/official/mochi.md)", settled="no official code runs here"),
+           official="none: no official code was published (records/official/mochi.md)", settled=NO_OFFICIAL),
 )
 """The claims this comparison measures (``contrasuite compare effects``); the page states each one it can."""
 

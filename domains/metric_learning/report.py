@@ -18,7 +18,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Sequence
 
-from contrasuite.pipelines.api import ROOT, Arm, Comparison, Effect, compare_main, difference, load_config, mean_std
+from contrasuite.pipelines.api import ROOT, Arm, Comparison, Effect, NO_OFFICIAL, compare_main, difference, load_config, mean_std
 
 PAGE = "metric_learning"
 CONFIG_DIR = "configs/metric_learning"
@@ -65,7 +65,7 @@ def _recall_effect(method: str, claim: str, arm: str, baseline: str, official: s
     """The claim ``claim`` of ``method``, measured as ``arm`` minus ``baseline`` in test Recall@1 on this page (no
     official training code of these losses runs here: ``official`` says why)."""
     return Effect(method, claim, PAGE, arm, baseline, "recall@1", _R1, _PROTOCOL, official=official,
-                  settled="no official code runs here")
+                  settled=NO_OFFICIAL)
 
 
 EFFECTS = (

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from contrasuite.pipelines.api import (
-    ROOT, Arm, Comparison, Effect, compare_main, default_data_root, load_config, mean_std, write_json,
+    ROOT, Arm, Comparison, Effect, NOT_EITHER, compare_main, default_data_root, load_config, mean_std, write_json,
 )
 
 SETS = ("Set5", "Set14", "B100")
@@ -77,7 +77,7 @@ EFFECTS = tuple(
            official="the released code (Aitical/PCL-SISR) sends no contrastive gradient to the SR network: its arm "
                     "`finetune_x2_pcl_official` ends equal to the L1 control bit for bit "
                     "(docs/domains/super_resolution.md)",
-           settled="official code does not show it on this protocol either")
+           settled=NOT_EITHER)
     for s in ("Set5", "B100")
 )
 """The claims this comparison measures (``contrasuite compare effects``)."""

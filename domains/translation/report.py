@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from contrasuite.pipelines.api import (
-    ROOT, Arm, Comparison, Effect, compare_main, difference, load_config, mean_std, run_cli, thread_env,
+    ROOT, Arm, Comparison, Effect, NOT_EITHER, compare_main, difference, load_config, mean_std, run_cli, thread_env,
 )
 from contrasuite.domains.translation.metrics import FEATURE_NETWORK
 
@@ -72,12 +72,12 @@ EFFECTS = (
            "a translation closer to the target domain than its input is the task: horse2zebra FID 45.5 (CUT, "
            "paper Table 1, pytorch-fid on Inception-v3; the input's FID is not in our research notes)",
            PAGE, "cut", INPUT, "fd", _FD, _PROTOCOL, higher_is_better=False, official=_OFFICIAL_INPUT,
-           settled="official code does not show it on this protocol either"),
+           settled=NOT_EITHER),
     Effect("CUT over FastCUT",
            "CUT has a lower FID than FastCUT: horse2zebra 45.5 vs 73.4, Cityscapes 56.4 vs 68.8, cat->dog 76.2 vs "
            "94.0 (paper Table 1, as quoted by a third-party README)",
            PAGE, "cut", "fastcut", "fd", _FD, _PROTOCOL, higher_is_better=False, official=_OFFICIAL_FAST,
-           settled="official code does not show it on this protocol either"),
+           settled=NOT_EITHER),
 )
 """The claims this comparison measures (``contrasuite compare effects``)."""
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from contrasuite.pipelines import compare, effects
-from contrasuite.pipelines.compare import Arm, Comparison, load_records, page_args
+from contrasuite.pipelines.compare import Arm, Comparison, page_args
 
 
 def _render(records, command):
@@ -155,9 +155,7 @@ def test_every_declared_effect_says_what_the_official_code_showed_or_why_none_ra
     declared = effects.declared()
     silent = [e.method for e in declared if not e.official.strip()]
     assert not silent, f"effects without an official-code cell: {silent}"
-    cache: dict[str, list] = {}
-    for e in declared:
-        records = cache.setdefault(e.page, load_records(effects.RESULTS / "records" / e.page))
+    for e, records in effects.with_records(declared):
         verdict = effects.measured(e, records)[2]
         assert verdict == "shown" or e.settled in effects.SETTLED, f"{e.method} ({verdict}): settled {e.settled!r}"
 
