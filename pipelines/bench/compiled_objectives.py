@@ -18,6 +18,7 @@ The record (``--output``, JSON) holds the rows and the machine; ``--report`` ren
 
 from __future__ import annotations
 
+import json
 import statistics
 import time
 from dataclasses import asdict, dataclass
@@ -32,6 +33,8 @@ from contrasuite.pipelines.bench.objectives import Step, features, interleaved_m
 SECTION = "objectives+compile"
 """Its section of the page: a variant (``+compile``) of the ``objectives`` bench (``contrasuite bench`` names)."""
 RECORD = against_peer.RECORDS / "objectives_compile.json"
+PRECISION = "fp32"
+"""The bench's only precision: :func:`~contrasuite.pipelines.bench.objectives.features` are fp32."""
 TOLERANCE = 1e-4
 """Relative difference of loss and input gradients (to the largest eager gradient) allowed between the
 compiled and the eager objective: inductor fuses and reorders fp32 reductions."""
@@ -137,10 +140,7 @@ def section(rec: dict[str, Any]) -> str:
         f"{rec['dim']}]`, rows of norm about 1, seed N; `contrasuite bench objectives`), forward and backward; the "
         f"compiled copy (`torch.compile(step, dynamic=False)`) checked against eager on the same inputs before timing "
         f"(loss and input gradients within {TOLERANCE:g} relative)",
-        f"- machine: {rec['machine']}, {rec['cpu_count']} cores (shared; 1-min load {rec['load_average_1min']} at the "
-        f"end), torch {rec['torch']}, {rec['device']}, {rec['threads']} thread(s), fp32, {rec['clock']} clock, "
-        f"{rec['date_utc']} UTC",
-        f"- command: `{rec['command']}`",
+        *against_peer.machine_lines({"precision": PRECISION, **rec}),
         "",
         f"{rec['repeats']} repeats per row, eager and compiled back to back in each (after a warm-up each); "
         f"the ratio is the median of the per-repeat ratios, min and max beside it. First call: the wall time of "
@@ -158,6 +158,4 @@ def section(rec: dict[str, Any]) -> str:
 
 def report(path: Path, page: Path) -> None:
     """Render the record at ``path`` into its section of ``page``."""
-    import json
-
     against_peer.write_section(page, SECTION, section(json.loads(path.read_text())))

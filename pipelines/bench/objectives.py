@@ -443,11 +443,11 @@ def main(argv: list[str] | None = None) -> int:
                                            CLOCKS[args.clock])
         settings = {"dim": args.dim, "repeats": args.repeats, "device": device.type,
                     "threads": torch.get_num_threads(), "clock": args.clock}
+        record = compiled_objectives.record(compiled, settings, sys.argv[1:] if argv is None else argv)
         out = Path(args.output)
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(compiled_objectives.record(compiled, settings, sys.argv[1:] if argv is None else argv),
-                                  indent=1) + "\n")
-        print(compiled_objectives.section(json.loads(out.read_text())))
+        out.write_text(json.dumps(record, indent=1) + "\n")
+        print(compiled_objectives.section(record))
         return 0
     if args.tiled:
         rows: list = run_tiled(
