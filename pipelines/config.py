@@ -38,6 +38,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from contrasuite.core.task.config_fields import bounded, check_fields, one_of
+from contrasuite.pipelines.host_allocator import HOST_ALLOCATORS
 from contrasuite.pipelines.memory_format import MEMORY_FORMATS
 from contrasuite.pipelines.moved_keys import moved_key
 from contrasuite.pipelines.registry import missing_extra, resolve_task
@@ -65,6 +66,10 @@ class RunSettings:
     """Layout of the 4-D weights of the modules the task wraps: ``auto`` (channels-last on the CPU for tasks that
     declare ``channels_last_on_cpu``, measured faster there; as built otherwise), ``channels_last`` or
     ``contiguous`` (``pipelines/memory_format.py``). Same network and numbers up to the kernels' rounding."""
+    host_allocator: str = one_of("auto", HOST_ALLOCATORS)
+    """Whether freed CPU memory stays in the process for the next step: ``auto`` (``retain`` on a CPU device under
+    glibc), ``retain`` (no ``mmap`` per large tensor, no trimming: no page faults a step; the process keeps its
+    high-water mark) or ``system`` (the C library's defaults) (``pipelines/host_allocator.py``). Changes no number."""
     epochs: int = bounded(1, ge=0)
     """Epochs to run; 0 trains nothing and only validates (an untrained reference)."""
     max_steps: Optional[int] = bounded(None, ge=1)

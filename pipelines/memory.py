@@ -10,7 +10,6 @@ the kernel's peak resident size of a forked child. Used by ``contrasuite smoke``
 
 from __future__ import annotations
 
-import ctypes
 import os
 import re
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Callable, TypeVar
 
 import torch
 
+from contrasuite.pipelines.host_allocator import retain_freed_memory
 from contrasuite.pipelines.noise import without_cpp_noise
 
 os.environ.setdefault("KINETO_LOG_LEVEL", "6")  # above USDT (5): the profiler's start/stop lines would drown the output
@@ -48,8 +48,6 @@ def peak_bytes(fn: Callable[[], T], device: torch.device) -> tuple[T, int]:
 
 PROC_CLEAR_REFS = Path("/proc/self/clear_refs")
 RESIDENT_PEAK_WORKS = PROC_CLEAR_REFS.exists() and hasattr(os, "fork")
-M_MMAP_THRESHOLD = -3
-"""glibc's ``mallopt`` parameter: allocations of at least this many bytes are mapped (and unmapped on free)."""
 
 
 def _status_kib(field: str) -> int:
@@ -65,9 +63,9 @@ def peak_resident_bytes(fn: Callable[[], object], setup: Callable[[], None] = la
     In a forked child, on one thread (the parent's allocator keeps its settings, so later timings are
     unaffected; the parent's OpenMP pool is unusable after ``fork``): ``setup(); fn()`` once as a
     warm-up (what a first call initialises is not the call's), then every allocation of 64 KiB or more
-    is mapped (``mallopt(M_MMAP_THRESHOLD)``, so a freed tensor leaves the
-    resident set at once and a reused heap fragment is not counted), freed heap pages are returned
-    (``malloc_trim``), ``setup()`` runs, the kernel's peak counter is reset (``5`` written to
+    is mapped, so a freed tensor leaves the resident set at once and a reused heap fragment is not counted, and
+    freed heap pages are returned (:func:`~contrasuite.pipelines.host_allocator.retain_freed_memory` off, even
+    where a run retained memory), ``setup()`` runs, the kernel's peak counter is reset (``5`` written to
     ``/proc/self/clear_refs``) and ``fn()`` runs; the child reports ``VmHWM - VmRSS`` through a pipe.
     An exception in the child is raised here as ``RuntimeError`` naming it."""
     read, write = os.pipe()
@@ -78,9 +76,7 @@ def peak_resident_bytes(fn: Callable[[], object], setup: Callable[[], None] = la
             torch.set_num_threads(1)  # a forked child cannot use the parent's OpenMP pool (it hangs)
             setup()
             fn()
-            libc = ctypes.CDLL(None)
-            libc.mallopt(M_MMAP_THRESHOLD, 1 << 16)
-            libc.malloc_trim(0)
+            retain_freed_memory(False, mmap_threshold=1 << 16)
             setup()
             PROC_CLEAR_REFS.write_text("5")
             base = _status_kib("VmRSS")
