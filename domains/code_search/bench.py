@@ -78,9 +78,9 @@ from contrasuite.domains.code_search.encoder import BiEncoder, EncoderConfig, re
 from contrasuite.domains.code_search.mine import iter_functions, summary
 from contrasuite.domains.hugging_face import local_models_only
 from contrasuite.pipelines.api import (
-    RECORDS, alternate, ceiling_text, checks_text, compute_bound, cpu_task, heading, machine_lines, optimizer_kernel,
-    our_step, ours_text, outcome, peer_flags, peer_main, peer_record, plain_loop_step, profile_note, profile_sides,
-    profile_table, round_cells, where_words,
+    RECORDS, alternate, ceiling_text, checks_text, compute_bound, cpu_task, differences, heading, host_allocator_fields,
+    host_memory_lines, machine_lines, optimizer_kernel, our_step, ours_text, outcome, peer_flags, peer_main, peer_record,
+    plain_loop_step, profile_note, profile_sides, profile_table, retaining_sides, round_cells, where_words,
 )
 
 EMBED_MODES = ("embed", "sentence-transformers")
@@ -312,7 +312,8 @@ def _padded_tokens(task: Any, batches: list[torch.Tensor], chunk: int) -> dict[s
 
 def _comparison(args: argparse.Namespace, chunk: int, run_dir: Path) -> dict[str, Any]:
     """One comparison (plain step when ``chunk`` is 0, else GradCache): its loss check, rounds and ratio."""
-    task, _ = cpu_task(args.config, _peer_overrides(args, chunk), args.data_root, run_dir)
+    task, loaded = cpu_task(args.config, _peer_overrides(args, chunk), args.data_root, run_dir)
+    retaining = retaining_sides(loaded)
     batches = [b for _, b in zip(range(args.batches), task.batches(0))]
     peer_step, peer_first, peer_desc = _peer_side(task, chunk)
     ours_first = _our_first_loss(task, batches[0])
@@ -321,14 +322,15 @@ def _comparison(args: argparse.Namespace, chunk: int, run_dir: Path) -> dict[str
     kernel = optimizer_kernel(task.optimizers()["encoder"])
     ours(batches[0])  # a warm-up step each
     peer_step(batches[0])
-    rounds = alternate({"ours": ours, "peer": peer_step}, batches, args.repeats, args.steps)
-    profiles = profile_sides({"ours": ours, "peer": peer_step}, batches, args.steps) if args.profile else None
+    sides = {"ours": ours, "peer": peer_step}
+    rounds = alternate(sides, batches, args.repeats, args.steps, retaining=retaining)
+    profiles = profile_sides(sides, batches, args.steps, retaining=retaining) if args.profile else None
     compute = compute_bound(ours, batches[0]) if args.profile else None
     enc = task.cfg.encoder
     return {
         "step": f"GradCache, chunk {chunk}" if chunk else "plain", "grad_cache_chunk": chunk,
         "ours": ours_text(args.config, detail=(f", config.grad_cache_chunk={chunk}" if chunk else "")
-                          + f", AdamW ({kernel} kernel)"), "ours_optimizer": kernel,
+                          + f", AdamW ({kernel} kernel)"), "ours_optimizer": kernel, **host_allocator_fields(retaining),
         "peer": peer_desc, "batch": int(task.cfg.batch_size), "max_query_length": enc.max_query_length,
         "max_code_length": enc.max_code_length, "model": enc.model, "distinct_batches": len(batches),
         "group_cost_tokens": enc.group_cost_tokens, "padded_tokens": _padded_tokens(task, batches, chunk),
@@ -346,7 +348,8 @@ def against_peer(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any
     own = {"config": args.config, "mined": args.mined, "overrides": list(args.override), "comparisons": comparisons}
     # --precision and --device are the other mode's: the comparison runs fp32 on the CPU (cpu_task)
     cpu_fp32 = argparse.Namespace(**{**vars(args), "precision": "fp32", "device": "cpu"})
-    record = peer_record(SECTION, cpu_fp32, argv, {}, [], {**own, "ours_optimizer": comparisons[0]["ours_optimizer"]})
+    mine = {key: comparisons[0][key] for key in ("ours_optimizer", "ours_host_allocator")}
+    record = peer_record(SECTION, cpu_fp32, argv, {}, [], {**own, **mine})
     if args.config != DEFAULT_CONFIG:
         record["section"] += f"+{Path(args.config).name}"
     return record
@@ -374,7 +377,7 @@ def grouped_closing(plain: dict[str, Any]) -> str | None:
     if not tokens or tokens["ours"] >= tokens["peer"]:
         return None
     return (f" So the plain steps differ by the padding first (ours computes {tokens['ours'] / tokens['peer']:.2f} of the "
-            "peer's padded tokens, the data lines), then by the optimizer's kernel and the engine's checks.")
+            f"peer's padded tokens, the data lines), then by {differences(plain)}.")
 
 
 def render_peer(record: dict[str, Any]) -> str:
@@ -388,6 +391,7 @@ def render_peer(record: dict[str, Any]) -> str:
         f"{first['batch']} pairs, queries at {first['max_query_length']} tokens and code at {first['max_code_length']}, "
         f"{first['distinct_batches']} distinct batches cycled by both sides; both tokenize inside the step",
         *(padding_line(c) for c in record["comparisons"] if "padded_tokens" in c),
+        *(line for c in record["comparisons"] for line in host_memory_lines(c, f" ({c['step']})")),
         *machine_lines(record), "",
         "| step | ours | peer | first-batch loss ours / peer (dropout off) | ours ms/step | peer ms/step | peer / ours (median) | min | max |",
         "|---|---|---|---|---|---|---|---|---|",

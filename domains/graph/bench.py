@@ -69,8 +69,9 @@ import torch.nn.functional as F
 
 from contrasuite.domains.graph.task import GraphTask
 from contrasuite.pipelines.api import (
-    RECORDS, ROOT, StepRunner, alternate, cpu_task, heading, load_config, machine_lines, official_flags,
-    optimizer_kernel, our_step, ours_text, peer_flags, peer_main, peer_record, round_cells, setup_task, summarize,
+    RECORDS, ROOT, StepRunner, alternate, cpu_task, heading, host_allocator_fields, load_config, machine_lines,
+    official_flags, optimizer_kernel, our_step, ours_text, peer_flags, peer_main, peer_record, retaining_sides,
+    round_cells, setup_task, summarize,
 )
 
 DATASETS = ("acm", "dblp", "imdb")
@@ -311,14 +312,15 @@ def against_official(args: argparse.Namespace, argv: Sequence[str]) -> dict[str,
         peer, facts = SETUPS[args.method](args.official, args.dataset, args.threads)
         first = {"ours": ours(0), "peer": peer(0)}  # also the warm-up of each
         batches = list(range(1, args.batches + 1))  # our batch is the epoch (it seeds MEOW's k-means)
-        rounds = alternate({"ours": ours, "peer": peer}, batches, args.repeats, args.steps)
+        retaining = retaining_sides(loaded)
+        rounds = alternate({"ours": ours, "peer": peer}, batches, args.repeats, args.steps, retaining=retaining)
     extra = f", faiss {facts['faiss']}" if args.method == "meow" else ""
     fields = {"ours": ours_text(f"graph/{args.method}_{args.dataset}", detail=", one full-batch step = one epoch"),
               "peer": (f"official code_{args.method} (github.com/jianxiangyu/MEOW {COMMIT} with {PATCHES[args.method]}), "
                        f"main.py's training loop body{extra}"),
               "method": args.method, "dataset": args.dataset, "config": f"{args.method}_{args.dataset}",
               "overrides": list(args.override), "ours_facts": own_facts(task), "official_facts": facts,
-              "first_loss": first}
+              "first_loss": first, **host_allocator_fields(retaining)}
     record = peer_record("graph", args, argv, {}, [], fields, {"rounds": rounds, **summarize(rounds, args.clock)})
     record.update(section=official_section(args.dataset, args.method), against="official")
     return record

@@ -53,9 +53,9 @@ import torch
 from torch import nn
 
 from contrasuite.pipelines.api import (
-    RECORDS, ROOT, alternate, check_text, comparison_section, compute_bound, cpu_task, optimizer_kernel, our_step,
-    ours_text, outcome, peer_flags, peer_main, peer_record, plain_loop_step, profile_note, profile_sides, pull_levers,
-    weight_layout, where_words,
+    RECORDS, ROOT, alternate, check_text, comparison_section, compute_bound, cpu_task, host_allocator_fields,
+    optimizer_kernel, our_step, ours_text, outcome, peer_flags, peer_main, peer_record, plain_loop_step, profile_note,
+    profile_sides, pull_levers, retaining_sides, weight_layout, where_words,
 )
 
 SECTION = "image_ssl"
@@ -128,21 +128,23 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
                  *args.override]
     with tempfile.TemporaryDirectory() as run_dir:
         config = ROOT / "configs" / "image_ssl" / f"{args.config}.yaml"
-        task, _ = cpu_task(config, overrides, args.data_root, Path(run_dir))
+        task, loaded = cpu_task(config, overrides, args.data_root, Path(run_dir))
+        retaining = retaining_sides(loaded)
         batches = [b for _, b in zip(range(args.batches), task.batches(0))]
         peer_step, peer_desc = peer_loop(task)  # before our first step: the same weights
         ours = our_step(task)
         levers = pull_levers(task, compile=args.compile)
         first_ours, first_peer = ours(batches[0]), peer_step(batches[0])  # also each side's warm-up
-        rounds = alternate({"ours": ours, "peer": peer_step}, batches, args.repeats, args.steps)
-        profiles = profile_sides({"ours": ours, "peer": peer_step}, batches, args.steps) if args.profile else None
+        sides = {"ours": ours, "peer": peer_step}
+        rounds = alternate(sides, batches, args.repeats, args.steps, retaining=retaining)
+        profiles = profile_sides(sides, batches, args.steps, retaining=retaining) if args.profile else None
         compute = compute_bound(ours, batches[0]) if args.profile else None
     m = task.cfg.model
     kernel = optimizer_kernel(task.optimizers()["model"])
     layout = weight_layout([task.model])
     detail = f", SGD ({kernel} kernel)" + (", channels-last weights (run.memory_format)" if layout == "channels_last" else "")
     own = {"ours": ours_text(f"image_ssl/{args.config} (run.precision=fp32)", levers, detail),
-           "ours_optimizer": kernel, "ours_layout": layout, "peer": peer_desc,
+           "ours_optimizer": kernel, "ours_layout": layout, **host_allocator_fields(retaining), "peer": peer_desc,
            "config": args.config, "overrides": overrides, "encoder": m.encoder, "head": [m.proj_hidden, m.proj_dim],
            "batch": int(task.cfg.batch_size), "image_size": int(task.cfg.data.image_size),
            "data": f"{task.data_source}, {len(task.train_images)}-image training subset", "distinct_batches": len(batches),

@@ -64,8 +64,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from contrasuite.pipelines.api import (
-    RECORDS, ROOT, alternate, check_text, comparison_section, cpu_task, optimizer_kernel, our_step, ours_text, outcome,
-    peer_flags, peer_main, peer_record, peer_version, profile_sides, profile_table, run_variant, synced_clocks,
+    RECORDS, ROOT, alternate, check_text, comparison_section, cpu_task, host_allocator_fields, optimizer_kernel,
+    our_step, ours_text, outcome, peer_flags, peer_main, peer_record, peer_version, profile_sides, profile_table,
+    retaining_sides, run_variant, synced_clocks,
 )
 
 SECTION = "image_text"
@@ -226,7 +227,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     device = torch.device(args.device)
     with tempfile.TemporaryDirectory() as run_dir:
         config = ROOT / "configs" / "image_text" / f"{args.config}.yaml"
-        task, _ = cpu_task(config, args.override, args.data_root, Path(run_dir), device, args.precision)
+        task, loaded = cpu_task(config, args.override, args.data_root, Path(run_dir), device, args.precision)
+        retaining = retaining_sides(loaded, device)
         peer_step, peer_optimizer, peer_desc = peer_loop(task, args.precision, device)  # before our first step
         batches = list(islice(task.batches(0), args.batches))
         peer_batches = [peer_batch(task, b) for b in batches]
@@ -237,13 +239,14 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         start = [w.clone() for w in trained(task.optimizers()["model"])]
         first_ours = ours(batches[0])  # the first step of each: same weights, same batch (and a warm-up)
         first_peer = float(theirs(batches[0]))
-        rounds = alternate({"ours": ours, "peer": theirs}, batches, args.repeats, args.steps, synced_clocks(device))
+        sides = {"ours": ours, "peer": theirs}
+        rounds = alternate(sides, batches, args.repeats, args.steps, synced_clocks(device), retaining)
         gap = weights_gap(start, trained(task.optimizers()["model"]), trained(peer_optimizer))
-        profiles = profile_sides({"ours": ours, "peer": theirs}, batches, args.steps, device) if args.profile else None
+        profiles = profile_sides(sides, batches, args.steps, device, retaining) if args.profile else None
     m, images = task.cfg.model, peer_batches[0][0]
     kernel = optimizer_kernel(task.optimizers()["model"])
     own = {"ours": ours_text(f"image_text/{args.config}", detail=f" ({args.precision}), AdamW ({kernel} kernel)"),
-           "ours_optimizer": kernel, "peer": peer_desc,
+           "ours_optimizer": kernel, **host_allocator_fields(retaining), "peer": peer_desc,
            "config": args.config, "overrides": list(args.override), "batch": len(batches[0]["rows"]),
            "frozen_trunks": bool(task.frozen), "image_input": list(images.shape[1:]), "embed_dim": m.embed_dim,
            "text_segments": m.text_segments, "extra_image_stages": list(m.extra_image_stages),

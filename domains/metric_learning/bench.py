@@ -48,9 +48,9 @@ from typing import Any, Callable, Sequence
 import torch
 
 from contrasuite.pipelines.api import (
-    RECORDS, ROOT, alternate, check_text, comparison_section, cpu_task, optimizer_kernel, our_step, ours_text, outcome,
-    peer_flags, peer_main, peer_record, peer_version, plain_loop_step, profile_note, profile_sides, pull_levers,
-    weight_layout, where_words,
+    RECORDS, ROOT, alternate, check_text, comparison_section, cpu_task, host_allocator_fields, optimizer_kernel,
+    our_step, ours_text, outcome, peer_flags, peer_main, peer_record, peer_version, plain_loop_step, profile_note,
+    profile_sides, pull_levers, retaining_sides, weight_layout, where_words,
 )
 
 SECTION = "metric_learning"
@@ -106,7 +106,8 @@ def peer_loop(task: Any) -> tuple[Callable[[tuple[torch.Tensor, torch.Tensor]], 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as run_dir:
         config = ROOT / "configs" / "metric_learning" / f"{args.config}.yaml"
-        task, _ = cpu_task(config, args.override, args.data_root, Path(run_dir))
+        task, loaded = cpu_task(config, args.override, args.data_root, Path(run_dir))
+        retaining = retaining_sides(loaded)
         batches = list(islice(task.batches(0), args.batches))
         ours = our_step(task)
         peer_step, peer_desc = peer_loop(task)
@@ -115,14 +116,15 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         first_ours = ours(batches[0])  # the first step of each: same weights, same batch (and a warm-up)
         torch.manual_seed(1)
         first_peer = peer_step(batches[0])
-        rounds = alternate({"ours": ours, "peer": peer_step}, batches, args.repeats, args.steps)
-        profiles = profile_sides({"ours": ours, "peer": peer_step}, batches, args.steps) if args.profile else None
+        sides = {"ours": ours, "peer": peer_step}
+        rounds = alternate(sides, batches, args.repeats, args.steps, retaining=retaining)
+        profiles = profile_sides(sides, batches, args.steps, retaining=retaining) if args.profile else None
     x, y = batches[0]
     kernel = optimizer_kernel(task.optimizers()["model"])
     layout = weight_layout([task.train_model])
     detail = f", AdamW ({kernel} kernel)" + (", channels-last weights (run.memory_format)" if layout == "channels_last" else "")
     own = {"ours": ours_text(f"metric_learning/{args.config}", levers, detail=detail),
-           "ours_optimizer": kernel, "ours_layout": layout, "peer": peer_desc,
+           "ours_optimizer": kernel, "ours_layout": layout, **host_allocator_fields(retaining), "peer": peer_desc,
            "config": args.config, "overrides": list(args.override), "batch": int(x.shape[0]), "input": list(x.shape[1:]),
            "classes_per_batch": int(y.unique().numel()), "distinct_batches": len(batches),
            **({"profile": profiles} if profiles else {})}

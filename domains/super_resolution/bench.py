@@ -68,8 +68,9 @@ from contrasuite.domains.super_resolution import official_pcl
 from contrasuite.domains.super_resolution.task import SRConfig, SuperResolutionTask
 from contrasuite.pipelines.api import (
     RECORDS, StepRunner, alternate, ceiling_text, check_text, comparison_section, compute_bound, cpu_task,
-    default_data_root, official_flags, our_step, ours_text, outcome, peer_flags, peer_main, peer_record, pick_device,
-    run_variant, setup_task, synced_clocks, weight_layout, write_output,
+    default_data_root, host_allocator_fields, official_flags, our_step, ours_text, outcome, peer_flags, peer_main,
+    peer_record, pick_device, retaining_sides, run_variant, settle, setup_task, synced_clocks, weight_layout,
+    write_output,
 )
 
 
@@ -230,8 +231,12 @@ def against_official(args: argparse.Namespace, argv: Sequence[str]) -> dict[str,
         for i in range(args.warmup):  # untimed, beyond the first step
             ours(batches[i % len(batches)])
             theirs(batches[i % len(batches)])
-        rounds = alternate({"ours": ours, "peer": theirs}, batches, args.repeats, args.steps, synced_clocks(device))
-        profiles = {"ours": profile(ours, batches[0], device), "peer": profile(theirs, batches[0], device)} if args.profile else None
+        sides, retaining = {"ours": ours, "peer": theirs}, retaining_sides(loaded, device)
+        rounds = alternate(sides, batches, args.repeats, args.steps, synced_clocks(device), retaining)
+        profiles: dict[str, Any] | None = {} if args.profile else None
+        for name, side in sides.items() if args.profile else ():
+            settle(name, side, batches[0], retaining)  # each side profiled on its own allocator, as timed
+            profiles[name] = profile(side, batches[0], device)
         bound = args.profile and device.type == "cpu" and args.precision == "fp32"  # the peak is fp32's on the CPU
         compute = compute_bound(ours, batches[0]) if bound else None
     cfg = task.cfg
@@ -239,7 +244,7 @@ def against_official(args: argparse.Namespace, argv: Sequence[str]) -> dict[str,
     fields = {
         "ours": ours_text(config, detail=f" ({'bf16 autocast' if args.precision == 'bf16' else 'fp32'}"
                                          + (", channels-last weights)" if layout == "channels_last" else ")")),
-        "ours_layout": layout,
+        "ours_layout": layout, **host_allocator_fields(retaining),
         "peer": (f"official PCL-SISR (github.com/Aitical/PCL-SISR {official_pcl.COMMIT[:7]} with docs/results/records/"
                  "official/pcl_sisr/pcl_sisr.patch): Trainer.train() on a one-batch epoch, fp32 (the code has no autocast)"),
         "mode": args.mode, "config": config, "overrides": [*overrides, *args.override], "official_flags": flags,

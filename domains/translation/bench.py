@@ -80,9 +80,9 @@ import torch
 from contrasuite.domains.translation.data import DataConfig, to_float
 from contrasuite.domains.translation.task import TranslationConfig, TranslationTask
 from contrasuite.pipelines.api import (
-    RECORDS, ConfigError, StepRunner, alternate, ceiling_text, check_text, compute_bound, cpu_task, heading, load_config,
-    machine_lines, official_flags, our_step, ours_text, outcome, peer_flags, peer_main, peer_record, pick_device,
-    run_variant, setup_task, synced_clocks,
+    RECORDS, ConfigError, StepRunner, alternate, ceiling_text, check_text, compute_bound, cpu_task, heading,
+    host_allocator_fields, host_memory_lines, load_config, machine_lines, official_flags, our_step, ours_text, outcome,
+    peer_flags, peer_main, peer_record, pick_device, retaining_sides, run_variant, setup_task, synced_clocks,
 )
 
 SETTINGS = {
@@ -298,8 +298,9 @@ def compare_variant(args: argparse.Namespace, variant: str, device: torch.device
     """One variant's comparison (module docstring): its part of the record."""
     config, mode = CONFIGS[variant]
     overrides = our_overrides(args)
-    tasks = {p: cpu_task(f"translation/{config}", overrides, args.data_root, tmp / p, device, p)[0] for p in TOLERANCE}
-    task = tasks["fp32"]
+    made = {p: cpu_task(f"translation/{config}", overrides, args.data_root, tmp / p, device, p) for p in TOLERANCE}
+    tasks = {p: task for p, (task, _) in made.items()}
+    task, retaining = tasks["fp32"], retaining_sides(made["fp32"][1], device, ("ours", "bf16"))
     crops = list(islice(chain.from_iterable(task.batches(epoch) for epoch in count()), args.batches))
     batches = [(xy, {"A": to_float(xy[0]), "B": to_float(xy[1]), "A_paths": ["A"], "B_paths": ["B"]}) for xy in crops]
     model, drawing, argv = official_cut(args.official, task, mode, batches[0][1], device, tmp / "official")
@@ -328,7 +329,7 @@ def compare_variant(args: argparse.Namespace, variant: str, device: torch.device
     for _ in range(args.warmup):
         for side in sides.values():
             side(batches[0])
-    rounds = alternate(sides, batches, args.repeats, args.steps, synced_clocks(device))
+    rounds = alternate(sides, batches, args.repeats, args.steps, synced_clocks(device), retaining)
     compute = {"compute": compute_bound(sides["ours"], batches[0])} if device.type == "cpu" else {}  # fp32's peak
     c = args.clock
     bf16 = outcome(first["bf16"], first["official"], [{f"ours_{c}_s": r[f"bf16_{c}_s"], f"peer_{c}_s": r[f"peer_{c}_s"]}
@@ -341,6 +342,7 @@ def compare_variant(args: argparse.Namespace, variant: str, device: torch.device
             "parameters": {"ours": sizes({"G": task.generator, "D": task.discriminator, "F": task.head}),
                            "official": sizes({"G": net(model.netG), "D": net(model.netD), "F": net(model.netF)})},
             "crop": int(crops[0][0].shape[-1]), "batch": int(crops[0][0].shape[0]), "distinct_batches": len(crops),
+            **host_allocator_fields(retaining),
             **outcome(first["fp32"], first["official"], rounds, args.clock, tolerance=TOLERANCE["fp32"]), "bf16": bf16,
             **compute}
 
@@ -382,6 +384,7 @@ def render_official(record: dict[str, Any]) -> str:
             f"{params}; our weights copied into the official networks and, for the first step, its numpy draws taken "
             f"from our step's generator: first generator loss, fp32 {check_text(v['loss_check'])}; ours in bf16 "
             f"autocast against the official fp32 {check_text(v['bf16']['loss_check'])}")
+    lines += [line for v in record["variants"] for line in host_memory_lines(v, f" ({v['mode']})")]
     lines += machine_lines(record)
     if cuda:
         lines.append(f"- CUDA flags during the rounds: cudnn.benchmark {record['cudnn_benchmark']}, cudnn.allow_tf32 "

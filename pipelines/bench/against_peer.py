@@ -32,6 +32,7 @@ import torch
 from contrasuite.pipelines.bench import write_output
 from contrasuite.pipelines.cli_runs import ROOT
 from contrasuite.pipelines.config import load_config
+from contrasuite.pipelines.host_allocator import page_faults, retain_freed_memory, wants_retain
 from contrasuite.pipelines.run_dir import cpu_name
 from contrasuite.pipelines.standalone import StepRunner, setup_task
 
@@ -114,19 +115,31 @@ def optimizer_words(record: dict[str, Any], name: str, loop_ops: str) -> str:
     return f"the same {name} (PyTorch's CPU default, a per-tensor loop: {loop_ops})"
 
 
-FUSED_CLOSING = (" So the two steps differ by the optimizer's kernel and the engine's checks: the ratio is what the "
-                 "pipeline's default fused optimizer gives at the same network and precision.")
-"""The close of a "where the time goes" paragraph for a record whose optimizer ran fused (:func:`optimizer_words`)."""
-
-
 SAME_ROWS = "Rows of the same kernels differ between the sides by the machine's load, not by the code."
 CHANNELS_LAST_ROWS = ("Ours lays its convolution weights out channels-last (`run.memory_format: auto` on the CPU, "
                       "`pipelines/memory_format.py`): its convolutions run oneDNN's NHWC kernels, the peer's the NCHW "
                       "ones of a network as built; the convolution rows differ by that, the others by the machine's load.")
-CHANNELS_LAST_CLOSING = (" So the two steps differ by the convolutions' memory layout, the optimizer's kernel and the "
-                         "engine's checks: the ratio is what the pipeline's defaults (channels-last weights on the CPU, "
-                         "the fused optimizer) give at the same network, weights and precision.")
-"""The words of a record whose convolution weights ran channels-last (``ours_layout``, :func:`weight_layout`)."""
+"""The rows' words for a record whose convolution weights ran channels-last (``ours_layout``, :func:`weight_layout`)."""
+
+
+def differences(record: dict[str, Any]) -> str:
+    """What our step does differently from the peer's in a record whose optimizer ran fused, in words: the weights'
+    layout when ``ours_layout`` is channels-last, the optimizer's kernel, where freed memory goes when
+    ``ours_host_allocator`` retains it, and the engine's checks."""
+    differ = [*["the convolutions' memory layout"] * (record.get("ours_layout") == "channels_last"),
+              "the optimizer's kernel", *["where freed memory goes"] * (record.get("ours_host_allocator") == "retain"),
+              "the engine's checks"]
+    return f"{', '.join(differ[:-1])} and {differ[-1]}"
+
+
+def defaults_closing(record: dict[str, Any]) -> str:
+    """The close of a "where the time goes" paragraph for a record whose optimizer ran fused (:func:`optimizer_words`):
+    what the two steps differ by (:func:`differences`) and the defaults the ratio therefore measures."""
+    defaults = [*["channels-last weights on the CPU"] * (record.get("ours_layout") == "channels_last"),
+                "the fused optimizer", *["freed memory retained"] * (record.get("ours_host_allocator") == "retain")]
+    measures = (f"the pipeline's defaults ({', '.join(defaults)}) give at the same network, weights and precision"
+                if len(defaults) > 1 else "the pipeline's default fused optimizer gives at the same network and precision")
+    return f" So the two steps differ by {differences(record)}: the ratio is what {measures}."
 
 
 def weight_layout(modules: Iterable[torch.nn.Module]) -> str:
@@ -139,15 +152,13 @@ def weight_layout(modules: Iterable[torch.nn.Module]) -> str:
 def where_words(record: dict[str, Any], where: str, name: str, loop_ops: str, loop_closing: str,
                 closing: str | None = None) -> str:
     """A bench's ``where`` text (with ``{optimizer}`` for :func:`optimizer_words` and ``{rows}`` for what the
-    rows of the same operators differ by) and its close: ``closing`` when given, else :data:`CHANNELS_LAST_CLOSING`
-    for a record whose convolution weights ran channels-last, :data:`FUSED_CLOSING` for one on the fused optimizer,
-    ``loop_closing`` for records made before the fused default."""
+    rows of the same operators differ by) and its close: ``closing`` when given, else :func:`defaults_closing` for a
+    record on the fused optimizer, ``loop_closing`` for records made before the fused default."""
     channels_last = record.get("ours_layout") == "channels_last"
     text = where.format(optimizer=optimizer_words(record, name, loop_ops),
                         rows=CHANNELS_LAST_ROWS if channels_last else SAME_ROWS)
     if closing is None:
-        closing = (CHANNELS_LAST_CLOSING if channels_last else FUSED_CLOSING if record.get("ours_optimizer") == "fused"
-                   else loop_closing)
+        closing = defaults_closing(record) if record.get("ours_optimizer") == "fused" else loop_closing
     return text + closing
 
 
@@ -179,20 +190,44 @@ def plain_loop_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, lo
     return step
 
 
+def retaining_sides(loaded: Any, device: torch.device = CPU, ours: Sequence[str] = ("ours",)) -> tuple[str, ...]:
+    """The sides of ours (``ours``) that run with freed memory retained: all of them when the config's (``loaded``)
+    ``run.host_allocator`` retains on ``device`` (:func:`~contrasuite.pipelines.host_allocator.wants_retain`), as
+    the trainer would, else none. The peer always runs on the C library's defaults."""
+    return tuple(ours) if wants_retain(loaded.run.host_allocator, device) else ()
+
+
+def host_allocator_fields(retaining: Sequence[str]) -> dict[str, str]:
+    """The record's ``ours_host_allocator``: ``retain`` or ``system`` (:func:`retaining_sides`)."""
+    return {"ours_host_allocator": "retain" if retaining else "system"}
+
+
+def settle(name: str, side: Callable[[Any], Any], batch: Any, retaining: Sequence[str]) -> None:
+    """With sides that retain memory (``retaining``), set the C library for side ``name`` (retaining, or glibc's
+    defaults with the free heap returned) and run one untimed step, so the side is timed in its own steady state."""
+    if retaining:
+        retain_freed_memory(name in retaining)
+        side(batch)
+
+
 def alternate(sides: dict[str, Callable[[Any], Any]], batches: list, repeats: int, steps: int,
-              clocks: dict[str, Callable[[], float]] = CLOCKS) -> list[dict[str, Any]]:
+              clocks: dict[str, Callable[[], float]] = CLOCKS, retaining: Sequence[str] = ()) -> list[dict[str, Any]]:
     """``repeats`` rounds of ``steps`` steps per side, the order of ``sides`` alternating between rounds (reversed
     in odd rounds); every side steps through the same batches, cycling, round ``r`` starting at batch ``r * steps``.
-    A round's row: ``<side>_<clock>_s``, seconds per step on each of ``clocks``."""
+    A round's row: ``<side>_<clock>_s``, seconds per step on each of ``clocks``, and ``<side>_faults``, the process's
+    page faults per step. With ``retaining`` (:func:`retaining_sides`) each side's round starts with
+    :func:`settle`: those sides retain freed memory, the others run on glibc's defaults."""
     rounds = []
     for r in range(repeats):
         row: dict[str, Any] = {}
         for name in list(sides) if r % 2 == 0 else list(sides)[::-1]:
-            start = {clock: read() for clock, read in clocks.items()}
+            settle(name, sides[name], batches[r * steps % len(batches)], retaining)
+            faults, start = page_faults(), {clock: read() for clock, read in clocks.items()}
             for i in range(steps):
                 sides[name](batches[(r * steps + i) % len(batches)])
             for clock, read in clocks.items():
                 row[f"{name}_{clock}_s"] = (read() - start[clock]) / steps
+            row[f"{name}_faults"] = (page_faults() - faults) / steps
         rounds.append(row)
     return rounds
 
@@ -231,11 +266,12 @@ def outcome(first_ours: float, first_peer: float, rounds: list[dict[str, Any]], 
 
 
 def profile_sides(sides: dict[str, Callable[[Any], Any]], batches: list, steps: int,
-                  device: torch.device = CPU) -> dict[str, dict[str, Any]]:
+                  device: torch.device = CPU, retaining: Sequence[str] = ()) -> dict[str, dict[str, Any]]:
     """``torch.profiler`` over ``steps`` more steps of each of ``sides``, one step each in turn, the order alternating
     as in :func:`alternate` (so both share the machine's load), cycling ``batches``: per side, each operator's self
     time on the CPU thread (the profiler's wall time, not process CPU time) in ms per step (``ops``) and their sum
-    (``cpu_self_ms``); on a GPU also the kernels' time per step (``cuda_kernel_ms``)."""
+    (``cpu_self_ms``); on a GPU also the kernels' time per step (``cuda_kernel_ms``). With ``retaining``, each
+    profiled step follows :func:`settle`, as in :func:`alternate`."""
     from torch.profiler import ProfilerActivity, profile
 
     cuda = device.type == "cuda"
@@ -243,6 +279,7 @@ def profile_sides(sides: dict[str, Callable[[Any], Any]], batches: list, steps: 
     kernels = dict.fromkeys(sides, 0.0)
     for i in range(steps):
         for name in list(sides) if i % 2 == 0 else list(sides)[::-1]:
+            settle(name, sides[name], batches[i % len(batches)], retaining)
             with profile(activities=[ProfilerActivity.CPU] + [ProfilerActivity.CUDA] * cuda) as prof:
                 sides[name](batches[i % len(batches)])
                 if cuda:
@@ -295,8 +332,8 @@ def compute_bound(step: Callable[[Any], Any], batch: Any) -> dict[str, Any]:
 def ceiling_text(record: dict[str, Any]) -> str:
     """The compute bound of a record with ``compute`` (:func:`compute_bound`) in words: our step's arithmetic, the
     peak, the rate each side reached (median seconds per step on the record's clock) and the largest ratio any step
-    of the same arithmetic could reach at the peak against the peer's time on this machine; empty for a record
-    without it."""
+    of the same arithmetic could reach at the peak against the peer's time on this machine (no ceiling where ours
+    ran faster than the peak); empty for a record without it."""
     compute = record.get("compute")
     if not compute:
         return ""
@@ -310,8 +347,10 @@ def ceiling_text(record: dict[str, Any]) -> str:
             f"products), so this arithmetic at that rate takes {flop / peak:.3g} s. Ours ran it at "
             f"{flop / ours / 1e9:.1f} GFLOP/s ({flop / ours / peak:.0%} of the peak), the peer "
             f"{flop / peer / 1e9:.1f} (our arithmetic over its {peer:.3g} s a step): a step doing it all at the peak "
-            f"would be **{peer * peak / flop:.2f}**x the peer's speed, the ceiling of the ratio at this precision on "
-            "this machine short of less arithmetic.")
+            f"would be **{peer * peak / flop:.2f}**x the peer's speed, "
+            + ("the ceiling of the ratio at this precision on this machine short of less arithmetic." if flop / ours <= peak
+               else "less than ours already is: this step's kernels outrun the matrix product, so its peak is no "
+                    "ceiling here."))
 
 
 # -- the record -------------------------------------------------------------------------------------------
@@ -375,13 +414,27 @@ def check_text(check: dict[str, Any]) -> str:
             f"{'equal' if check['equal'] else 'NOT equal'} within {check['tolerance_rel']:g} relative)")
 
 
+def host_memory_lines(record: dict[str, Any], label: str = "") -> list[str]:
+    """The ``host memory`` bullet (``label`` after the words) of a record whose rounds count page faults (none for
+    older records): where each side's memory came from (``ours_host_allocator``) and both sides' faults per step,
+    median over the rounds."""
+    rounds = record.get("rounds")
+    if not rounds or "ours_faults" not in rounds[0]:
+        return []
+    ours, peer = (statistics.median(r[f"{side}_faults"] for r in rounds) for side in ("ours", "peer"))
+    where = ("ours retains freed memory between steps (`run.host_allocator: auto` on the CPU), the peer runs on "
+             "glibc's defaults; each side's round starts with one untimed step after the switch"
+             if record.get("ours_host_allocator") == "retain" else "both sides on glibc's defaults")
+    return [f"- host memory{label}: {where}; page faults per step, ours {ours:,.0f}, peer {peer:,.0f} (median over rounds)"]
+
+
 def machine_lines(record: dict[str, Any]) -> list[str]:
-    """The section's ``machine`` and ``command`` bullets."""
+    """The section's ``machine`` bullet, :func:`host_memory_lines` and the ``command`` bullet."""
     return [f"- machine: {record['machine']}, {record['cpu_count']} cores (shared; 1-min load "
             f"{record['load_average_1min']} at the end), torch {record['torch']}, {record['device']}"
             f"{' (' + record['gpu'] + ')' if 'gpu' in record else ''}, "
             f"{record['threads']} thread(s), {record['precision']}, {record['clock']} clock, {record['date_utc']} UTC",
-            f"- command: `{record['command']}`"]
+            *host_memory_lines(record), f"- command: `{record['command']}`"]
 
 
 def round_cells(row: dict[str, Any], clock: str, scale: float, digits: int) -> str:

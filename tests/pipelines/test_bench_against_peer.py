@@ -1,8 +1,11 @@
 """pipelines/bench/against_peer.py: alternating timed rounds, the ratios, the equal-work check and the page sections."""
 
+import pytest
+
+from contrasuite.pipelines.bench import against_peer
 from contrasuite.pipelines.bench.against_peer import (
-    PAGE_HEAD, alternate, ceiling_text, checks_text, compute_bound, loss_check, plain_loop_step, profile_sides,
-    profile_table, rounds_table, summarize, write_section,
+    PAGE_HEAD, alternate, ceiling_text, checks_text, compute_bound, defaults_closing, host_memory_lines, loss_check,
+    plain_loop_step, profile_sides, profile_table, rounds_table, summarize, write_section,
 )
 
 
@@ -30,7 +33,9 @@ def test_alternate_alternates_the_order_and_times_every_side_every_round():
     assert firsts == ["ours", "peer", "ours"]  # the order alternates between rounds
     assert [b for name, b in clock.order if name == "ours"] == ["a", "b", "c", "a", "b", "c"]  # same batches, cycling
     assert [b for name, b in clock.order if name == "peer"] == ["a", "b", "c", "a", "b", "c"]
-    assert rounds == [{"ours_cpu_s": 1.0, "ours_wall_s": 1.0, "peer_cpu_s": 3.0, "peer_wall_s": 3.0}] * 3  # per step
+    times = [{k: v for k, v in r.items() if k.endswith("_s")} for r in rounds]
+    assert times == [{"ours_cpu_s": 1.0, "ours_wall_s": 1.0, "peer_cpu_s": 3.0, "peer_wall_s": 3.0}] * 3  # per step
+    assert all(r["ours_faults"] >= 0 and r["peer_faults"] >= 0 for r in rounds)  # the process's, per step
     summary = summarize(rounds, "cpu")
     assert summary == {"ratio_median": 3.0, "ratio_min": 3.0, "ratio_max": 3.0} and all(r["ratio"] == 3.0 for r in rounds)
 
@@ -39,8 +44,43 @@ def test_alternate_with_the_real_clocks_times_trivial_steps():
     rounds = alternate({"ours": lambda b: None, "peer": lambda b: sum(range(1000))}, [0], repeats=2, steps=3)
     assert len(rounds) == 2
     for row in rounds:
-        assert set(row) == {f"{side}_{clock}_s" for side in ("ours", "peer") for clock in ("cpu", "wall")}
+        assert set(row) == {f"{side}_{clock}_s" for side in ("ours", "peer") for clock in ("cpu", "wall")} | {
+            "ours_faults", "peer_faults"}
         assert all(v >= 0 for v in row.values())
+
+
+def test_retaining_sides_start_each_round_with_their_allocator_set_and_one_untimed_step(monkeypatch):
+    clock, switched = FakeClock(), []
+    monkeypatch.setattr(against_peer, "retain_freed_memory", lambda on: switched.append((clock.now, on)))
+    sides = {"ours": clock.side("ours", 1.0), "peer": clock.side("peer", 3.0)}
+    rounds = alternate(sides, ["a", "b", "c"], repeats=2, steps=2, clocks={"cpu": clock}, retaining=("ours",))
+    # each side's round: the switch, one step on the round's first batch, then the timed steps
+    assert clock.order == [("ours", "a"), ("ours", "a"), ("ours", "b"), ("peer", "a"), ("peer", "a"), ("peer", "b"),
+                           ("peer", "c"), ("peer", "c"), ("peer", "a"), ("ours", "c"), ("ours", "c"), ("ours", "a")]
+    assert [on for _, on in switched] == [True, False, False, True]
+    assert [{k: v for k, v in r.items() if k.endswith("_s")} for r in rounds] == [{"ours_cpu_s": 1.0, "peer_cpu_s": 3.0}] * 2
+    assert alternate(sides, ["a"], repeats=1, steps=1, clocks={"cpu": clock}) and len(switched) == 4  # none: no switch
+
+
+@pytest.mark.parametrize("allocator, where", [
+    ("retain", "ours retains freed memory between steps"), ("system", "both sides on glibc's defaults")])
+def test_the_host_memory_bullet_says_where_memory_came_from_and_the_faults(allocator, where):
+    rounds = [{"ours_faults": f, "peer_faults": 10 * f + 5000} for f in (0, 2, 1)]
+    line, = host_memory_lines({"ours_host_allocator": allocator, "rounds": rounds})
+    assert where in line and line.endswith("page faults per step, ours 1, peer 5,010 (median over rounds)")
+    assert host_memory_lines({"rounds": [{"ours_cpu_s": 1.0}]}) == []  # a record from before faults were counted
+
+
+def test_the_closing_names_each_default_that_differs():
+    fused = {"ours_optimizer": "fused"}
+    assert defaults_closing(fused) == (" So the two steps differ by the optimizer's kernel and the engine's checks: the "
+                                       "ratio is what the pipeline's default fused optimizer gives at the same network "
+                                       "and precision.")
+    both = defaults_closing({**fused, "ours_layout": "channels_last", "ours_host_allocator": "retain"})
+    assert both == (" So the two steps differ by the convolutions' memory layout, the optimizer's kernel, where freed "
+                    "memory goes and the engine's checks: the ratio is what the pipeline's defaults (channels-last "
+                    "weights on the CPU, the fused optimizer, freed memory retained) give at the same network, weights "
+                    "and precision.")
 
 
 def test_loss_check_and_rounds_table():
@@ -102,7 +142,9 @@ def test_compute_bound_counts_a_step_s_flops_and_the_ceiling_follows_from_the_pe
     text = ceiling_text(record)
     # at the peak the arithmetic takes 0.9 s; the peer's median 1.25 s: 1.25 / 0.9 = 1.39
     assert "this arithmetic at that rate takes 0.9 s" in text and "**1.39**x the peer's speed" in text
-    assert "Ours ran it at 85.7 GFLOP/s (86% of the peak)" in text
+    assert "Ours ran it at 85.7 GFLOP/s (86% of the peak)" in text and "the ceiling of the ratio" in text
+    faster = ceiling_text({**record, "compute": {**record["compute"], "flop_per_step": 120e9}})  # 114 GFLOP/s
+    assert "(114% of the peak)" in faster and "its peak is no ceiling here" in faster and "the ceiling of" not in faster
     assert ceiling_text({"clock": "cpu", "rounds": []}) == ""
 
 
