@@ -128,6 +128,14 @@ def named(rows: list[CompiledRow]) -> str:
     return ", ".join(f"{r.objective} ({r.form}, {r.n})" for r in rows)
 
 
+HOST_MEMORY = {
+    "retain": "freed memory retained between calls, as in a training run on the CPU (`run.host_allocator`)",
+    "system": ("glibc's defaults, every large temporary mapped and faulted in afresh (a training run on the CPU "
+               "retains freed memory instead, `run.host_allocator`; eager objectives, with more temporaries, gain more)"),
+}
+"""The record's ``host_allocator`` in words (records made before it ran on glibc's defaults)."""
+
+
 def section(rec: dict[str, Any]) -> str:
     """The page's section of the record ``rec``."""
     rows = [CompiledRow(**r) for r in rec["rows"]]
@@ -141,6 +149,7 @@ def section(rec: dict[str, Any]) -> str:
         f"compiled copy (`torch.compile(step, dynamic=False)`) checked against eager on the same inputs before timing "
         f"(loss and input gradients within {TOLERANCE:g} relative)",
         *against_peer.machine_lines({"precision": PRECISION, **rec}),
+        f"- host memory: {HOST_MEMORY[rec.get('host_allocator', 'system')]}",
         "",
         f"{rec['repeats']} repeats per row, eager and compiled back to back in each (after a warm-up each); "
         f"the ratio is the median of the per-repeat ratios, min and max beside it. First call: the wall time of "

@@ -17,6 +17,8 @@ share whatever load the machine has; each public implementation runs back to bac
 (some allocate far more, which slowed whatever ran next); a time ratio is the median over repeats of the
 per-repeat ratio, and ``ms`` the median time. Time is wall-clock; ``--clock cpu`` takes this process's
 CPU time instead (CPU device only), which on a machine shared with other jobs is far less noisy.
+``--host-allocator`` (default ``auto``) keeps freed memory in the process on the CPU, as a training run does
+(:mod:`contrasuite.pipelines.host_allocator`), so a large temporary is not mapped and faulted in afresh each call.
 Peak memory is, on CUDA,
 ``torch.cuda.max_memory_allocated`` above the starting level. On a Linux CPU it is the peak resident
 set above the starting level during one forward+backward, measured in a forked child
@@ -66,6 +68,7 @@ import torch.nn.functional as F
 from contrasuite.core.objectives import OBJECTIVES
 from contrasuite.core.pairs import two_view
 from contrasuite.pipelines import memory
+from contrasuite.pipelines.host_allocator import HOST_ALLOCATORS, use_host_allocator
 
 TEMPERATURE = 0.1
 PML_NTXENT_LIMIT_GIB = 1.0
@@ -404,6 +407,8 @@ def main(argv: list[str] | None = None) -> int:
                              "default N 1024,4096, --output its JSON record")
     parser.add_argument("--report", action="store_true", help="--compile: render the record at --output into --page; run nothing")
     parser.add_argument("--page", type=Path, default=compiled_objectives.against_peer.PAGE, help="the page --report writes")
+    parser.add_argument("--host-allocator", choices=HOST_ALLOCATORS, default="auto",
+                        help="where freed memory goes, as run.host_allocator (auto: retained on the CPU, as in training)")
     args = parser.parse_args(argv)
     if args.compile and args.tiled:
         parser.error("--compile and --tiled: choose one")
@@ -431,9 +436,11 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     device_name = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     device = torch.device(device_name)
+    allocator = "retain" if use_host_allocator(args.host_allocator, device) else "system"
 
     print(
         f"# torch {torch.__version__}, {device}, threads={torch.get_num_threads()}, clock={args.clock}, "
+        f"host allocator {allocator}, "
         f"{platform.processor() or platform.machine()}"
     )
     if args.clock == "cpu" and device.type != "cpu":
@@ -442,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
         compiled = compiled_objectives.run(ns, args.dim, args.repeats, names, ("paired", "two_view"), device,
                                            CLOCKS[args.clock])
         settings = {"dim": args.dim, "repeats": args.repeats, "device": device.type,
-                    "threads": torch.get_num_threads(), "clock": args.clock}
+                    "threads": torch.get_num_threads(), "clock": args.clock, "host_allocator": allocator}
         record = compiled_objectives.record(compiled, settings, sys.argv[1:] if argv is None else argv)
         out = Path(args.output)
         out.parent.mkdir(parents=True, exist_ok=True)

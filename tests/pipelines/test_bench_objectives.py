@@ -10,6 +10,8 @@ import torch
 from contrasuite.core.objectives import OBJECTIVES
 from contrasuite.pipelines import memory
 from contrasuite.pipelines.bench import objectives as bench
+from contrasuite.pipelines.bench.compiled_objectives import HOST_MEMORY
+from contrasuite.pipelines.host_allocator import wants_retain
 
 
 def test_bench_writes_a_row_per_objective(tmp_path):
@@ -104,6 +106,7 @@ def test_compile_mode_checks_the_compiled_objective_against_eager_and_renders_it
     assert bench.main(args) == 0
     record = json.loads(out.read_text())
     assert record["section"] == "objectives+compile" and record["command"].startswith("contrasuite bench objectives --compile")
+    assert record["host_allocator"] == ("retain" if wants_retain("auto", torch.device("cpu")) else "system")
     assert [(r["objective"], r["form"], r["n"]) for r in record["rows"]] == [("infonce", "paired", 32), ("infonce", "two_view", 32)]
     for r in record["rows"]:
         assert r["loss_rel_diff"] <= 1e-4 and r["grad_rel_diff"] <= 1e-4
@@ -112,7 +115,7 @@ def test_compile_mode_checks_the_compiled_objective_against_eager_and_renders_it
     assert bench.main(["--compile", "--report", "--output", str(out), "--page", str(page)]) == 0
     text = page.read_text()
     assert "<!-- section:objectives+compile -->" in text and "| infonce | two_view | 32 |" in text
-    assert "| yes |" in text
+    assert "| yes |" in text and f"- host memory: {HOST_MEMORY[record['host_allocator']]}" in text
 
 
 @pytest.mark.parametrize("args, words", [
