@@ -16,14 +16,21 @@ fine-grained retrieval setting and PML's defaults (face recognition: ``m = 0.25,
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
-from contrasuite.core.numerics import masked_logsumexp
+from contrasuite.core.numerics import loss_dtype, masked_logsumexp
 from contrasuite.core.objectives.base import ContrastiveObjective
 from contrasuite.core.pairs import Pairs
 from contrasuite.core.similarity import cosine
+
+
+BLOCK_BYTES = 1 << 20
+"""The fused loss works on blocks of rows of about this many bytes of similarities (they stay in the CPU's cache)."""
 
 
 def circle_loss(
@@ -31,8 +38,20 @@ def circle_loss(
 ) -> Tensor:
     """Per-anchor circle loss ``[N]`` on cosine similarities ``sim [N, M]`` (module docstring).
 
-    An anchor without positives or without negatives gets 0 (``log(1 + 0)``).
+    An anchor without positives or without negatives gets 0 (``log(1 + 0)``). With the weights detached (the
+    default) the loss and its gradient are computed a block of rows at a time (:class:`_CircleRows`); otherwise by
+    autograd through :func:`circle_loss_autograd`.
     """
+    if not detach_weights:
+        return circle_loss_autograd(sim, pairs, m=m, gamma=gamma, detach_weights=False)
+    return _CircleRows.apply(sim, pairs, m, gamma)
+
+
+def circle_loss_autograd(
+    sim: Tensor, pairs: Pairs, *, m: float = 0.4, gamma: float = 80.0, detach_weights: bool = True
+) -> Tensor:
+    """:func:`circle_loss` as whole-matrix tensor operations, differentiated by autograd (the weights too unless
+    ``detach_weights``): the reference the fused form is tested against."""
     detached = sim.detach() if detach_weights else sim
     pos_logits = -gamma * torch.relu(1 + m - detached) * (sim - (1 - m))
     neg_logits = gamma * torch.relu(detached + m) * (sim - m)
@@ -42,6 +61,88 @@ def circle_loss(
     losses = F.softplus(lse_pos + lse_neg)
     both = pairs.has_pos & neg.any(dim=1)
     return torch.where(both, losses, torch.zeros_like(losses))
+
+
+def _block_logits(s: Tensor, pos: Tensor, valid: Tensor | None, m: float, gamma: float) -> tuple[Tensor, ...]:
+    """A block's positive and negative logits ``l = slope * (s - D)``, each the dtype's lowest finite value outside
+    its set, their slopes ``dl/ds`` with the weights held constant (``-gamma a_p`` and ``gamma a_n``) and the sets."""
+    low = torch.finfo(s.dtype).min
+    neg = ~pos if valid is None else valid & ~pos
+    slope_pos = (1 + m - s).clamp_min_(0).mul_(-gamma)
+    slope_neg = (s + m).clamp_min_(0).mul_(gamma)
+    pos_logits = (s - (1 - m)).mul_(slope_pos).masked_fill_(~pos, low)
+    neg_logits = (s - m).mul_(slope_neg).masked_fill_(~neg, low)
+    return pos_logits, neg_logits, slope_pos, slope_neg, pos, neg
+
+
+EXP_FLOOR = -80.0
+"""Shifted logits are clamped here before ``exp``: ``exp(-80)`` is still a normal float, and an ``exp`` whose result
+would underflow takes a slow path on x86 (most of a row's entries lie outside the small positive set)."""
+
+
+def _exp_within_(shifted: Tensor, mask: Tensor) -> Tensor:
+    """``exp(shifted)`` in place where ``mask``, exactly 0 elsewhere."""
+    return shifted.clamp_min_(EXP_FLOOR).exp_().masked_fill_(~mask, 0)
+
+
+def _logsumexp_within(logits: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """``log sum_{mask} exp(logits)`` per row (``logits`` is overwritten), ``log(tiny)`` for a row whose mask is
+    empty as :func:`~contrasuite.core.numerics.masked_logsumexp`, and which rows' masks are not empty (their sums
+    are at least ``exp(EXP_FLOOR)``)."""
+    top = logits.amax(dim=1, keepdim=True)
+    total = _exp_within_(logits.sub_(top), mask).sum(dim=1)
+    found = total > 0
+    tiny = torch.finfo(total.dtype).tiny
+    return torch.where(found, total.clamp_min(tiny).log_() + top.squeeze(1), math.log(tiny)), found
+
+
+def _row_blocks(sim: Tensor) -> list[slice]:
+    rows = max(1, BLOCK_BYTES // max(1, sim.shape[1] * 4))
+    return [slice(r, min(r + rows, sim.shape[0])) for r in range(0, sim.shape[0], rows)]
+
+
+class _CircleRows(torch.autograd.Function):
+    """Per-anchor circle loss with detached weights, ``softplus(P_i + Q_i)`` for ``P_i = LSE_p l^p_ij`` and
+    ``Q_i = LSE_n l^n_ij``, a block of rows at a time in the loss dtype. Backward, with ``w_i = g_i sigmoid(P_i + Q_i)``
+    (0 for an anchor lacking positives or negatives)::
+
+        dL/ds_ij = w_i (exp(l^p_ij - P_i) (-gamma a_p) + exp(l^n_ij - Q_i) gamma a_n)
+
+    recomputing each block's logits instead of keeping ``N x M`` of them. The whole-matrix form
+    (:func:`circle_loss_autograd`) makes a dozen ``N x M`` temporaries or more, each written and read once.
+    """
+
+    @staticmethod
+    def forward(ctx, sim: Tensor, pairs: Pairs, m: float, gamma: float) -> Tensor:  # type: ignore[override]
+        dtype = loss_dtype(sim)
+        lse_pos = torch.empty(sim.shape[0], dtype=dtype, device=sim.device)
+        lse_neg, both = torch.empty_like(lse_pos), torch.empty(sim.shape[0], dtype=torch.bool, device=sim.device)
+        columns = slice(0, sim.shape[1])
+        for rows in _row_blocks(sim):
+            pos_logits, neg_logits, _, _, pos, neg = _block_logits(sim[rows].to(dtype), *pairs.block(rows, columns),
+                                                                   m, gamma)
+            lse_pos[rows], has_pos = _logsumexp_within(pos_logits, pos)
+            lse_neg[rows], has_neg = _logsumexp_within(neg_logits, neg)
+            both[rows] = has_pos & has_neg
+        total = torch.where(both, lse_pos + lse_neg, torch.zeros_like(lse_pos))
+        ctx.save_for_backward(sim, lse_pos, lse_neg, total, both)
+        ctx.pairs, ctx.m, ctx.gamma = pairs, m, gamma
+        return torch.where(both, F.softplus(total), torch.zeros_like(total))
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+        sim, lse_pos, lse_neg, total, both = ctx.saved_tensors
+        weight = torch.where(both, grad.to(total.dtype) * torch.sigmoid(total), torch.zeros_like(total))[:, None]
+        out = torch.empty_like(sim)
+        columns = slice(0, sim.shape[1])
+        for rows in _row_blocks(sim):
+            pos_logits, neg_logits, slope_pos, slope_neg, pos, neg = _block_logits(
+                sim[rows].to(total.dtype), *ctx.pairs.block(rows, columns), ctx.m, ctx.gamma)
+            g = _exp_within_(pos_logits.sub_(lse_pos[rows, None]), pos).mul_(slope_pos)
+            g.add_(_exp_within_(neg_logits.sub_(lse_neg[rows, None]), neg).mul_(slope_neg))
+            out[rows] = g.mul_(weight[rows])
+        return out, None, None, None
 
 
 class CircleLoss(ContrastiveObjective):

@@ -99,3 +99,33 @@ def test_rejects_neg_weight_and_bad_gamma():
         CircleLoss()(torch.randn(3, 2), torch.randn(3, 2), neg_weight=torch.ones(3, 3))
     with pytest.raises(ValueError, match="gamma"):
         CircleLoss(gamma=0)
+
+
+@pytest.mark.parametrize("form", ["two_view", "labels", "mask"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_fused_rows_equal_the_whole_matrix_form_in_loss_and_gradient(monkeypatch, form, dtype):
+    """Blocks of 4 rows (so the rows split unevenly), against autograd through the whole-matrix form."""
+    from contrasuite.core.objectives import circle
+    from contrasuite.core.pairs import Pairs
+
+    monkeypatch.setattr(circle, "BLOCK_BYTES", 4 * 4 * 13)
+    torch.manual_seed(4)
+    n, m = 13, 13
+    if form == "two_view":  # diagonal positives at offset n // 2, self-pairs excluded
+        pairs = Pairs.single_positive((torch.arange(n) + 6) % n, m, exclude_self=True)
+    elif form == "labels":
+        labels = torch.tensor([0, 0, 1, 1, 1, 2, 3, 3, 4, 5, 5, 5, 6])  # 2, 4 and 6 alone: no positive
+        pairs = Pairs.of_labels(labels, labels, 0)
+    else:
+        pos = torch.rand(n, m) < 0.3
+        pos[0] = True  # an anchor without negatives
+        pairs = Pairs(pos=pos, valid=torch.ones(n, m, dtype=torch.bool))
+    sim = (torch.rand(n, m, dtype=dtype) * 2 - 1).requires_grad_()
+    upstream = torch.rand(n, dtype=dtype)
+    fused = circle.circle_loss(sim, pairs, m=0.25, gamma=32.0)
+    (fused_grad,) = torch.autograd.grad(fused, sim, upstream)
+    whole = circle.circle_loss_autograd(sim, pairs, m=0.25, gamma=32.0)
+    (whole_grad,) = torch.autograd.grad(whole, sim, upstream)
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    assert torch.allclose(fused, whole, rtol=tol, atol=tol) and bool((fused == 0).any()) == (form != "two_view")
+    assert torch.allclose(fused_grad, whole_grad, rtol=tol, atol=tol * float(whole_grad.abs().max()))
