@@ -423,7 +423,9 @@ def host_memory_lines(record: dict[str, Any], label: str = "") -> list[str]:
         return []
     ours, peer = (statistics.median(r[f"{side}_faults"] for r in rounds) for side in ("ours", "peer"))
     where = ("ours retains freed memory between steps (`run.host_allocator: auto` on the CPU), the peer runs on "
-             "glibc's defaults; each side's round starts with one untimed step after the switch"
+             "glibc's default thresholds, the free heap returned before its round (it may still reuse heap blocks "
+             "that ours left, so it can fault less than in a process of its own: a conservative ratio); each "
+             "side's round starts with one untimed step after the switch"
              if record.get("ours_host_allocator") == "retain" else "both sides on glibc's defaults")
     return [f"- host memory{label}: {where}; page faults per step, ours {ours:,.0f}, peer {peer:,.0f} (median over rounds)"]
 
