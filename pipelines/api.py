@@ -20,7 +20,8 @@ the rest of a domain never imports the engine. What is here:
 - a training step of ours against a peer's, alternating rounds in one process; the record and its page section
   (:mod:`contrasuite.pipelines.bench.against_peer`, for ``contrasuite bench <d> --against peer``): running,
   :func:`cpu_task`, :func:`our_step`, :func:`pull_levers`, :func:`optimizer_kernel`, :func:`retaining_sides` (which sides
-  retain freed memory, ``run.host_allocator``; :func:`settle` a side's allocator before its steps), :func:`alternate`, :func:`synced_clocks`,
+  retain freed memory, ``run.host_allocator``; :func:`settle` a side's allocator before its steps,
+  :func:`on_its_thread` the peer's steps beside them), :func:`alternate`, :func:`synced_clocks`,
   :func:`profile_sides` (both sides' operators), :func:`compute_bound` (our step's FLOPs and the machine's peak); the record,
   :data:`RECORDS`, :func:`run_variant`, :func:`summarize` (a comparison's ratios), :func:`outcome`, :func:`ours_text`, :func:`peer_version`, :func:`peer_record`,
   :func:`host_allocator_fields`;
@@ -36,11 +37,11 @@ the rest of a domain never imports the engine. What is here:
 
 from contrasuite.pipelines.bench import write_output
 from contrasuite.pipelines.bench.against_peer import (
-    RECORDS, alternate, ceiling_text, check_text, checks_text, comparison_section, compute_bound, cpu_task, differences,
-    heading, host_allocator_fields, host_memory_lines, machine_lines, official_flags, optimizer_kernel, our_step, ours_text,
-    outcome, peer_flags, peer_main, peer_record, peer_version, plain_loop_step, profile_note, profile_sides,
-    profile_table, pull_levers, retaining_sides, round_cells, run_variant, settle, summarize, synced_clocks, weight_layout,
-    where_words,
+    RECORDS, alternate, ceiling_text, check_text, checks_text, comparison_section, compute_bound, cpu_task,
+    differences, heading, host_allocator_fields, host_memory_lines, machine_lines, official_flags, on_its_thread,
+    optimizer_kernel, our_step, ours_text, outcome, peer_flags, peer_main, peer_record, peer_version, plain_loop_step,
+    profile_note, profile_sides, profile_table, pull_levers, retaining_sides, round_cells, run_variant, settle,
+    summarize, synced_clocks, weight_layout, where_words,
 )
 from contrasuite.pipelines.checkpoint import CheckpointError, load as load_checkpoint
 from contrasuite.pipelines.cli_runs import ROOT, run_cli, thread_env
@@ -59,8 +60,9 @@ __all__ = [
     "write_json", "write_output", "setup_task",
     # --against peer benches (contrasuite.pipelines.bench.against_peer)
     "RECORDS", "alternate", "ceiling_text", "check_text", "checks_text", "comparison_section", "compute_bound",
-    "cpu_task", "differences", "heading", "host_allocator_fields", "host_memory_lines", "machine_lines", "official_flags", "optimizer_kernel", "our_step", "ours_text",
-    "outcome", "peer_flags", "peer_main", "peer_record", "peer_version", "plain_loop_step", "profile_note",
-    "profile_sides", "profile_table", "pull_levers", "retaining_sides", "round_cells", "settle", "run_variant", "summarize", "synced_clocks",
+    "cpu_task", "differences", "heading", "host_allocator_fields", "host_memory_lines", "machine_lines",
+    "official_flags", "on_its_thread", "optimizer_kernel", "our_step", "ours_text", "outcome", "peer_flags",
+    "peer_main", "peer_record", "peer_version", "plain_loop_step", "profile_note", "profile_sides", "profile_table",
+    "pull_levers", "retaining_sides", "round_cells", "run_variant", "settle", "summarize", "synced_clocks",
     "weight_layout", "where_words",
 ]

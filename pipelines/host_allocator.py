@@ -13,8 +13,8 @@ it is. ``auto`` retains on a CPU device under glibc and leaves every other case 
 The setting lasts for the process (``mallopt`` is process-wide) and changes no number, only where memory comes
 from. Measured by the benches against peers, whose records keep both sides' page faults per step
 (docs/results/bench_pipelines.md): image_ssl's SimCLR ResNet-18 step at batch 256 (``contrasuite bench image_ssl
---against peer --threads 1 --profile``) faults about 4,000 times a step retained against lightly's 3.2 million on
-glibc's defaults, and went from 1.29x lightly's speed to 1.49x.
+--against peer --threads 1 --profile``) faults about 7,000 times a step retained against lightly's 3.2 million on
+glibc's defaults, and went from 1.29x lightly's speed to 1.52x.
 """
 
 from __future__ import annotations

@@ -2,14 +2,15 @@
 
 With channels-last (NHWC) weights PyTorch's convolutions run their NHWC kernels, and a convolution's output
 takes its weight's layout, so activations stay NHWC from the first convolution on: the network and its
-numbers are the same, only the kernels (and their order of summation) change. Measured on this project's CPU
-(oneDNN, fp32, one thread): metric_learning's step (EfficientNet-Lite0 blocks on cached stem features) against
+numbers are the same, only the kernels (and their order of summation) change. Measured on an Intel Xeon (2 cores,
+oneDNN, fp32, one thread; git history of the records): metric_learning's step (EfficientNet-Lite0 blocks on cached stem features) against
 pytorch-metric-learning's loop went from 1.00x to 1.45x, super_resolution's EDSR-baseline x2 step against the
 official PCL-SISR from 0.98x to 1.13x (L1) and 0.97x to 1.20x (L1 + PCL), image_ssl's SimCLR ResNet-18 step at
 batch 256 against lightly's from 1.00x to 1.25x (``contrasuite bench metric_learning --against peer``,
 ``contrasuite bench super_resolution --against official``, ``contrasuite bench image_ssl --against peer``;
 docs/results/bench_pipelines.md); a one-off timing of CUT's ResNet generator and PatchGAN (reflection padding,
-instance norm) alone gave 0.88x. So ``auto`` takes channels-last on the CPU for the tasks that declare
+instance norm) alone gave 0.88x. The gain is the CPU's: on an AMD EPYC (2026-12-06) metric_learning's step is
+1.05x its peer's, the two layouts' convolutions taking the same time there. So ``auto`` takes channels-last on the CPU for the tasks that declare
 ``channels_last_on_cpu = True`` and leaves every other case as built (CUDA: not measured here).
 """
 

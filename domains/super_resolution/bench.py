@@ -68,9 +68,9 @@ from contrasuite.domains.super_resolution import official_pcl
 from contrasuite.domains.super_resolution.task import SRConfig, SuperResolutionTask
 from contrasuite.pipelines.api import (
     RECORDS, StepRunner, alternate, ceiling_text, check_text, comparison_section, compute_bound, cpu_task,
-    default_data_root, host_allocator_fields, official_flags, our_step, ours_text, outcome, peer_flags, peer_main,
-    peer_record, pick_device, retaining_sides, run_variant, settle, setup_task, synced_clocks, weight_layout,
-    write_output,
+    default_data_root, host_allocator_fields, official_flags, on_its_thread, our_step, ours_text, outcome, peer_flags,
+    peer_main, peer_record, pick_device, retaining_sides, run_variant, settle, setup_task, synced_clocks,
+    weight_layout, write_output,
 )
 
 
@@ -235,8 +235,8 @@ def against_official(args: argparse.Namespace, argv: Sequence[str]) -> dict[str,
         rounds = alternate(sides, batches, args.repeats, args.steps, synced_clocks(device), retaining)
         profiles: dict[str, Any] | None = {} if args.profile else None
         for name, side in sides.items() if args.profile else ():
-            settle(name, side, batches[0], retaining)  # each side profiled on its own allocator, as timed
-            profiles[name] = profile(side, batches[0], device)
+            settle(name, side, batches[0], retaining)  # each side profiled on its own allocator and thread, as timed
+            profiles[name] = on_its_thread(name, retaining, profile, side, batches[0], device)
         bound = args.profile and device.type == "cpu" and args.precision == "fp32"  # the peak is fp32's on the CPU
         compute = compute_bound(ours, batches[0]) if bound else None
     cfg = task.cfg

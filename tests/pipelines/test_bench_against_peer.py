@@ -62,6 +62,31 @@ def test_retaining_sides_start_each_round_with_their_allocator_set_and_one_untim
     assert alternate(sides, ["a"], repeats=1, steps=1, clocks={"cpu": clock}) and len(switched) == 4  # none: no switch
 
 
+def test_a_peer_beside_a_retaining_side_steps_and_is_profiled_on_a_thread_of_its_own():
+    import threading
+
+    import torch
+
+    threads = {}
+    model = torch.nn.Linear(8, 2)
+
+    def side(name):
+        def step(batch):
+            threads.setdefault(name, set()).add(threading.get_ident())
+            model(batch).sum().backward()
+        return step
+
+    sides, batches = {"ours": side("ours"), "peer": side("peer")}, [torch.randn(4, 8)]
+    alternate(sides, batches, repeats=2, steps=1, retaining=("ours",))
+    profiles = profile_sides(sides, batches, 1, retaining=("ours",))
+    main = threading.get_ident()
+    assert threads["ours"] == {main} and len(threads["peer"]) == 1 and main not in threads["peer"]
+    assert "aten::addmm" in profiles["peer"]["ops"] and "aten::addmm" in profiles["ours"]["ops"]  # both recorded
+    threads.clear()
+    alternate(sides, batches, repeats=1, steps=1)
+    assert threads == {"ours": {main}, "peer": {main}}  # nothing retained: one thread
+
+
 @pytest.mark.parametrize("allocator, where", [
     ("retain", "ours retains freed memory between steps"), ("system", "both sides on glibc's defaults")])
 def test_the_host_memory_bullet_says_where_memory_came_from_and_the_faults(allocator, where):
