@@ -221,8 +221,12 @@ def official_meow(folder: Path, dataset: str, threads: int) -> tuple[Callable[[A
         model = meow.MEOW(dims, len(adjs), args.hidden_dim, args.embed_dim, args.tau, adjs_norm, args.lam_proto,
                           args.dropout, nei_index, args.dataset)
         optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.l2_coef)
-    step = official_epoch(model, optimizer, lambda: model(feats, mask_feat, mask_adjs, adjs_norm, args.num_cluster),
-                          devnull)
+    def forward() -> Any:  # faiss's OpenMP threads are set per calling thread (the peer may step on its own)
+        if threads:
+            faiss.omp_set_num_threads(threads)
+        return model(feats, mask_feat, mask_adjs, adjs_norm, args.num_cluster)
+
+    step = official_epoch(model, optimizer, forward, devnull)
     facts = {"nodes": int(feats[0].shape[0]), "dim": int(args.embed_dim),
              "metapath_edges": [int(a.count_nonzero()) for a in adjs],
              "parameters": sum(p.numel() for p in model.parameters()),
