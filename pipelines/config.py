@@ -67,9 +67,10 @@ class RunSettings:
     declare ``channels_last_on_cpu``, measured faster there; as built otherwise), ``channels_last`` or
     ``contiguous`` (``pipelines/memory_format.py``). Same network and numbers up to the kernels' rounding."""
     host_allocator: str = one_of("auto", HOST_ALLOCATORS)
-    """Whether freed CPU memory stays in the process for the next step: ``auto`` (``retain`` on a CPU device under
-    glibc), ``retain`` (no ``mmap`` per large tensor, no trimming: no page faults a step; the process keeps its
-    high-water mark) or ``system`` (the C library's defaults) (``pipelines/host_allocator.py``). Changes no number."""
+    """Whether freed CPU memory stays in the process for the next step (``pipelines/host_allocator.py``): ``auto``
+    (``retain`` on a CPU device under glibc), ``retain`` (no ``mmap`` per large tensor, no trimming: a step reuses
+    the pages the last one freed instead of faulting in fresh ones; the process keeps its high-water mark) or
+    ``system`` (the C library's defaults). Changes no number."""
     epochs: int = bounded(1, ge=0)
     """Epochs to run; 0 trains nothing and only validates (an untrained reference)."""
     max_steps: Optional[int] = bounded(None, ge=1)
