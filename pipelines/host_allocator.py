@@ -72,13 +72,13 @@ def retain_freed_memory(on: bool, mmap_threshold: int = GLIBC_LARGEST_MMAP_THRES
     libc.malloc_trim(0)
 
 
-def use_host_allocator(setting: str, device: torch.device) -> bool:
-    """Apply ``run.host_allocator`` for a run on ``device`` (process-wide); returns whether memory is retained.
-    ``system`` and ``auto`` off the CPU change nothing."""
-    retain = wants_retain(setting, device)
-    if retain:
-        retain_freed_memory(True)
-    return retain
+def use_host_allocator(setting: str, device: torch.device) -> str:
+    """Apply ``run.host_allocator`` for a run on ``device`` (process-wide); returns what now applies, ``retain`` or
+    ``system`` (the words records keep). ``system`` and ``auto`` off the CPU change nothing."""
+    if not wants_retain(setting, device):
+        return "system"
+    retain_freed_memory(True)
+    return "retain"
 
 
 def page_faults() -> int:

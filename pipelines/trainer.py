@@ -127,12 +127,12 @@ class Trainer:
         self._lock = lock if isinstance(lock, RunLock) else RunLock(self.run_dir) if lock and self.dist.is_main else None
         if lock is True and self._lock is not None:
             self._lock.acquire()
-        retains = use_host_allocator(self.run.host_allocator, self.device)
+        allocator = use_host_allocator(self.run.host_allocator, self.device)
         if self.dist.is_main and not (self.run_dir / "config.yaml").exists():
             save_resolved(loaded.resolved, self.run_dir / "config.yaml")
             write_json({**environment(self.device, self.dist.world_size), "run_name": loaded.name,
                         "precision": self.run.precision,
-                        "host_allocator": "retain" if retains else "system"},
+                        "host_allocator": allocator},
                        self.run_dir / "environment.json")
         self._wrapped: list[nn.Module] = []
         self._channels_last = wants_channels_last(self.run.memory_format, loaded.task_class, self.device)

@@ -436,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     device_name = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     device = torch.device(device_name)
-    allocator = "retain" if use_host_allocator(args.host_allocator, device) else "system"
+    allocator = use_host_allocator(args.host_allocator, device)
 
     print(
         f"# torch {torch.__version__}, {device}, threads={torch.get_num_threads()}, clock={args.clock}, "
