@@ -14,7 +14,7 @@ The setting lasts for the process (``mallopt`` is process-wide) and changes no n
 from. Measured by the benches against peers, whose records keep both sides' page faults per step
 (docs/results/bench_pipelines.md): image_ssl's SimCLR ResNet-18 step at batch 256 (``contrasuite bench image_ssl
 --against peer --threads 1 --profile``) faults about 7,000 times a step retained against lightly's 3.2 million on
-glibc's defaults, and went from 1.29x lightly's speed to 1.52x.
+glibc's defaults, and went from 1.29x lightly's speed to 1.52x (1.49-1.52 over 3 rounds).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ batch 256 against lightly's from 1.00x to 1.25x (``contrasuite bench metric_lear
 ``contrasuite bench super_resolution --against official``, ``contrasuite bench image_ssl --against peer``;
 docs/results/bench_pipelines.md); a one-off timing of CUT's ResNet generator and PatchGAN (reflection padding,
 instance norm) alone gave 0.88x. The gain is the CPU's: on an AMD EPYC (2026-12-06) metric_learning's step is
-1.05x its peer's, the two layouts' convolutions taking the same time there. So ``auto`` takes channels-last on the CPU for the tasks that declare
+1.05x its peer's (1.03-1.07 over 3 rounds), the two layouts' convolutions taking the same time there. So ``auto`` takes channels-last on the CPU for the tasks that declare
 ``channels_last_on_cpu = True`` and leaves every other case as built (CUDA: not measured here).
 """
 
