@@ -36,6 +36,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from contrasuite.domains.depthwise_conv import depthwise_conv2d
+
 NETWORK = "efficientnet_lite0/tf-same-eps1e-3-lite-input/v1"
 """Tag of the network and its input normalisation, for cache keys and result records."""
 
@@ -81,14 +83,20 @@ def normalize(images: Tensor) -> Tensor:
 
 
 class SameConv2d(nn.Conv2d):
-    """Conv2d with TensorFlow "SAME" padding: ``out = ceil(in / stride)``, extra pixel bottom/right."""
+    """Conv2d with TensorFlow "SAME" padding: ``out = ceil(in / stride)``, extra pixel bottom/right. A depthwise
+    one runs :func:`~contrasuite.domains.depthwise_conv.depthwise_conv2d` (its weight gradient summed window by
+    window on the CPU for filters larger than 3x3)."""
 
     def forward(self, x: Tensor) -> Tensor:
         pads = []
         for size, k, s in zip(reversed(x.shape[-2:]), reversed(self.kernel_size), reversed(self.stride)):
             total = max((math.ceil(size / s) - 1) * s + k - size, 0)
             pads += [total // 2, total - total // 2]
-        return super().forward(F.pad(x, pads))
+        if any(pads):  # F.pad copies even when it pads nothing
+            x = F.pad(x, pads)
+        if self.groups == self.in_channels == self.out_channels and self.bias is None:
+            return depthwise_conv2d(x, self.weight, self.stride)
+        return super().forward(x)
 
 
 def conv_bn(cin: int, cout: int, kernel: int = 1, stride: int = 1, groups: int = 1) -> tuple[nn.Module, nn.Module]:
