@@ -305,7 +305,9 @@ class MetricLearningTask:
         return torch.stack([data[i][0] for i in idx])
 
     def _cached_stem(self, split: str) -> Tensor:
-        """Frozen-stem outputs of ``split``, kept on disk (pretrained weights are fixed) and reused by every run."""
+        """Frozen-stem outputs of ``split``, kept on disk (pretrained weights are fixed) and reused by every run; NCHW
+        whatever layout the stem ran in (a cache written by a channels-last stem would otherwise decide the layout of
+        every later run's activations, whatever its ``run.memory_format``)."""
         d, m = self.cfg.data, self.cfg.model
         if not m.pretrained:
             return self._stem_all(split)
@@ -315,7 +317,8 @@ class MetricLearningTask:
         path = cache_root(d.cache_dir) / "metric_learning" / "stems" / f"{key}.pt"
         rows = len(self.sets[split])
         return load_or_compute(path, lambda: self._stem_all(split), what="metric_learning: the stem cache",
-                               fits=lambda t: isinstance(t, Tensor) and t.ndim > 0 and t.shape[0] == rows).to(self.device)
+                               fits=lambda t: isinstance(t, Tensor) and t.ndim > 0 and t.shape[0] == rows
+                               ).contiguous().to(self.device)
 
     @torch.no_grad()
     def _stem_all(self, split: str) -> Tensor:
@@ -325,4 +328,4 @@ class MetricLearningTask:
         for start in self.ctx.progress(starts, f"frozen stem of the {len(data)} {split} images", total=len(starts)):
             idx = list(range(start, min(start + self.cfg.eval.batch_size, len(data))))
             out.append(self.model.stem_features(normalize(self._images(split, idx)).to(self.device)).float())
-        return torch.cat(out) if out else torch.empty(0)
+        return torch.cat(out).contiguous() if out else torch.empty(0)

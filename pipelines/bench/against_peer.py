@@ -121,14 +121,23 @@ CHANNELS_LAST_ROWS = ("Ours lays its convolution weights out channels-last (`run
                       "`pipelines/memory_format.py`): its convolutions run oneDNN's NHWC kernels, the peer's the NCHW "
                       "ones of a network as built; the convolution rows differ by that, the others by the machine's load.")
 """The rows' words for a record whose convolution weights ran channels-last (``ours_layout``, :func:`weight_layout`)."""
+WINDOW_SUM_ROWS = (" Its 5x5 depthwise convolutions' weight gradients are summed window by window "
+                   "(`domains/depthwise_conv.py`: `_DepthwiseConvBackward` with its `mul` and `sum`), where oneDNN's "
+                   "channels-last kernel for them pads each channel's filter to a 16 x 16 block.")
+"""Added to the rows' words for a record whose depthwise weight gradients were window sums (``ours_depthwise_grad``)."""
+
+
+def sums_windows(record: dict[str, Any]) -> bool:
+    return record.get("ours_depthwise_grad") == "window_sums"
 
 
 def differences(record: dict[str, Any]) -> str:
     """What our step does differently from the peer's in a record whose optimizer ran fused, in words: the weights'
-    layout when ``ours_layout`` is channels-last, the optimizer's kernel, where freed memory goes when
+    layout when ``ours_layout`` is channels-last, the depthwise weight gradients' kernel when ``ours_depthwise_grad``
+    says window sums, the optimizer's kernel, where freed memory goes when
     ``ours_host_allocator`` retains it, and the engine's checks."""
     differ = [*["the convolutions' memory layout"] * (record.get("ours_layout") == "channels_last"),
-              "the optimizer's kernel", *["where freed memory goes"] * (record.get("ours_host_allocator") == "retain"),
+              *["the depthwise weight gradients' kernel"] * sums_windows(record), "the optimizer's kernel", *["where freed memory goes"] * (record.get("ours_host_allocator") == "retain"),
               "the engine's checks"]
     return f"{', '.join(differ[:-1])} and {differ[-1]}"
 
@@ -137,7 +146,7 @@ def defaults_closing(record: dict[str, Any]) -> str:
     """The close of a "where the time goes" paragraph for a record whose optimizer ran fused (:func:`optimizer_words`):
     what the two steps differ by (:func:`differences`) and the defaults the ratio therefore measures."""
     defaults = [*["channels-last weights on the CPU"] * (record.get("ours_layout") == "channels_last"),
-                "the fused optimizer", *["freed memory retained"] * (record.get("ours_host_allocator") == "retain")]
+                *["window-summed depthwise weight gradients"] * sums_windows(record), "the fused optimizer", *["freed memory retained"] * (record.get("ours_host_allocator") == "retain")]
     measures = (f"the pipeline's defaults ({', '.join(defaults)}) give at the same network, weights and precision"
                 if len(defaults) > 1 else "the pipeline's default fused optimizer gives at the same network and precision")
     return f" So the two steps differ by {differences(record)}: the ratio is what {measures}."
@@ -157,7 +166,8 @@ def where_words(record: dict[str, Any], where: str, name: str, loop_ops: str, lo
     record on the fused optimizer, ``loop_closing`` for records made before the fused default."""
     channels_last = record.get("ours_layout") == "channels_last"
     text = where.format(optimizer=optimizer_words(record, name, loop_ops),
-                        rows=CHANNELS_LAST_ROWS if channels_last else SAME_ROWS)
+                        rows=(CHANNELS_LAST_ROWS if channels_last else SAME_ROWS)
+                        + (WINDOW_SUM_ROWS if sums_windows(record) else ""))
     if closing is None:
         closing = defaults_closing(record) if record.get("ours_optimizer") == "fused" else loop_closing
     return text + closing

@@ -19,6 +19,10 @@ def test_against_peer_writes_a_record_with_both_timings_and_equal_first_losses(e
     record = json.loads(out.read_text())
     assert record["batch"] == 8 and record["precision"] == "fp32"
     assert "aten::_foreach_norm" in record["profile"]["ours"]["ops"]  # the engine's checks, ours only
+    # ours channels-last with its 5x5 depthwise weight gradients summed by windows; the peer on NCHW batches does not
+    assert record["ours_layout"] == "channels_last" and record["ours_depthwise_grad"] == "window_sums"
+    assert "_DepthwiseConvBackward" in record["profile"]["ours"]["ops"]
+    assert "_DepthwiseConvBackward" not in record["profile"]["peer"]["ops"]
     (row,) = record["rounds"]
     assert row["ours_cpu_s"] > 0 and row["peer_cpu_s"] > 0 and row["ratio"] == record["ratio_median"]
     assert record["loss_check"]["equal"], record["loss_check"]  # the same loss: the two do the same work
@@ -28,4 +32,5 @@ def test_against_peer_writes_a_record_with_both_timings_and_equal_first_losses(e
     assert text.count("<!-- section:metric_learning -->") == 1 and f"{record['ratio_median']:.2f}" in text
     assert record["ours_optimizer"] == "fused" and "AdamW (ours on PyTorch's fused kernel" in text
     assert "The operators of the engine's checks" in text and "| all operators |" in text
+    assert "weight gradients are summed window by window" in text and "window-summed depthwise" in text
 
