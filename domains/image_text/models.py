@@ -115,8 +115,10 @@ class TwoTowerModel(nn.Module):
         self.register_load_state_dict_pre_hook(_keep_frozen_trunks)
 
     def preprocess(self, images: Tensor) -> Tensor:
-        """``[N, H, W, 3]`` uint8 -> normalised ``[N, 3, S, S]`` float on the model's device."""
-        x = images.to(self.mean.device).permute(0, 3, 1, 2).float() / 255.0
+        """``[N, H, W, 3]`` uint8 -> normalised ``[N, 3, S, S]`` float on the model's device, NCHW (a permuted view
+        of the HWC pixels would be channels-last and take every convolution after it there, whatever
+        ``run.memory_format`` asks)."""
+        x = images.to(self.mean.device).permute(0, 3, 1, 2).contiguous().float() / 255.0
         if x.shape[-1] != self.image_size:
             x = F.interpolate(x, size=(self.image_size, self.image_size), mode="bilinear", align_corners=False)
         return (x - self.mean) / self.std
@@ -390,13 +392,14 @@ def build_model(cfg: ModelConfig) -> TwoTowerModel:
         model = open_clip_model(cfg)
     else:
         raise ConfigValueError(f"model.name must be pretrained_towers or open_clip, got {cfg.name!r}")
+    model.train()  # a Hugging Face trunk loads in eval mode: trained towers run dropout, as open_clip's loop does
     if cfg.freeze_trunks:
         for trunk in (model.image_trunk, model.text_trunk):
             trunk.requires_grad_(False)
             trunk.eval()
         # heads may live inside a trunk module (open_clip's HFTextEncoder holds its ``proj``): train them
         for head in (model.image_head, model.text_head):
-            head.requires_grad_(True)
+            head.requires_grad_(True).train()
         # the pretrained files rebuild them: checkpoints need only their fingerprint (TwoTowerModel)
         model.omit_frozen_trunks = cfg.name == "pretrained_towers" and cfg.pretrained_trunks
     return model

