@@ -33,7 +33,7 @@ import torch
 from contrasuite.pipelines.bench import write_output
 from contrasuite.pipelines.cli_runs import ROOT
 from contrasuite.pipelines.config import load_config
-from contrasuite.pipelines.host_allocator import page_faults, retain_freed_memory, wants_retain
+from contrasuite.pipelines.host_allocator import page_faults, retain_freed_memory, use_host_allocator, wants_retain
 from contrasuite.pipelines.run_dir import cpu_name
 from contrasuite.pipelines.standalone import StepRunner, setup_task
 
@@ -71,12 +71,16 @@ CPU = torch.device("cpu")
 def cpu_task(config: str | os.PathLike, overrides: Sequence[str], data_root: str | None, run_dir: Path,
              device: torch.device = CPU, precision: str = "fp32") -> tuple[Any, Any]:
     """The task of ``config`` (a file or a shipped config's name) set up as the trainer does on the CPU in fp32
-    (or on ``device`` in ``precision``), after ``torch.manual_seed(0)``, and its loaded config."""
+    (or on ``device`` in ``precision``), after ``torch.manual_seed(0)``, and its loaded config. Its
+    ``run.host_allocator`` applies from here on, as the trainer applies it at setup: a bench's first steps then run
+    on it too (run before it, they left the heap laid out so that every later step of ours faulted in 0.6 M fresh
+    pages, image_text's whole towers at batch 128: 7.2-8.0 s a step instead of 6.1-6.2 s)."""
     torch.manual_seed(0)
     loaded = load_config(config, list(overrides), data_root=data_root)
     task = setup_task(loaded.task_class(), loaded.config, device=device, precision=precision,
                       data_root=Path(loaded.run.data_root or "."), run_dir=run_dir, seed=loaded.run.seed,
                       memory_format=loaded.run.memory_format)
+    use_host_allocator(loaded.run.host_allocator, device)
     return task, loaded
 
 
@@ -160,14 +164,15 @@ def weight_layout(modules: Iterable[torch.nn.Module]) -> str:
 
 
 def where_words(record: dict[str, Any], where: str, name: str, loop_ops: str, loop_closing: str,
-                closing: str | None = None) -> str:
+                closing: str | None = None, rows: str | None = None) -> str:
     """A bench's ``where`` text (with ``{optimizer}`` for :func:`optimizer_words` and ``{rows}`` for what the
-    rows of the same operators differ by) and its close: ``closing`` when given, else :func:`defaults_closing` for a
-    record on the fused optimizer, ``loop_closing`` for records made before the fused default."""
-    channels_last = record.get("ours_layout") == "channels_last"
+    rows of the same operators differ by: ``rows`` when given, else by the weights' layout or by the machine's load)
+    and its close: ``closing`` when given, else :func:`defaults_closing` for a record on the fused optimizer,
+    ``loop_closing`` for records made before the fused default."""
+    if rows is None:
+        rows = CHANNELS_LAST_ROWS if record.get("ours_layout") == "channels_last" else SAME_ROWS
     text = where.format(optimizer=optimizer_words(record, name, loop_ops),
-                        rows=(CHANNELS_LAST_ROWS if channels_last else SAME_ROWS)
-                        + (WINDOW_SUM_ROWS if sums_windows(record) else ""))
+                        rows=rows + (WINDOW_SUM_ROWS if sums_windows(record) else ""))
     if closing is None:
         closing = defaults_closing(record) if record.get("ours_optimizer") == "fused" else loop_closing
     return text + closing
@@ -425,12 +430,13 @@ def machine(bench: str, argv: Sequence[str]) -> dict[str, Any]:
 
 
 def peer_record(bench: str, args: argparse.Namespace, argv: Sequence[str], lever_flags: dict[str, str],
-                levers: Sequence[str], fields: dict[str, Any], measured: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The record of ``contrasuite bench <bench> argv``: its section (``bench`` and the ``lever_flags`` on), ``against``,
-    the ``levers`` pulled, the bench's own ``fields``, :func:`settings`, ``measured`` (:func:`outcome`, when the
-    record is one comparison) and :func:`machine`."""
-    return {"section": section_name(bench, args, lever_flags), "against": "peer", "levers": list(levers), **fields,
-            **settings(args), **(measured or {}), **machine(bench, argv)}
+                levers: Sequence[str], fields: dict[str, Any], measured: dict[str, Any] | None = None,
+                variant: str = "") -> dict[str, Any]:
+    """The record of ``contrasuite bench <bench> argv``: its section (``bench``, then ``variant`` (``+name``) and the
+    ``lever_flags`` on), ``against``, the ``levers`` pulled, the bench's own ``fields``, :func:`settings`, ``measured``
+    (:func:`outcome`, when the record is one comparison) and :func:`machine`."""
+    return {"section": section_name(bench + variant, args, lever_flags), "against": "peer", "levers": list(levers),
+            **fields, **settings(args), **(measured or {}), **machine(bench, argv)}
 
 
 # -- the page ---------------------------------------------------------------------------------------------

@@ -1,10 +1,12 @@
 """pipelines/bench/against_peer.py: alternating timed rounds, the ratios, the equal-work check and the page sections."""
 
+from types import SimpleNamespace
+
 import pytest
 
 from contrasuite.pipelines.bench import against_peer
 from contrasuite.pipelines.bench.against_peer import (
-    PAGE_HEAD, alternate, ceiling_text, checks_text, compute_bound, defaults_closing, host_memory_lines, loss_check,
+    PAGE_HEAD, alternate, ceiling_text, checks_text, compute_bound, cpu_task, defaults_closing, host_memory_lines, loss_check,
     plain_loop_step, profile_sides, profile_table, rounds_table, summarize, write_section,
 )
 
@@ -60,6 +62,18 @@ def test_retaining_sides_start_each_round_with_their_allocator_set_and_one_untim
     assert [on for _, on in switched] == [True, False, False, True]
     assert [{k: v for k, v in r.items() if k.endswith("_s")} for r in rounds] == [{"ours_cpu_s": 1.0, "peer_cpu_s": 3.0}] * 2
     assert alternate(sides, ["a"], repeats=1, steps=1, clocks={"cpu": clock}) and len(switched) == 4  # none: no switch
+
+
+def test_cpu_task_applies_the_configs_host_allocator_before_any_step(monkeypatch, tmp_path):
+    """As the trainer at setup: a bench's first steps run on ours' allocator (module docstring of ``cpu_task``)."""
+    calls = []
+    run = SimpleNamespace(host_allocator="retain", data_root=None, seed=0, memory_format="auto")
+    loaded = SimpleNamespace(run=run, config={}, task_class=lambda: "task class")
+    monkeypatch.setattr(against_peer, "load_config", lambda *a, **k: loaded)
+    monkeypatch.setattr(against_peer, "setup_task", lambda *a, **k: calls.append("setup") or "task")
+    monkeypatch.setattr(against_peer, "use_host_allocator", lambda setting, device: calls.append((setting, device.type)))
+    assert cpu_task("any", [], None, tmp_path) == ("task", loaded)
+    assert calls == ["setup", ("retain", "cpu")]
 
 
 def test_a_peer_beside_a_retaining_side_steps_and_is_profiled_on_a_thread_of_its_own():
