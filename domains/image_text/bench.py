@@ -38,15 +38,20 @@ CPU) is this process's CPU time, ``wall`` (the default with ``--device cuda``, r
 (``torch.profiler`` over ``--steps`` more steps) to the record, which ``--report`` renders into the section's
 where-the-time-goes table in ``docs/results/bench_pipelines.md``.
 
+``--towers`` trains the trunks too (``config.model.freeze_trunks=false``): both sides then take uint8 images and
+captions, every module of both in training mode (MiniLM's dropout on, as open_clip's loop sets it), the images
+reaching both towers NCHW, the peer's copy of the towers laid out as built even where ours is channels-last.
+
 Our AdamW runs on PyTorch's fused kernel, the pipeline's default (``core/task/optim.py``); the peer keeps PyTorch's
-default (on the CPU the per-tensor loop). A record on a GPU or in bf16 has its own file
-(``image_text_peer[_cuda][_bf16].json`` unless ``--output``) and section.
+default (on the CPU the per-tensor loop). A record on a GPU, in bf16 or with ``--towers`` has its own file
+(``image_text_peer[_cuda][_bf16][_towers].json`` unless ``--output``) and section.
 
     contrasuite bench image_text --against peer --threads 1 --profile
     contrasuite bench image_text --against peer --threads 1 --precision bf16 --profile
     contrasuite bench image_text --against peer --device cuda --threads 0 --steps 50 --profile
     contrasuite bench image_text --against peer --device cuda --threads 0 --steps 50 --precision bf16 --profile
-    contrasuite bench image_text --report [--device cuda] [--precision bf16]  # or --output RECORD
+    contrasuite bench image_text --against peer --threads 1 --towers --steps 3 --batches 3 --profile
+    contrasuite bench image_text --report [--device cuda] [--precision bf16] [--towers]  # or --output RECORD
 """
 
 from __future__ import annotations
@@ -66,11 +71,13 @@ from torch import Tensor, nn
 from contrasuite.pipelines.api import (
     RECORDS, ROOT, alternate, check_text, comparison_section, cpu_task, host_allocator_fields, optimizer_kernel,
     our_step, ours_text, outcome, peer_flags, peer_main, peer_record, peer_version, profile_sides, profile_table,
-    retaining_sides, run_variant, synced_clocks,
+    retaining_sides, run_variant, synced_clocks, where_words,
 )
 
 SECTION = "image_text"
 RECORD = RECORDS / "image_text_peer.json"
+TOWERS = "config.model.freeze_trunks=false"
+"""``--towers``: the trunks train too, on images and token ids instead of cached features."""
 TOLERANCE = {"fp32": 1e-4, "bf16": 1e-2}
 """The equal-work check's relative tolerance on the first-step losses, per precision (module docstring)."""
 OPEN_CLIP_PRECISION = {"fp32": "fp32", "bf16": "amp_bf16"}
@@ -177,7 +184,8 @@ def peer_loop(task: Any, precision: str, device: torch.device) -> tuple[Callable
     term = clip_term(task)
     # frozen trunks stay out of the copy (an Identity each): their cached features are the peer's inputs
     twin = {id(t): nn.Identity() for t in (task.model.image_trunk, task.model.text_trunk)} if task.frozen else {}
-    model = OpenCLIPTowers(copy.deepcopy(task.model, twin), term.logit_scale, task.frozen).to(device)
+    towers = copy.deepcopy(task.model, twin).to(memory_format=torch.contiguous_format)  # as built (ours may be channels-last)
+    model = OpenCLIPTowers(towers, term.logit_scale, task.frozen).to(device)
     twin[id(term.logit_scale)] = model.logit_scale  # deepcopy's memo: each of our tensors -> its copy
     groups = [{"params": [twin[id(p)] for p in group["params"]], "lr": group["lr"], "weight_decay": group["weight_decay"]}
               for group in task.optimizers()["model"].param_groups]
@@ -225,9 +233,10 @@ def seeded(step: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     device = torch.device(args.device)
+    overrides = [*args.override, *[TOWERS] * args.towers]
     with tempfile.TemporaryDirectory() as run_dir:
         config = ROOT / "configs" / "image_text" / f"{args.config}.yaml"
-        task, loaded = cpu_task(config, args.override, args.data_root, Path(run_dir), device, args.precision)
+        task, loaded = cpu_task(config, overrides, args.data_root, Path(run_dir), device, args.precision)
         retaining = retaining_sides(loaded, device)
         peer_step, peer_optimizer, peer_desc = peer_loop(task, args.precision, device)  # before our first step
         batches = list(islice(task.batches(0), args.batches))
@@ -247,13 +256,20 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     kernel = optimizer_kernel(task.optimizers()["model"])
     own = {"ours": ours_text(f"image_text/{args.config}", detail=f" ({args.precision}), AdamW ({kernel} kernel)"),
            "ours_optimizer": kernel, **host_allocator_fields(retaining), "peer": peer_desc,
-           "config": args.config, "overrides": list(args.override), "batch": len(batches[0]["rows"]),
+           "config": args.config, "overrides": overrides, "batch": len(batches[0]["rows"]),
            "frozen_trunks": bool(task.frozen), "image_input": list(images.shape[1:]), "embed_dim": m.embed_dim,
            "text_segments": m.text_segments, "extra_image_stages": list(m.extra_image_stages),
            "trainable_parameters": sum(p.numel() for g in task.optimizers()["model"].param_groups for p in g["params"]),
            "distinct_batches": len(batches), "weights_gap_after": gap, **({"profile": profiles} if profiles else {})}
     measured = outcome(first_ours, first_peer, rounds, args.clock, tolerance=TOLERANCE[args.precision])
-    return peer_record(SECTION, args, argv, {}, [], own, measured)
+    return peer_record(SECTION, args, argv, {}, [], own, measured, variant="+towers" * args.towers)
+
+
+def towers_text(record: dict[str, Any]) -> str:
+    """What the operators of a whole-towers step are and what the two steps differ by (:func:`where_words`)."""
+    loop = "`sqrt`, `div`, `lerp_`, `addcdiv_`, `addcmul_`, `mul_`"
+    rows = TOWERS_ROWS if record.get("ours_host_allocator") == "retain" else None
+    return where_words(record, TOWERS_WHERE, "AdamW", loop, loop_closing="", rows=rows)
 
 
 def where_text(record: dict[str, Any]) -> str:
@@ -274,6 +290,17 @@ def where_text(record: dict[str, Any]) -> str:
             "finite. The rounds' times also hold the Python around the operators, which this table leaves out.")
 
 
+TOWERS_WHERE = (
+    "Both sides train the same two towers end to end: EfficientNet-Lite0's convolutions (`mkldnn_convolution`, "
+    "`convolution_backward`), batch norm and ReLU6 (`clamp`, `hardtanh_backward`), MiniLM's linear layers (`addmm`, "
+    "`mm`) and attention, with dropout in training mode on both, then the heads, and {optimizer}. {rows}")
+"""What the operators of a step through whole towers are (``--towers``), ``{optimizer}`` and ``{rows}`` filled by
+:func:`where_words`."""
+TOWERS_ROWS = ("The rows of the same kernels differ by where their outputs land: the peer's activations go to "
+               "freshly mapped pages, ours to memory retained between steps (the host-memory line's page faults).")
+"""The rows' words of a ``--towers`` record whose step retained freed memory."""
+
+
 def render(record: dict[str, Any]) -> str:
     """The page section of one record (markdown)."""
     trunks = ("frozen EfficientNet-Lite0 and MiniLM trunks, their cached features "
@@ -287,11 +314,13 @@ def render(record: dict[str, Any]) -> str:
                  f"(`||ours - peer|| / ||ours - start||`)"
                  + ("; under bf16 the two trainings differ by design: open_clip computes its loss under autocast "
                     "(bf16 logits), ours in fp32" if record["precision"] == "bf16" else ""))
-    title = f"image_text: our CLIP step vs open_clip's training loop ({record['device']}, {record['precision']})"
+    towers = "" if record["frozen_trunks"] else ", whole towers"
+    title = f"image_text: our CLIP step vs open_clip's training loop ({record['device']}, {record['precision']}{towers})"
     note = None
     if "profile" in record:
         note = (f"\nWhere the time goes (`torch.profiler` over {record['steps_per_round']} more steps per side: CPU "
-                f"self time of the {PROFILE_ROWS} largest operators). " + (where_text(record) if record["frozen_trunks"] else "")
+                f"self time of the {PROFILE_ROWS} largest operators). "
+                + (where_text(record) if record["frozen_trunks"] else towers_text(record))
                 + "\n\n" + profile_table(record["profile"], PROFILE_ROWS, differences=0))
     return comparison_section(record, title, same_work, note=note)
 
@@ -303,13 +332,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--precision", choices=sorted(TOLERANCE), default="fp32", help="bf16: autocast on both sides")
     parser.add_argument("--profile", action="store_true", help="add both sides' operator profile (torch.profiler) to the record")
+    parser.add_argument("--towers", action="store_true",
+                        help=f"train the towers end to end ({TOWERS}): a record and section of their own")
     peer_flags(parser, RECORD, {}, batches=4, steps=20, peer="open_clip's train_one_epoch")
     parser.set_defaults(clock=None, output=None)  # resolved below, from the device and precision
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.exit(2, "contrasuite bench image_text: --device cuda but torch.cuda.is_available() is False\n")
     args.clock = args.clock or ("wall" if args.device == "cuda" else "cpu")  # a process waiting on a GPU: not its CPU time
-    args.output = args.output or RECORD.with_name("_".join([RECORD.stem, *run_variant(args)]) + ".json")
+    args.output = args.output or RECORD.with_name("_".join([RECORD.stem, *run_variant(args), *["towers"] * args.towers]) + ".json")
     return peer_main(args, argv, run, render)
 
 
