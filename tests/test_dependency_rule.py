@@ -14,7 +14,7 @@ SHARED_DOMAIN_MODULES = {"contrasuite.domains.archives", "contrasuite.domains.av
                          "contrasuite.domains.images", "contrasuite.domains.image_loading", "contrasuite.domains.init_from",
                          "contrasuite.domains.checkpoint_fit", "contrasuite.domains.hugging_face",
                          "contrasuite.domains.disk_cache", "contrasuite.domains.data_sources",
-                         "contrasuite.domains.ssim",
+                         "contrasuite.domains.ssim", "contrasuite.domains.depthwise_conv",
                          "contrasuite.domains.efficientnet_lite0", "contrasuite.domains.exporting"}
 
 
