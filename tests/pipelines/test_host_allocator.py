@@ -45,7 +45,9 @@ def test_retaining_removes_the_page_faults_of_a_repeated_large_allocation():
 
     pages = 10 * (16 << 20) // 4096  # one 16 MiB activation a step: 4,096 pages of 4 KiB
     assert faults("system") > pages  # trimmed or unmapped, then faulted in (and zeroed by the kernel) again
-    assert faults("auto") < 0.1 * pages  # the heap's freed blocks, reused
+    # the heap's freed blocks, reused: at most a couple of blocks faulted in over the ten steps (once, on a loaded
+    # machine, one block: exactly 0.1 of the pages), not one a step
+    assert faults("auto") < 0.25 * pages
 
 
 @glibc
