@@ -9,11 +9,11 @@ official PCL-SISR from 0.98x to 1.13x (L1) and 0.97x to 1.20x (L1 + PCL), image_
 batch 256 against lightly's from 1.00x to 1.25x (``contrasuite bench metric_learning --against peer``,
 ``contrasuite bench super_resolution --against official``, ``contrasuite bench image_ssl --against peer``;
 docs/results/bench_pipelines.md); a one-off timing of CUT's ResNet generator and PatchGAN (reflection padding,
-instance norm) alone gave 0.88x. On an AMD EPYC (2026-12-06, the peer's batches NCHW as its users' are) metric_learning's
-step runs 1.01x its peer's (1.00-1.02 over 3 rounds; ``--override run.memory_format=contiguous``) with contiguous
-weights and 2.23x (2.22-2.24) channels-last, where
-its 5x5 depthwise weight gradients also take ``domains/depthwise_conv.py``'s window sums (an earlier AMD record, 1.05x,
-had fed the peer the stem cache's channels-last batches, so both sides ran NHWC). So ``auto`` takes channels-last on the CPU for the tasks that declare
+instance norm) alone gave 0.88x. On an AMD EPYC (2026-12-06, the peer's batches NCHW as its users' are)
+metric_learning's step runs 1.01x its peer's (1.00-1.02 over 3 rounds; ``--override run.memory_format=contiguous``)
+with contiguous weights and 2.23x (2.22-2.24) channels-last, where its 5x5 depthwise weight gradients also take
+``domains/depthwise_conv.py``'s window sums (an earlier AMD record, 1.05x, had fed the peer the stem cache's
+channels-last batches, so both sides ran NHWC). So ``auto`` takes channels-last on the CPU for the tasks that declare
 ``channels_last_on_cpu = True`` and leaves every other case as built (CUDA: not measured here).
 """
 

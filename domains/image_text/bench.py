@@ -184,7 +184,8 @@ def peer_loop(task: Any, precision: str, device: torch.device) -> tuple[Callable
     term = clip_term(task)
     # frozen trunks stay out of the copy (an Identity each): their cached features are the peer's inputs
     twin = {id(t): nn.Identity() for t in (task.model.image_trunk, task.model.text_trunk)} if task.frozen else {}
-    towers = copy.deepcopy(task.model, twin).to(memory_format=torch.contiguous_format)  # as built (ours may be channels-last)
+    # laid out as built (ours may be channels-last)
+    towers = copy.deepcopy(task.model, twin).to(memory_format=torch.contiguous_format)
     model = OpenCLIPTowers(towers, term.logit_scale, task.frozen).to(device)
     twin[id(term.logit_scale)] = model.logit_scale  # deepcopy's memo: each of our tensors -> its copy
     groups = [{"params": [twin[id(p)] for p in group["params"]], "lr": group["lr"], "weight_decay": group["weight_decay"]}
@@ -265,31 +266,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     return peer_record(SECTION, args, argv, {}, [], own, measured, variant="+towers" * args.towers)
 
 
-def towers_text(record: dict[str, Any]) -> str:
-    """What the operators of a whole-towers step are and what the two steps differ by (:func:`where_words`)."""
-    loop = "`sqrt`, `div`, `lerp_`, `addcdiv_`, `addcmul_`, `mul_`"
-    rows = TOWERS_ROWS if record.get("ours_host_allocator") == "retain" else None
-    return where_words(record, TOWERS_WHERE, "AdamW", loop, loop_closing="", rows=rows)
-
-
-def where_text(record: dict[str, Any]) -> str:
-    """What the operators of a cached-features step are, for the record's precision and optimizer kernel (the profile
-    table gives their times)."""
-    adamw = ("AdamW (ours on the fused kernel, `_fused_adamw_`; the peer on PyTorch's default, on the CPU its "
-             "per-tensor loop: `sqrt`, `div`, `lerp_`, `addcdiv_`, `addcmul_`, `mul_`)"
-             if record.get("ours_optimizer") == "fused" else
-             "AdamW (PyTorch's default on both, on the CPU its per-tensor loop: `sqrt`, `div`, `lerp_`, `addcdiv_`, "
-             "`addcmul_`, `mul_`)")
-    casts = (" Under bf16 autocast both also cast the weights and activations at every step (`copy_`)."
-             if record["precision"] == "bf16" else "")
-    return (f"Both sides run the same kernels for the heads' forward and backward (`addmm`, `mm`, `gelu`) and "
-            f"{adamw}, which are most of either step.{casts} Ours adds, inside its step, the gather of the batch's "
-            "cached trunk features and their conversion from the cache's fp16 (`index`, `copy_`; open_clip's "
-            "dataloader hands its loop ready tensors), and the engine's per-step checks: the global gradient norm it "
-            "logs and the norms of the updated weights (`linalg_vector_norm`), each read back to check that it is "
-            "finite. The rounds' times also hold the Python around the operators, which this table leaves out.")
-
-
+LOOP_OPS = "`sqrt`, `div`, `lerp_`, `addcdiv_`, `addcmul_`, `mul_`"
+"""The operators of PyTorch's per-tensor AdamW on the CPU, the peer's optimizer."""
 TOWERS_WHERE = (
     "Both sides train the same two towers end to end: EfficientNet-Lite0's convolutions (`mkldnn_convolution`, "
     "`convolution_backward`), batch norm and ReLU6 (`clamp`, `hardtanh_backward`), MiniLM's linear layers (`addmm`, "
@@ -299,6 +277,28 @@ TOWERS_WHERE = (
 TOWERS_ROWS = ("The rows of the same kernels differ by where their outputs land: the peer's activations go to "
                "freshly mapped pages, ours to memory retained between steps (the host-memory line's page faults).")
 """The rows' words of a ``--towers`` record whose step retained freed memory."""
+
+
+def towers_text(record: dict[str, Any]) -> str:
+    """What the operators of a whole-towers step are and what the two steps differ by (:func:`where_words`)."""
+    rows = TOWERS_ROWS if record.get("ours_host_allocator") == "retain" else None
+    return where_words(record, TOWERS_WHERE, "AdamW", LOOP_OPS, loop_closing="", rows=rows)
+
+
+def where_text(record: dict[str, Any]) -> str:
+    """What the operators of a cached-features step are, for the record's precision and optimizer kernel (the profile
+    table gives their times)."""
+    adamw = (f"AdamW (ours on the fused kernel, `_fused_adamw_`; the peer on PyTorch's default, on the CPU its "
+             f"per-tensor loop: {LOOP_OPS})" if record.get("ours_optimizer") == "fused" else
+             f"AdamW (PyTorch's default on both, on the CPU its per-tensor loop: {LOOP_OPS})")
+    casts = (" Under bf16 autocast both also cast the weights and activations at every step (`copy_`)."
+             if record["precision"] == "bf16" else "")
+    return (f"Both sides run the same kernels for the heads' forward and backward (`addmm`, `mm`, `gelu`) and "
+            f"{adamw}, which are most of either step.{casts} Ours adds, inside its step, the gather of the batch's "
+            "cached trunk features and their conversion from the cache's fp16 (`index`, `copy_`; open_clip's "
+            "dataloader hands its loop ready tensors), and the engine's per-step checks: the global gradient norm it "
+            "logs and the norms of the updated weights (`linalg_vector_norm`), each read back to check that it is "
+            "finite. The rounds' times also hold the Python around the operators, which this table leaves out.")
 
 
 def render(record: dict[str, Any]) -> str:
@@ -315,7 +315,8 @@ def render(record: dict[str, Any]) -> str:
                  + ("; under bf16 the two trainings differ by design: open_clip computes its loss under autocast "
                     "(bf16 logits), ours in fp32" if record["precision"] == "bf16" else ""))
     towers = "" if record["frozen_trunks"] else ", whole towers"
-    title = f"image_text: our CLIP step vs open_clip's training loop ({record['device']}, {record['precision']}{towers})"
+    title = (f"image_text: our CLIP step vs open_clip's training loop ({record['device']}, {record['precision']}"
+             f"{towers})")
     note = None
     if "profile" in record:
         note = (f"\nWhere the time goes (`torch.profiler` over {record['steps_per_round']} more steps per side: CPU "
@@ -340,7 +341,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.exit(2, "contrasuite bench image_text: --device cuda but torch.cuda.is_available() is False\n")
     args.clock = args.clock or ("wall" if args.device == "cuda" else "cpu")  # a process waiting on a GPU: not its CPU time
-    args.output = args.output or RECORD.with_name("_".join([RECORD.stem, *run_variant(args), *["towers"] * args.towers]) + ".json")
+    name = "_".join([RECORD.stem, *run_variant(args), *["towers"] * args.towers])
+    args.output = args.output or RECORD.with_name(name + ".json")
     return peer_main(args, argv, run, render)
 
 

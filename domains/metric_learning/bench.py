@@ -22,10 +22,11 @@ clock; both clocks are kept in the record.
 Our AdamW runs on PyTorch's fused kernel, the pipeline's default (``core/task/optim.py``); the peer's on PyTorch's
 CPU default, the per-tensor loop, as its examples run it. Our network's convolution weights are channels-last on
 the CPU (``run.memory_format: auto``, ``pipelines/memory_format.py``); the peer's copy is laid out as a network is
-built, and both take the task's batches of stem features NCHW, as a PML user's loader hands them (before 2026-12-06
-the cache handed them channels-last, and the peer's convolutions followed its input into channels-last). On channels-last
-tensors our 5x5 depthwise convolutions sum their weight gradients window by window (``domains/depthwise_conv.py``);
-the record says whether they did (``ours_depthwise_grad``, from our step's autograd graph). Lever (``--compile``; bench-only, not what the pipeline runs): our network under ``torch.compile`` (CPU
+built, and both take the task's batches of stem features NCHW, as a PML user's loader hands them (before
+2026-12-06 the cache handed them channels-last, and the peer's convolutions followed its input into channels-last).
+On channels-last tensors our 5x5 depthwise convolutions sum their weight gradients window by window
+(``domains/depthwise_conv.py``); the record says whether they did (``ours_depthwise_grad``, from our step's autograd
+graph). Lever (``--compile``; bench-only, not what the pipeline runs): our network under ``torch.compile`` (CPU
 inductor; compiled during our first step, which is then the warm-up). A record with levers names them and is
 rendered as its own section.
 
@@ -129,7 +130,9 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     layout = weight_layout([task.train_model])
     detail = f", AdamW ({kernel} kernel)" + (", channels-last weights (run.memory_format)" if layout == "channels_last" else "")
     own = {"ours": ours_text(f"metric_learning/{args.config}", levers, detail=detail),
-           "ours_optimizer": kernel, "ours_layout": layout, "ours_depthwise_grad": "window_sums" if window_sums else "pytorch", **host_allocator_fields(retaining), "peer": peer_desc,
+           "ours_optimizer": kernel, "ours_layout": layout,
+           "ours_depthwise_grad": "window_sums" if window_sums else "pytorch", **host_allocator_fields(retaining),
+           "peer": peer_desc,
            "config": args.config, "overrides": list(args.override), "batch": int(x.shape[0]), "input": list(x.shape[1:]),
            "classes_per_batch": int(y.unique().numel()), "distinct_batches": len(batches),
            **({"profile": profiles} if profiles else {})}

@@ -131,7 +131,8 @@ WINDOW_SUM_ROWS = (" Its 5x5 depthwise convolutions' weight gradients are summed
 """Added to the rows' words for a record whose depthwise weight gradients were window sums (``ours_depthwise_grad``)."""
 
 
-def sums_windows(record: dict[str, Any]) -> bool:
+def window_summed(record: dict[str, Any]) -> bool:
+    """Whether the record's depthwise weight gradients of ours were window sums (``ours_depthwise_grad``)."""
     return record.get("ours_depthwise_grad") == "window_sums"
 
 
@@ -141,8 +142,8 @@ def differences(record: dict[str, Any]) -> str:
     says window sums, the optimizer's kernel, where freed memory goes when
     ``ours_host_allocator`` retains it, and the engine's checks."""
     differ = [*["the convolutions' memory layout"] * (record.get("ours_layout") == "channels_last"),
-              *["the depthwise weight gradients' kernel"] * sums_windows(record), "the optimizer's kernel", *["where freed memory goes"] * (record.get("ours_host_allocator") == "retain"),
-              "the engine's checks"]
+              *["the depthwise weight gradients' kernel"] * window_summed(record), "the optimizer's kernel",
+              *["where freed memory goes"] * (record.get("ours_host_allocator") == "retain"), "the engine's checks"]
     return f"{', '.join(differ[:-1])} and {differ[-1]}"
 
 
@@ -150,7 +151,8 @@ def defaults_closing(record: dict[str, Any]) -> str:
     """The close of a "where the time goes" paragraph for a record whose optimizer ran fused (:func:`optimizer_words`):
     what the two steps differ by (:func:`differences`) and the defaults the ratio therefore measures."""
     defaults = [*["channels-last weights on the CPU"] * (record.get("ours_layout") == "channels_last"),
-                *["window-summed depthwise weight gradients"] * sums_windows(record), "the fused optimizer", *["freed memory retained"] * (record.get("ours_host_allocator") == "retain")]
+                *["window-summed depthwise weight gradients"] * window_summed(record), "the fused optimizer",
+                *["freed memory retained"] * (record.get("ours_host_allocator") == "retain")]
     measures = (f"the pipeline's defaults ({', '.join(defaults)}) give at the same network, weights and precision"
                 if len(defaults) > 1 else "the pipeline's default fused optimizer gives at the same network and precision")
     return f" So the two steps differ by {differences(record)}: the ratio is what {measures}."
@@ -172,7 +174,7 @@ def where_words(record: dict[str, Any], where: str, name: str, loop_ops: str, lo
     if rows is None:
         rows = CHANNELS_LAST_ROWS if record.get("ours_layout") == "channels_last" else SAME_ROWS
     text = where.format(optimizer=optimizer_words(record, name, loop_ops),
-                        rows=rows + (WINDOW_SUM_ROWS if sums_windows(record) else ""))
+                        rows=rows + (WINDOW_SUM_ROWS if window_summed(record) else ""))
     if closing is None:
         closing = defaults_closing(record) if record.get("ours_optimizer") == "fused" else loop_closing
     return text + closing

@@ -6,8 +6,8 @@ import pytest
 
 from contrasuite.pipelines.bench import against_peer
 from contrasuite.pipelines.bench.against_peer import (
-    PAGE_HEAD, alternate, ceiling_text, checks_text, compute_bound, cpu_task, defaults_closing, host_memory_lines, loss_check,
-    plain_loop_step, profile_sides, profile_table, rounds_table, summarize, write_section,
+    PAGE_HEAD, alternate, ceiling_text, checks_text, compute_bound, cpu_task, defaults_closing, host_memory_lines,
+    loss_check, plain_loop_step, profile_sides, profile_table, rounds_table, summarize, write_section,
 )
 
 
@@ -71,7 +71,8 @@ def test_cpu_task_applies_the_configs_host_allocator_before_any_step(monkeypatch
     loaded = SimpleNamespace(run=run, config={}, task_class=lambda: "task class")
     monkeypatch.setattr(against_peer, "load_config", lambda *a, **k: loaded)
     monkeypatch.setattr(against_peer, "setup_task", lambda *a, **k: calls.append("setup") or "task")
-    monkeypatch.setattr(against_peer, "use_host_allocator", lambda setting, device: calls.append((setting, device.type)))
+    monkeypatch.setattr(against_peer, "use_host_allocator",
+                        lambda setting, device: calls.append((setting, device.type)))
     assert cpu_task("any", [], None, tmp_path) == ("task", loaded)
     assert calls == ["setup", ("retain", "cpu")]
 
