@@ -11,9 +11,11 @@ filter padded to a 16 x 16 block (``ONEDNN_VERBOSE=1``: ``jit_dw`` for 3x3, ``ji
 ``aBCde16c16b`` for 5x5, oneDNN 3.12), and takes about ten times the forward convolution's time. The sum above
 instead walks the ``k * k`` taps over channels-last tensors (channels innermost, so each tap is one vectorised
 multiply and one reduction over rows of channels), a block of samples (about 1 MB of gradient) at a time so
-both operands stay in cache. Measured on an AMD EPYC (one thread, fp32; EfficientNet-Lite0's 5x5 layers at
-batch 64 on 64 px images): 2.2-5.9 ms against oneDNN's 7.5-12.6 ms per layer; on larger maps (16-32 px) the
-two are about even; oneDNN's 3x3 kernel is 4-10x faster than this sum, so 3x3 filters keep it.
+both operands stay in cache. A one-off timing of single layers (a throwaway script, not a project command; AMD
+EPYC, one thread, fp32, EfficientNet-Lite0's 5x5 layers at batch 64 on 64 px images, so 4x4 and 2x2 maps): 2.2-5.9
+ms against oneDNN's 7.5-12.6 ms per layer; on larger maps (16-32 px) the two about even; oneDNN's 3x3 kernel 4-10x
+faster than this sum, so 3x3 filters keep it. What it gives a whole step is measured by ``contrasuite bench
+metric_learning --against peer`` (docs/results/bench_pipelines.md).
 
 :func:`depthwise_conv2d` takes this path only where it was measured to pay: the CPU, channels-last input, a
 filter larger than 3x3, a weight that needs its gradient. Everywhere else (CUDA, contiguous tensors, 3x3) it is
