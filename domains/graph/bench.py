@@ -116,7 +116,7 @@ def pair_weight_memory(dataset: str, data_root: str | None, epochs: int = 3) -> 
 METHODS = ("meow", "adameow")
 OFFICIAL = {"meow": Path("/tmp/official/meow/code_meow"), "adameow": Path("/tmp/official/adameow_cpu/code_adameow")}
 """Where ``--official`` looks by default, per ``--method``: the folder ``code_<method>`` of an export of the official
-repository with its CPU patch (:data:`PATCHES`; ``docs/results/records/official/meow/run_official_meow.sh``, and for
+repository with its CPU patch (:data:`PATCHES`; ``docs/results/records/official/meow/run_official_meow.sh export``, and for
 AdaMEOW ``docs/results/records/official/adameow/README.md``, make them)."""
 PATCHES = {"meow": "docs/results/records/official/meow/code_meow_cpu.patch",
            "adameow": "docs/results/records/official/adameow/code_adameow_cpu.patch"}

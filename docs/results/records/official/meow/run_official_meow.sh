@@ -4,6 +4,8 @@
 #   docs/results/records/graph_paper/official_meow_<dataset>_seed<seed>.json
 #
 # usage: run_official_meow.sh DATASET SEED        (DATASET: acm | dblp | imdb)
+#        run_official_meow.sh export              (steps 1-2 only: the patched tree with DBLP's built files,
+#                                                  what `contrasuite bench graph --against official` runs)
 # env:   MEOW_GIT    the fetched repository's git directory (default /work/.mirror/jianxiangyu+MEOW/repo)
 #        MEOW_COMMIT commit to export (default 6a072d79648ab83f7ec7b7482af1696ed00938a1)
 #        OFFICIAL    scratch folder outside the repository (default /tmp/official/meow)
@@ -12,7 +14,8 @@
 # DBLP files the repository does not ship (see README.md). Runs of the same scratch folder must not
 # overlap (the code writes its embeddings and result_*.txt into code_meow/).
 set -euo pipefail
-DATASET=${1:?dataset}; SEED=${2:?seed}
+DATASET=${1:?dataset}; SEED=${2:-}
+EXPORT_ONLY=0; if [ "$DATASET" = export ]; then EXPORT_ONLY=1; DATASET=dblp; else : "${SEED:?seed}"; fi
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../../../../.." && pwd)
 MEOW_GIT=${MEOW_GIT:-/work/.mirror/jianxiangyu+MEOW/repo}
@@ -56,6 +59,7 @@ for f in ("apcpa", "aptpa", "nei_apcp", "nei_aptp"):
     m = sp.load_npz(d + f + ".npz"); print("built", f, m.shape, m.nnz)
 PY
 fi
+[ "$EXPORT_ONLY" = 1 ] && exit 0
 
 # 3. run, one thread, niced; the log is kept beside the scratch tree
 LOGDIR=${LOGDIR:-$(dirname "$OFFICIAL")/meow_logs}; mkdir -p "$LOGDIR"
