@@ -1,4 +1,5 @@
-"""``run.memory_format``: the memory layout of the 4-D weights of the modules a task hands to ``TaskContext.wrap``.
+"""``run.memory_format``: the memory layout of the 4-D weights of the modules a task hands to ``TaskContext.wrap``
+(or, averaging its gradients itself, to ``TaskContext.lay_out``: translation, image_text).
 
 With channels-last (NHWC) weights PyTorch's convolutions run their NHWC kernels, and a convolution's output
 takes its weight's layout, so activations stay NHWC from the first convolution on: the network and its

@@ -30,7 +30,8 @@ def setup_task(task: Task, config: Any, *, device: torch.device, precision: str 
     concrete = resolve_precision(precision, device)[0]
     channels_last = wants_channels_last(memory_format, type(task), device)
     task.setup(TaskContext(config=config, device=device, precision=concrete, run_dir=Path(run_dir),
-                           data_root=Path(data_root), seed=seed, wrap=lambda m: laid_out(m, channels_last), **extra))
+                           data_root=Path(data_root), seed=seed, wrap=lambda m: laid_out(m, channels_last),
+                           lay_out=lambda m: laid_out(m, channels_last), **extra))
     return task
 
 

@@ -144,7 +144,7 @@ class Trainer:
                 config=loaded.config, device=self.device, precision=self.run.precision, run_dir=self.run_dir,
                 data_root=Path(self.run.data_root), seed=self.run.seed, rank=self.dist.rank,
                 world_size=self.dist.world_size, gather=distributed.gather_with_grad, wrap=self._wrap,
-                progress=self._progress,
+                lay_out=lambda m: laid_out(m, self._channels_last), progress=self._progress,
             ))
         except BaseException as err:
             if not given or not (self.run_dir / "status.json").exists():

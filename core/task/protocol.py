@@ -55,7 +55,11 @@ class TaskContext:
     gather: Callable[[Tensor], Tensor] = field(default=lambda t: t)
     """All-gather along dim 0 with gradient flowing back to the local slice (identity on one rank)."""
     wrap: Callable[[nn.Module], nn.Module] = field(default=lambda m: m)
-    """Wraps a trainable module for distributed training (DistributedDataParallel on several ranks)."""
+    """Wraps a trainable module for distributed training (DistributedDataParallel on several ranks), its 4-D
+    weights first laid out as ``run.memory_format`` says (``lay_out``)."""
+    lay_out: Callable[[nn.Module], nn.Module] = field(default=lambda m: m)
+    """Lays a module's 4-D weights out as ``run.memory_format`` says, in place, and returns it: for the modules of
+    a task that averages gradients itself instead of calling ``wrap`` (translation, image_text)."""
     progress: Progress = field(default=no_progress)
     """Shows a loop of evaluation: ``ctx.progress(chunks, "embedding test images", total=n)`` is a tqdm
     bar on rank 0 when ``run.progress`` is on, the iterable itself otherwise."""

@@ -86,7 +86,7 @@ class ImageTextTask:
             if normalise(rec["negative"]) not in self.held_out:
                 self.text_negs.setdefault(rec["key"], []).append(rec["negative"])
         with shown(ctx.progress, f"loading the {cfg.model.name} towers"):
-            self.model = build_model(cfg.model).to(ctx.device)
+            self.model = ctx.lay_out(build_model(cfg.model).to(ctx.device))
         self.objective = ObjectiveSum(cfg.objective.terms).to(ctx.device)
         if cfg.init_from:
             load_weights(cfg.init_from, {"model": self.model, "objective": self.objective}, which="last")
@@ -97,7 +97,7 @@ class ImageTextTask:
         self.model_ema = None
         if cfg.ema > 0:  # same architecture, weights copied from the model (not read from disk again)
             shell = build_model(replace(cfg.model, pretrained_trunks=False, pretrained=None))
-            self.model_ema = start_average(shell.to(ctx.device), self.model)
+            self.model_ema = start_average(ctx.lay_out(shell.to(ctx.device)), self.model)
             self.model_ema.omit_frozen_trunks = self.model.omit_frozen_trunks  # its trunks are the model's
         self.frozen = cfg.model.freeze_trunks
         texts_all = list(dict.fromkeys([*styles[train_style].captions, *(r["negative"] for r in texts)]))

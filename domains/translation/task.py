@@ -202,17 +202,17 @@ class TranslationTask:
         self.cfg, self.ctx, self.device = cfg, ctx, ctx.device
         self.loader = None
         self._load_data(Path(ctx.data_root))
-        self.generator = build_generator(cfg).to(self.device)
+        self.generator = ctx.lay_out(build_generator(cfg).to(self.device))
         keep_former_architecture(cfg, Path(ctx.run_dir))
-        self.discriminator = PatchDiscriminator(cfg.discriminator.ndf, cfg.discriminator.n_layers,
-                                                cfg.discriminator.antialias).to(self.device)
+        self.discriminator = ctx.lay_out(PatchDiscriminator(cfg.discriminator.ndf, cfg.discriminator.n_layers,
+                                                            cfg.discriminator.antialias).to(self.device))
         self.augment = DiffAugment(cfg.discriminator.augment)
         self.layers = list(cfg.nce.layers) if cfg.nce.layers is not None else default_nce_layers(cfg.generator.n_blocks)
         self._modules: dict[str, nn.Module] = {"generator": self.generator, "discriminator": self.discriminator}
         check_decay(cfg.ema)
         self.generator_ema = None
         if cfg.ema > 0:
-            self.generator_ema = start_average(build_generator(cfg).to(self.device), self.generator)
+            self.generator_ema = start_average(ctx.lay_out(build_generator(cfg).to(self.device)), self.generator)
             self._modules["generator_ema"] = self.generator_ema
         parts: dict[str, list[tuple[str, Any]]] = {"discriminator": [("discriminator", self.discriminator.parameters())],
                                                    "generator": [("generator", self.generator.parameters())]}

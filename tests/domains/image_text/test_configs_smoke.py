@@ -74,3 +74,24 @@ def test_checkpoints_without_frozen_trunks_resume_exactly(tmp_path, emoji_root, 
     for name in modules:
         for key, value in expected["modules"][name].items():
             assert torch.equal(done["modules"][name][key], value), (name, key)
+
+
+@pytest.mark.parametrize("setting", ["channels_last", "contiguous"])
+def test_run_memory_format_lays_out_the_towers_and_their_average(tmp_path, emoji_root, setting):
+    """The towers are called through methods, not a DDP wrapper; ``run.memory_format`` reaches them (and the weight
+    average) through ``ctx.lay_out`` (it had been ignored)."""
+    import torch
+
+    from contrasuite.pipelines.trainer import Trainer
+
+    layout = torch.channels_last if setting == "channels_last" else torch.contiguous_format
+    overrides = ["run.epochs=1", f"run.output_root={tmp_path}", "config.data.limit=20", "config.batch_size=8",
+                 f"config.cache_dir={tmp_path / 'cache'}", "config.model.image_size=64", "config.ema=0.5",
+                 "config.model.freeze_trunks=false", f"run.memory_format={setting}"]
+    configs = Path(__file__).resolve().parents[3] / "configs" / "image_text"
+    trainer = Trainer(load_config(configs / "reduced_align.yaml", overrides, data_root=str(emoji_root)))
+    task = trainer.task
+    weights = [p for m in (task.model, task.model_ema) for p in m.parameters() if p.dim() == 4]
+    # the layout's own strides (a 1 x 1 or depthwise weight is contiguous in both layouts)
+    assert len(weights) > 10 and all(w.stride() == torch.empty_like(w, memory_format=layout).stride() for w in weights)
+    trainer.close()

@@ -136,3 +136,20 @@ def test_run_folder_from_before_discriminator_antialias_evaluates_as_trained(dat
     saved.write_text(text.replace("    antialias: false\n", "", 1))
     with pytest.raises(checkpoint.CheckpointError, match="config.discriminator.antialias"):
         resume(run_dir, ["run.epochs=2"])
+
+
+@pytest.mark.parametrize("setting, layout", [("channels_last", torch.channels_last),
+                                              ("contiguous", torch.contiguous_format)])
+def test_run_memory_format_lays_out_the_generator_discriminator_and_average(data_root, cache, tiny_overrides, tmp_path,
+                                                                            setting, layout):
+    """The task averages its gradients itself (no ``ctx.wrap``); ``run.memory_format`` reaches its networks through
+    ``ctx.lay_out`` (it had been ignored: a shipped config with ``channels_last`` ran NCHW)."""
+    config = next(p for p in CONFIGS if p.stem == "reduced_cut_emoji")
+    loaded = load_config(config, [*tiny_overrides, f"run.output_root={tmp_path}", f"config.data.cache_dir={cache}",
+                                  f"run.memory_format={setting}", "config.ema=0.5"], data_root=str(data_root))
+    trainer = Trainer(loaded)
+    task = trainer.task
+    weights = [p for m in (task.generator, task.discriminator, task.generator_ema) for p in m.parameters() if p.dim() == 4]
+    # the layout's own strides (a 1 x 1 or depthwise weight is contiguous in both layouts)
+    assert len(weights) > 10 and all(w.stride() == torch.empty_like(w, memory_format=layout).stride() for w in weights)
+    trainer.close()
