@@ -32,6 +32,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from contrasuite.domains.autograd_graph import graph_holds
+
 BLOCK_BYTES = 1 << 20
 """Output gradient per block of samples in the window sums (measured: 128 KB-1 MB about even, whole batches of
 16 px maps twice as slow)."""
@@ -106,14 +108,5 @@ BACKWARD_NODE = "_DepthwiseConvBackward"
 
 def sums_windows(output: Tensor) -> bool:
     """Whether the autograd graph behind ``output`` holds a depthwise convolution on the window sums."""
-    seen, todo = set(), [output.grad_fn]
-    while todo:
-        node = todo.pop()
-        if node is None or node in seen:
-            continue
-        if node.name() == BACKWARD_NODE:
-            return True
-        seen.add(node)
-        todo.extend(next_node for next_node, _ in node.next_functions)
-    return False
+    return graph_holds(output, BACKWARD_NODE)
 

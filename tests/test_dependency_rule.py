@@ -15,6 +15,7 @@ SHARED_DOMAIN_MODULES = {"contrasuite.domains.archives", "contrasuite.domains.av
                          "contrasuite.domains.checkpoint_fit", "contrasuite.domains.hugging_face",
                          "contrasuite.domains.disk_cache", "contrasuite.domains.data_sources",
                          "contrasuite.domains.ssim", "contrasuite.domains.depthwise_conv",
+                         "contrasuite.domains.winograd_conv", "contrasuite.domains.autograd_graph",
                          "contrasuite.domains.efficientnet_lite0", "contrasuite.domains.exporting"}
 
 

@@ -78,6 +78,7 @@ import numpy as np
 import torch
 
 from contrasuite.domains.translation.data import DataConfig, to_float
+from contrasuite.domains.winograd_conv import runs_winograd
 from contrasuite.domains.translation.task import TranslationConfig, TranslationTask
 from contrasuite.pipelines.api import (
     RECORDS, ConfigError, StepRunner, alternate, ceiling_text, check_text, compute_bound, cpu_task, heading,
@@ -337,7 +338,9 @@ def compare_variant(args: argparse.Namespace, variant: str, device: torch.device
     for row, against_bf16 in zip(rounds, bf16.pop("rounds")):
         row["ratio_bf16"] = against_bf16["ratio"]
     net = lambda m: m.module if isinstance(m, torch.nn.DataParallel) else m  # noqa: E731
+    winograd = runs_winograd(task.generator(to_float(crops[0][0]).to(device)))  # our fp32 generator, as in the step
     return {"variant": variant, "mode": mode, "config": config, "overrides": overrides,
+            "ours_conv3x3": "winograd" if winograd else "pytorch",
             "official_options": " ".join(argv).replace(str(tmp / "official"), "TMP"),
             "parameters": {"ours": sizes({"G": task.generator, "D": task.discriminator, "F": task.head}),
                            "official": sizes({"G": net(model.netG), "D": net(model.netD), "F": net(model.netF)})},
@@ -365,6 +368,18 @@ def against_official(args: argparse.Namespace, argv: Sequence[str]) -> dict[str,
     record = peer_record("translation", args, argv, {}, [], fields)
     record["against"] = "official"
     return record
+
+
+WINOGRAD_WORDS = (" (ours: all but its residual blocks' 3x3 convolutions, which run as Winograd F(2x2, 3x3) matrix "
+                  "products in fp32, `domains/winograd_conv.py`: 16 products per 2x2 output tile instead of 36 "
+                  "multiplies, `aten::mm` and `aten::addmm` with the tiles' strided `add` and `sub`; under bf16 "
+                  "autocast they are oneDNN's)")
+"""The profile's words for a record whose residual blocks ran on the Winograd path (``ours_conv3x3``)."""
+
+
+def winograd_blocks(record: dict[str, Any]) -> bool:
+    """Whether our fp32 residual blocks' convolutions were Winograd products in every variant of the record."""
+    return all(v.get("ours_conv3x3") == "winograd" for v in record["variants"])
 
 
 def render_official(record: dict[str, Any]) -> str:
@@ -407,8 +422,9 @@ def render_official(record: dict[str, Any]) -> str:
     if not cuda:
         lines.append(
             "\nWhere the time goes (torch.profiler and cProfile of one CUT step of each side after a warm-up step, one "
-            "thread): in fp32 both sides spend most of the step in the same oneDNN convolutions, forward and backward "
-            "(`mkldnn_convolution`, `convolution_backward`), then in instance norm, reflection padding and the "
+            "thread): in fp32 both sides spend most of the step in oneDNN convolutions, forward and backward "
+            f"(`mkldnn_convolution`, `convolution_backward`){WINOGRAD_WORDS if winograd_blocks(record) else ''}, "
+            "then in instance norm, reflection padding and the "
             "elementwise ops; our bilinear up-sampling and the official fixed-filter transposed convolution cost little "
             "either way. The steps differ in how PatchNCE gets its keys: the official step encodes its input a second "
             "time (`netG(src, nce_layers, encode_only=True)`, with an autograd graph, though the keys are detached), ours "

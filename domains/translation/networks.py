@@ -25,6 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from contrasuite.domains.winograd_conv import WinogradConv2d
+
 
 GLOBAL_SKIP_CLAMP = 0.995
 """Inputs are clamped to this before ``atanh`` in the generator's global skip (atanh(1) is infinite)."""
@@ -46,13 +48,14 @@ class BlurDownsample(nn.Module):
 
 
 class ResnetBlock(nn.Module):
-    """``x + (pad-conv3-IN-ReLU-pad-conv3-IN)(x)``."""
+    """``x + (pad-conv3-IN-ReLU-pad-conv3-IN)(x)``; the 3x3 convolutions run as Winograd products on the CPU in
+    fp32 where they pay (:mod:`~contrasuite.domains.winograd_conv`)."""
 
     def __init__(self, dim: int) -> None:
         super().__init__()
         self.body = nn.Sequential(
-            nn.ReflectionPad2d(1), nn.Conv2d(dim, dim, 3), nn.InstanceNorm2d(dim), nn.ReLU(True),
-            nn.ReflectionPad2d(1), nn.Conv2d(dim, dim, 3), nn.InstanceNorm2d(dim),
+            nn.ReflectionPad2d(1), WinogradConv2d(dim, dim), nn.InstanceNorm2d(dim), nn.ReLU(True),
+            nn.ReflectionPad2d(1), WinogradConv2d(dim, dim), nn.InstanceNorm2d(dim),
         )
 
     def forward(self, x: Tensor) -> Tensor:

@@ -97,3 +97,32 @@ def test_global_skip_starts_near_the_identity():
     assert near < 0.05 and (plain(x) - x).abs().mean() > 10 * near
     skip(x).sum().backward()
     assert skip.model[1].weight.grad.abs().sum() > 0
+
+
+def test_the_residual_blocks_run_as_winograd_products_with_the_direct_convolutions_results(monkeypatch):
+    """ngf 32 on 128 px: the blocks' 128-channel 32 x 32 convolutions take the Winograd path on the CPU in fp32;
+    the translation and the weights' gradients equal those of the direct convolutions up to fp32 rounding (the
+    biases before instance norm have no gradient but rounding noise)."""
+    from contrasuite.domains import winograd_conv
+
+    torch.manual_seed(0)
+    g = ResnetGenerator(ngf=32, n_blocks=2)
+    x = torch.rand(1, 3, 128, 128) * 2 - 1
+    taken = []
+    real = winograd_conv.winograd_conv3x3
+    monkeypatch.setattr(winograd_conv, "winograd_conv3x3", lambda *a: taken.append(1) or real(*a))
+
+    def run():
+        g.zero_grad()
+        out = g(x)
+        out.square().sum().backward()
+        return out.detach(), [p.grad.clone() for p in g.parameters() if p.dim() == 4]
+
+    ours = run()
+    assert len(taken) == 4
+    monkeypatch.setattr(winograd_conv, "takes_winograd", lambda *a: False)
+    direct = run()
+    assert len(taken) == 4
+    torch.testing.assert_close(ours[0], direct[0], rtol=1e-4, atol=1e-5)
+    for a, b in zip(ours[1], direct[1]):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4 * b.abs().max().item())
