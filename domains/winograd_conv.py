@@ -187,7 +187,7 @@ class _WinogradConv(torch.autograd.Function):
             if want_w:  # the tiles again rather than kept from forward: 4x the input's memory per layer
                 v = input_tiles(x[n, :, 2 * r0:2 * r1 + 2])
                 for xi in range(16):
-                    grad_u[xi].addmm_(dm[xi], v[xi].t())
+                    torch.addmm(grad_u[xi], dm[xi], v[xi].t(), out=grad_u[xi])  # counted by flop_counter; addmm_ is not
             if want_x:
                 dv = dm.new_empty(16, x.shape[1], dm.shape[2])
                 for xi in range(16):

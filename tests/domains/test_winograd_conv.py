@@ -80,3 +80,15 @@ def test_a_traced_module_is_the_direct_convolution_on_any_size():
     assert not runs_winograd(traced(torch.randn(1, 128, 34, 34, requires_grad=True)))
     x = torch.randn(2, 128, 20, 26)
     torch.testing.assert_close(traced(x), F.conv2d(x, conv.weight, conv.bias))
+
+
+def test_flop_counter_sees_the_three_products():
+    """Forward ``U V``, backward ``U^T dM`` and ``dM V^T``: 3 x 16 products of ``2 O C tiles`` FLOPs each (the bench's
+    compute bound counts them), and the filters' transform and its adjoint, ``2 x 16 x 9`` FLOPs per filter each."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    conv = WinogradConv2d(128, 128, bias=False)
+    x = torch.randn(1, 128, 34, 34, requires_grad=True)
+    with FlopCounterMode(display=False) as counter:
+        conv(x).sum().backward()
+    assert counter.get_total_flops() == 3 * 16 * 2 * 128 * 128 * 16 * 16 + 2 * (2 * 16 * 9) * 128 * 128
