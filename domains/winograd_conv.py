@@ -14,11 +14,11 @@ so over channels each of the 16 points of the transformed tile is one matrix pro
 pass is the same algebra transposed: ``dU[xi] = dM[xi] V[xi]^T``, ``dV[xi] = U[xi]^T dM[xi]`` with ``dM`` the
 output gradient's tiles through ``A``, then ``dx`` through ``B`` (overlapping tiles add) and ``dw = G^T dU G``.
 
-oneDNN (PyTorch's CPU convolutions) computes them directly; its CPU Winograd kernels are gone from oneDNN 3. The
-transforms here are a few strided adds each, memory-bound, so they pay only where a tile's matrix products are
-large (many channels, many tiles) and a band of transformed tiles stays in cache: one sample at a time, in bands
-of tile rows of at most :data:`BAND_BYTES`; the backward pass transforms the input again rather than keeping 4x
-its size per layer. Measured by a one-off timing (a throwaway script, not a project command; AMD EPYC, one thread,
+PyTorch's CPU convolutions compute them directly (``ONEDNN_VERBOSE=1``: ``jit:avx512_core``,
+``alg:convolution_direct``, oneDNN 3.12). The transforms here are a few strided adds each, memory-bound, so they
+pay only where a tile's matrix products are large (many channels, many tiles) and a band of transformed tiles
+stays in cache: one sample at a time, in bands of tile rows of at most :data:`BAND_BYTES`; the backward pass
+transforms the input again rather than keeping 4x its size per layer. Measured by a one-off timing (a throwaway script, not a project command; AMD EPYC, one thread,
 fp32, forward and backward of one layer, NCHW, ms): 256 -> 256 channels on 64 x 64 maps 97.1 against oneDNN's
 151.3 (batch 1), 203.5 against 289.8 (batch 2); on 32 x 32 maps 26.9 against 37.2, on 128 x 128 399.4 against
 602.3; 512 channels on 32 x 32 91.4 against 146.8; 192 channels on 64 x 64 59.1 against 81.5; 128 channels on
