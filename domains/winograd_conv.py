@@ -28,7 +28,7 @@ on 256 x 256, 109.8 against 85.9 on EDSR's 48 x 48 at batch 16). What it gives a
 direct convolution up to fp32 rounding (relative differences of a few 1e-7 in the output, up to ~1e-5 in the
 weight gradient, summed in another order).
 
-:class:`WinogradConv2d` is an ``nn.Conv2d(in, out, 3)`` (stride 1, no padding: callers pad; same parameters and
+:class:`WinogradConv2d` is an ``nn.Conv2d(in, out, 3)`` (stride 1, zero padding or none; the same parameters and
 state dict) that takes this path where :func:`takes_winograd` says so, and is ``nn.Conv2d`` everywhere else (CUDA,
 autocast, channels-last tensors, fewer channels). Double backward is not supported on the path.
 """
@@ -38,6 +38,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
@@ -54,16 +55,16 @@ BAND_BYTES = 16 << 20
 """Transformed input tiles per band of one sample (16 x channels x tiles x 4 bytes)."""
 
 
-def takes_winograd(x: Tensor, weight: Tensor) -> bool:
-    """Whether :class:`WinogradConv2d` runs these operands as Winograd products: the CPU in fp32 (no autocast),
-    an NCHW input with an even output size of at least :data:`MIN_OUTPUTS` positions, and at least
-    :data:`MIN_CHANNELS` channels in and out; never while tracing, scripting or compiling."""
+def takes_winograd(x: Tensor, weight: Tensor, padding: int = 0) -> bool:
+    """Whether :class:`WinogradConv2d` runs these operands (``x`` before its zero ``padding``) as Winograd products:
+    the CPU in fp32 (no autocast), an NCHW input, an even output size of at least :data:`MIN_OUTPUTS` positions, and
+    at least :data:`MIN_CHANNELS` channels in and out; never while tracing, scripting or compiling."""
     if torch.jit.is_tracing() or torch.jit.is_scripting() or torch.compiler.is_compiling():
         return False  # a traced or compiled graph must not bake in this shape's bands (exports have free sizes)
+    height, width = x.shape[-2] + 2 * padding - 2, x.shape[-1] + 2 * padding - 2
     return (x.device.type == "cpu" and x.dtype == weight.dtype == torch.float32 and x.dim() == 4
-            and not torch.is_autocast_enabled("cpu") and x.is_contiguous() and x.shape[-2] % 2 == 0
-            and x.shape[-1] % 2 == 0 and (x.shape[-2] - 2) * (x.shape[-1] - 2) >= MIN_OUTPUTS
-            and min(weight.shape[:2]) >= MIN_CHANNELS)
+            and not torch.is_autocast_enabled("cpu") and x.is_contiguous() and height % 2 == 0 and width % 2 == 0
+            and height * width >= MIN_OUTPUTS and min(weight.shape[:2]) >= MIN_CHANNELS)
 
 
 def combine(coeffs: Sequence[float], parts: Sequence[Tensor], out: Tensor | None = None) -> Tensor:
@@ -212,14 +213,15 @@ def runs_winograd(output: Tensor) -> bool:
 
 
 class WinogradConv2d(nn.Conv2d):
-    """``nn.Conv2d(in_channels, out_channels, 3)`` (stride 1, no padding) on :func:`winograd_conv3x3` where
-    :func:`takes_winograd` says so; the same parameters and state dict."""
+    """``nn.Conv2d(in_channels, out_channels, 3, padding=padding)`` (stride 1, zero padding) on
+    :func:`winograd_conv3x3` where :func:`takes_winograd` says so; the same parameters and state dict."""
 
-    def __init__(self, in_channels: int, out_channels: int, bias: bool = True) -> None:
-        super().__init__(in_channels, out_channels, 3, bias=bias)
+    def __init__(self, in_channels: int, out_channels: int, padding: int = 0, bias: bool = True) -> None:
+        super().__init__(in_channels, out_channels, 3, padding=padding, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
-        if not takes_winograd(x, self.weight):
+        pad = self.padding[0]
+        if not takes_winograd(x, self.weight, pad):
             return super().forward(x)
-        out = winograd_conv3x3(x, self.weight)
+        out = winograd_conv3x3(F.pad(x, (pad,) * 4) if pad else x, self.weight)
         return out if self.bias is None else out + self.bias.view(1, -1, 1, 1)

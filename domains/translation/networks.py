@@ -8,7 +8,9 @@
   ``--no_antialias_up`` (a learned transposed convolution) is not built. The layers form one
   ``nn.Sequential`` indexed like CUT's, so ``nce_layers = 0, 4, 8, 12, 16`` are the padded input, the
   first and second down-sampling convolutions, and the 1st and 5th residual blocks. The paper uses 9 blocks
-  at 256 px; fewer blocks suit smaller images (4 at 64 px here).
+  at 256 px; fewer blocks suit smaller images (4 at 64 px here). Its 3x3 stride-1 convolutions (the blocks', the
+  anti-aliased down-sampling and the up-sampling ones) run as Winograd products on the CPU in fp32 where those
+  pay (:mod:`~contrasuite.domains.winograd_conv`: 128+ channels in and out, 32 x 32+ maps).
 * :class:`PatchDiscriminator`: the 70x70 PatchGAN (``n_layers = 3``), instance norm, LeakyReLU 0.2,
   anti-aliased as CUT's default (each stride-2 convolution becomes a stride-1 convolution, the
   activation, then the same blur with stride 2; ``antialias=False`` is CUT's ``--no_antialias``).
@@ -48,8 +50,7 @@ class BlurDownsample(nn.Module):
 
 
 class ResnetBlock(nn.Module):
-    """``x + (pad-conv3-IN-ReLU-pad-conv3-IN)(x)``; the 3x3 convolutions run as Winograd products on the CPU in
-    fp32 where they pay (:mod:`~contrasuite.domains.winograd_conv`)."""
+    """``x + (pad-conv3-IN-ReLU-pad-conv3-IN)(x)``."""
 
     def __init__(self, dim: int) -> None:
         super().__init__()
@@ -84,7 +85,7 @@ class ResnetGenerator(nn.Module):
         for mult in (1, 2):
             c_in, c_out = ngf * mult, ngf * mult * 2
             if antialias:
-                layers += [nn.Conv2d(c_in, c_out, 3, padding=1), nn.InstanceNorm2d(c_out), nn.ReLU(True), BlurDownsample(c_out)]
+                layers += [WinogradConv2d(c_in, c_out, padding=1), nn.InstanceNorm2d(c_out), nn.ReLU(True), BlurDownsample(c_out)]
             else:
                 layers += [nn.Conv2d(c_in, c_out, 3, stride=2, padding=1), nn.InstanceNorm2d(c_out), nn.ReLU(True), nn.Identity()]
             self.channels += [c_out] * 4
@@ -95,7 +96,7 @@ class ResnetGenerator(nn.Module):
         for mult in (4, 2):
             c_in, c_out = ngf * mult, ngf * mult // 2
             layers += [nn.Upsample(scale_factor=2, mode="bilinear", align_corners=False),
-                       nn.Conv2d(c_in, c_out, 3, padding=1), nn.InstanceNorm2d(c_out), nn.ReLU(True)]
+                       WinogradConv2d(c_in, c_out, padding=1), nn.InstanceNorm2d(c_out), nn.ReLU(True)]
             self.channels += [c_in, c_out, c_out, c_out]
         layers += [nn.ReflectionPad2d(3), nn.Conv2d(ngf, 3, 7), nn.Tanh()]
         self.channels += [ngf, 3, 3]

@@ -92,3 +92,16 @@ def test_flop_counter_sees_the_three_products():
     with FlopCounterMode(display=False) as counter:
         conv(x).sum().backward()
     assert counter.get_total_flops() == 3 * 16 * 2 * 128 * 128 * 16 * 16 + 2 * (2 * 16 * 9) * 128 * 128
+
+
+def test_zero_padding_as_nn_conv2d():
+    torch.manual_seed(0)
+    ours, direct = WinogradConv2d(128, 128, padding=1), nn.Conv2d(128, 128, 3, padding=1)
+    direct.load_state_dict(ours.state_dict())
+    x = torch.randn(1, 128, 32, 32, requires_grad=True)
+    assert takes_winograd(x, ours.weight, padding=1) and not takes_winograd(x, ours.weight)  # 30 x 30 unpadded
+    assert runs_winograd(ours(x))
+    torch.testing.assert_close(ours(x), direct(x), rtol=1e-4, atol=1e-5)
+    (gx,) = torch.autograd.grad(ours(x).sum(), x)
+    (want,) = torch.autograd.grad(direct(x).sum(), x)
+    torch.testing.assert_close(gx, want, rtol=1e-4, atol=1e-4)
