@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 import torch
+from torch import nn
 
 from contrasuite.core.task.precision import autocast_for
 from contrasuite.core.task.protocol import Task, TaskContext
@@ -29,9 +30,12 @@ def setup_task(task: Task, config: Any, *, device: torch.device, precision: str 
     extra = {} if progress is None else {"progress": progress}
     concrete = resolve_precision(precision, device)[0]
     channels_last = wants_channels_last(memory_format, type(task), device)
+
+    def lay_out(module: nn.Module) -> nn.Module:  # one rank: wrapping is laying out
+        return laid_out(module, channels_last)
+
     task.setup(TaskContext(config=config, device=device, precision=concrete, run_dir=Path(run_dir),
-                           data_root=Path(data_root), seed=seed, wrap=lambda m: laid_out(m, channels_last),
-                           lay_out=lambda m: laid_out(m, channels_last), **extra))
+                           data_root=Path(data_root), seed=seed, wrap=lay_out, lay_out=lay_out, **extra))
     return task
 
 

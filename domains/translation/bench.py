@@ -78,8 +78,8 @@ import numpy as np
 import torch
 
 from contrasuite.domains.translation.data import DataConfig, to_float
-from contrasuite.domains.winograd_conv import runs_winograd
 from contrasuite.domains.translation.task import TranslationConfig, TranslationTask
+from contrasuite.domains.winograd_conv import runs_winograd
 from contrasuite.pipelines.api import (
     RECORDS, ConfigError, StepRunner, alternate, ceiling_text, check_text, compute_bound, cpu_task, heading,
     host_allocator_fields, host_memory_lines, load_config, machine_lines, official_flags, our_step, ours_text, outcome,
@@ -370,15 +370,17 @@ def against_official(args: argparse.Namespace, argv: Sequence[str]) -> dict[str,
     return record
 
 
-WINOGRAD_WORDS = (" (ours: all but its residual blocks' 3x3 convolutions, which run as Winograd F(2x2, 3x3) matrix "
+WINOGRAD_WORDS = (" (ours: all but its 3x3 convolutions of 128 or more channels in and out, the residual blocks', the "
+                  "second down-sampling and the first up-sampling one, which run as Winograd F(2x2, 3x3) matrix "
                   "products in fp32, `domains/winograd_conv.py`: 16 products per 2x2 output tile instead of 36 "
                   "multiplies, `aten::mm` and `aten::addmm` with the tiles' strided `add` and `sub`; under bf16 "
                   "autocast they are oneDNN's)")
-"""The profile's words for a record whose residual blocks ran on the Winograd path (``ours_conv3x3``)."""
+"""The profile's words for a record whose generator's wide 3x3 convolutions ran on the Winograd path
+(``ours_conv3x3``)."""
 
 
 def winograd_blocks(record: dict[str, Any]) -> bool:
-    """Whether our fp32 residual blocks' convolutions were Winograd products in every variant of the record."""
+    """Whether our fp32 generator's wide 3x3 convolutions were Winograd products in every variant of the record."""
     return all(v.get("ours_conv3x3") == "winograd" for v in record["variants"])
 
 
