@@ -24,7 +24,8 @@ fp32, forward and backward of one layer, NCHW, ms): 256 -> 256 channels on 64 x 
 602.3; 512 channels on 32 x 32 91.4 against 146.8; 192 channels on 64 x 64 59.1 against 81.5; 128 channels on
 128 x 128 137.6 against 160.4; 256 channels on 16 x 16 9.9 against 10.3; 64 channels slower (190.7 against 176.7
 on 256 x 256, 109.8 against 85.9 on EDSR's 48 x 48 at batch 16); with zero padding 1 (``F.pad`` first), batch 2 on
-128 x 128 maps, 128 -> 256 channels 558.2 against 647.8 and 256 -> 128 497.1 against 588.6. What it gives a whole step is measured by
+128 x 128 maps, 128 -> 256 channels 558.2 against 647.8 and 256 -> 128 497.1 against 588.6. On two threads, 256
+channels: 58.7 against 81.3 (64 x 64, batch 1), 250.1 against 298.7 (128 x 128); more threads were not measured. What it gives a whole step is measured by
 ``contrasuite bench translation --against official`` (docs/results/bench_pipelines.md). The result equals the
 direct convolution up to fp32 rounding (relative differences of a few 1e-7 in the output, up to ~1e-5 in the
 weight gradient, summed in another order).
