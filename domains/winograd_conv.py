@@ -70,15 +70,16 @@ def takes_winograd(x: Tensor, weight: Tensor, padding: int = 0) -> bool:
 
 
 def combine(coeffs: Sequence[float], parts: Sequence[Tensor], out: Tensor | None = None) -> Tensor:
-    """``sum_i coeffs[i] * parts[i]`` over the nonzero coefficients, into ``out`` when given."""
-    terms = [(c, p) for c, p in zip(coeffs, parts) if c != 0]
-    (c0, p0), rest = terms[0], terms[1:]
-    if rest and 1 in (c0, rest[0][0]):
-        (c1, p1), rest = rest[0], rest[1:]
-        (ca, pa), (cb, pb) = ((c0, p0), (c1, p1)) if c0 == 1 else ((c1, p1), (c0, p0))
-        out = torch.add(pa, pb, alpha=cb, **({} if out is None else {"out": out}))
+    """``sum_i coeffs[i] * parts[i]`` over the nonzero coefficients, into ``out`` when given (a unit coefficient
+    first, so the first two terms are one ``add``)."""
+    terms = sorted(((c, p) for c, p in zip(coeffs, parts) if c != 0), key=lambda term: term[0] != 1)
+    (c0, p0), *rest = terms
+    into = {} if out is None else {"out": out}
+    if c0 == 1 and rest:
+        (c1, p1), *rest = rest
+        out = torch.add(p0, p1, alpha=c1, **into)
     else:
-        out = torch.mul(p0, c0, **({} if out is None else {"out": out}))
+        out = torch.mul(p0, c0, **into)
     for c, p in rest:
         out.add_(p, alpha=c)
     return out
