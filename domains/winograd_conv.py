@@ -15,20 +15,20 @@ pass is the same algebra transposed: ``dU[xi] = dM[xi] V[xi]^T``, ``dV[xi] = U[x
 output gradient's tiles through ``A``, then ``dx`` through ``B`` (overlapping tiles add) and ``dw = G^T dU G``.
 
 PyTorch's CPU convolutions compute them directly (``ONEDNN_VERBOSE=1``: ``jit:avx512_core``,
-``alg:convolution_direct``, oneDNN 3.12). The transforms here are a few strided adds each, memory-bound, so they
-pay only where a tile's matrix products are large (many channels, many tiles) and a band of transformed tiles
-stays in cache: one sample at a time, in bands of tile rows of at most :data:`BAND_BYTES`; the backward pass
-transforms the input again rather than keeping 4x its size per layer. Measured by a one-off timing (a throwaway script, not a project command; AMD EPYC, one thread,
-fp32, forward and backward of one layer, NCHW, ms): 256 -> 256 channels on 64 x 64 maps 97.1 against oneDNN's
-151.3 (batch 1), 203.5 against 289.8 (batch 2); on 32 x 32 maps 26.9 against 37.2, on 128 x 128 399.4 against
-602.3; 512 channels on 32 x 32 91.4 against 146.8; 192 channels on 64 x 64 59.1 against 81.5; 128 channels on
-128 x 128 137.6 against 160.4; 256 channels on 16 x 16 9.9 against 10.3; 64 channels slower (190.7 against 176.7
-on 256 x 256, 109.8 against 85.9 on EDSR's 48 x 48 at batch 16); with zero padding 1 (``F.pad`` first), batch 2 on
-128 x 128 maps, 128 -> 256 channels 558.2 against 647.8 and 256 -> 128 497.1 against 588.6. On two threads, 256
-channels: 58.7 against 81.3 (64 x 64, batch 1), 250.1 against 298.7 (128 x 128); more threads were not measured. What it gives a whole step is measured by
-``contrasuite bench translation --against official`` (docs/results/bench_pipelines.md). The result equals the
-direct convolution up to fp32 rounding (relative differences of a few 1e-7 in the output, up to ~1e-5 in the
-weight gradient, summed in another order).
+``alg:convolution_direct``, oneDNN 3.12). The transforms here are a few strided adds each, memory-bound, so they pay
+only where a tile's matrix products are large (many channels, many tiles) and a band of transformed tiles stays in
+cache: one sample at a time, in bands of tile rows of at most :data:`BAND_BYTES`; the backward pass transforms the
+input again rather than keeping 4x its size per layer. Measured by a one-off timing (a throwaway script, not a
+project command; AMD EPYC, one thread, fp32, forward and backward of one layer, NCHW, ms): 256 -> 256 channels on 64
+x 64 maps 97.1 against oneDNN's 151.3 (batch 1), 203.5 against 289.8 (batch 2); on 32 x 32 maps 26.9 against 37.2,
+on 128 x 128 399.4 against 602.3; 512 channels on 32 x 32 91.4 against 146.8; 192 channels on 64 x 64 59.1 against
+81.5; 128 channels on 128 x 128 137.6 against 160.4; 256 channels on 16 x 16 9.9 against 10.3; 64 channels slower
+(190.7 against 176.7 on 256 x 256, 109.8 against 85.9 on EDSR's 48 x 48 at batch 16); with zero padding 1 (``F.pad``
+first), batch 2 on 128 x 128 maps, 128 -> 256 channels 558.2 against 647.8 and 256 -> 128 497.1 against 588.6. On
+two threads, 256 channels: 58.7 against 81.3 (64 x 64, batch 1), 250.1 against 298.7 (128 x 128); more threads were
+not measured. What it gives a whole step is measured by ``contrasuite bench translation --against official``
+(docs/results/bench_pipelines.md). The result equals the direct convolution up to fp32 rounding (relative
+differences of a few 1e-7 in the output, up to ~1e-5 in the weight gradient, summed in another order).
 
 :class:`WinogradConv2d` is an ``nn.Conv2d(in, out, 3)`` (stride 1, zero padding or none; the same parameters and
 state dict) that takes this path where :func:`takes_winograd` says so, and is ``nn.Conv2d`` everywhere else (CUDA,

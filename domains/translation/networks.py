@@ -85,7 +85,8 @@ class ResnetGenerator(nn.Module):
         for mult in (1, 2):
             c_in, c_out = ngf * mult, ngf * mult * 2
             if antialias:
-                layers += [WinogradConv2d(c_in, c_out, padding=1), nn.InstanceNorm2d(c_out), nn.ReLU(True), BlurDownsample(c_out)]
+                layers += [WinogradConv2d(c_in, c_out, padding=1), nn.InstanceNorm2d(c_out), nn.ReLU(True),
+                           BlurDownsample(c_out)]
             else:
                 layers += [nn.Conv2d(c_in, c_out, 3, stride=2, padding=1), nn.InstanceNorm2d(c_out), nn.ReLU(True), nn.Identity()]
             self.channels += [c_out] * 4

@@ -32,7 +32,8 @@ def test_gradcheck():
 
 
 def test_only_the_weight_gradient_when_the_input_needs_none():
-    x, w = torch.randn(1, 3, 6, 6, dtype=torch.float64), torch.randn(2, 3, 3, 3, dtype=torch.float64, requires_grad=True)
+    x = torch.randn(1, 3, 6, 6, dtype=torch.float64)
+    w = torch.randn(2, 3, 3, 3, dtype=torch.float64, requires_grad=True)
     (ours,) = torch.autograd.grad(winograd_conv3x3(x, w).square().sum(), w)
     (direct,) = torch.autograd.grad(F.conv2d(x, w).square().sum(), w)
     torch.testing.assert_close(ours, direct)

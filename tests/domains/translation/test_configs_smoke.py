@@ -149,7 +149,8 @@ def test_run_memory_format_lays_out_the_generator_discriminator_and_average(data
                                   f"run.memory_format={setting}", "config.ema=0.5"], data_root=str(data_root))
     trainer = Trainer(loaded)
     task = trainer.task
-    weights = [p for m in (task.generator, task.discriminator, task.generator_ema) for p in m.parameters() if p.dim() == 4]
+    weights = [p for m in (task.generator, task.discriminator, task.generator_ema) for p in m.parameters()
+               if p.dim() == 4]
     # the layout's own strides (a 1 x 1 or depthwise weight is contiguous in both layouts)
     assert len(weights) > 10 and all(w.stride() == torch.empty_like(w, memory_format=layout).stride() for w in weights)
     trainer.close()
