@@ -1,5 +1,7 @@
 """``run.memory_format``: the memory layout of the 4-D weights of the modules a task hands to ``TaskContext.wrap``
-(or, averaging its gradients itself, to ``TaskContext.lay_out``: translation, image_text).
+(or, averaging its gradients itself, to ``TaskContext.lay_out``: translation, image_text). After setup the engine
+checks that every 4-D weight of ``task.modules()`` has the asked layout (:func:`check_laid_out`): a task that
+forgot one of the two would otherwise run its convolutions in the other layout without a word.
 
 With channels-last (NHWC) weights PyTorch's convolutions run their NHWC kernels, and a convolution's output
 takes its weight's layout, so activations stay NHWC from the first convolution on: the network and its
@@ -20,7 +22,7 @@ channels-last batches, so both sides ran NHWC). So ``auto`` takes channels-last 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 from torch import nn
@@ -48,3 +50,22 @@ def laid_out(module: nn.Module, channels_last: bool | None) -> nn.Module:
                 # weight that is both (a depthwise [C, 1, k, k] or a 1 x 1 one), which the kernels then read as NCHW
                 p.data = torch.empty_like(p, memory_format=layout).copy_(p)
     return module
+
+
+def has_layout(p: torch.Tensor, layout: torch.memory_format) -> bool:
+    """Whether ``p`` has the strides :func:`laid_out` gives a weight in ``layout``."""
+    return p.stride() == torch.empty_like(p, memory_format=layout).stride()
+
+
+def check_laid_out(task: Any, channels_last: bool | None) -> None:
+    """Raises naming the first 4-D parameter of ``task.modules()`` that is not laid out as ``channels_last`` asks
+    (nothing to check when it is None: the modules stay as built)."""
+    if channels_last is None:
+        return
+    layout = torch.channels_last if channels_last else torch.contiguous_format
+    astray = [f"{name}.{key}" for name, module in task.modules().items() for key, p in module.named_parameters()
+              if p.dim() == 4 and not has_layout(p, layout)]
+    if astray:
+        more = f" and {len(astray) - 1} more" if len(astray) > 1 else ""
+        raise RuntimeError(f"{type(task).__name__}: run.memory_format asks {'channels_last' if channels_last else 'contiguous'} "
+                           f"weights, but {astray[0]}{more} is not: its setup must hand the module to ctx.wrap or ctx.lay_out")

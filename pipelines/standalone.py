@@ -16,7 +16,7 @@ from torch import nn
 
 from contrasuite.core.task.precision import autocast_for
 from contrasuite.core.task.protocol import Task, TaskContext
-from contrasuite.pipelines.memory_format import laid_out, wants_channels_last
+from contrasuite.pipelines.memory_format import check_laid_out, laid_out, wants_channels_last
 from contrasuite.pipelines.precision import make_scaler, resolve_precision
 from contrasuite.pipelines.step import Step
 
@@ -36,6 +36,7 @@ def setup_task(task: Task, config: Any, *, device: torch.device, precision: str 
 
     task.setup(TaskContext(config=config, device=device, precision=concrete, run_dir=Path(run_dir),
                            data_root=Path(data_root), seed=seed, wrap=lay_out, lay_out=lay_out, **extra))
+    check_laid_out(task, channels_last)
     return task
 
 

@@ -44,7 +44,7 @@ from contrasuite.domains.init_from import checkpoint_file
 from contrasuite.pipelines import checkpoint, distributed
 from contrasuite.pipelines.config import ConfigError, LoadedConfig, flatten, load_config, parse_override, save_resolved
 from contrasuite.pipelines.host_allocator import use_host_allocator
-from contrasuite.pipelines.memory_format import laid_out, wants_channels_last
+from contrasuite.pipelines.memory_format import check_laid_out, laid_out, wants_channels_last
 from contrasuite.pipelines.metrics_log import MetricsLog
 from contrasuite.pipelines.plots import similarity_histogram, training_curves
 from contrasuite.pipelines.precision import (
@@ -146,6 +146,7 @@ class Trainer:
                 world_size=self.dist.world_size, gather=distributed.gather_with_grad, wrap=self._wrap,
                 lay_out=lambda m: laid_out(m, self._channels_last), progress=self._progress,
             ))
+            check_laid_out(self.task, self._channels_last)
         except BaseException as err:
             if not given or not (self.run_dir / "status.json").exists():
                 self._status("failed", error=f"task setup: {type(err).__name__}: {err}")

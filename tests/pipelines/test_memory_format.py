@@ -48,11 +48,32 @@ class WrapsAConv:
     def setup(self, ctx):
         self.net = ctx.wrap(nn.Conv2d(3, 4, 3))
 
+    def modules(self):
+        return {"net": self.net}
+
+
+class ForgetsOne(WrapsAConv):
+    """Wraps one convolution and keeps another as built, handed to neither ``ctx.wrap`` nor ``ctx.lay_out``."""
+
+    def setup(self, ctx):
+        super().setup(ctx)
+        self.head = nn.Sequential(nn.Conv2d(4, 4, 3), nn.Conv2d(4, 2, 1))
+
+    def modules(self):
+        return {**super().modules(), "head": self.head}
+
 
 @pytest.mark.parametrize("setting, layout", [("auto", torch.channels_last), ("contiguous", torch.contiguous_format)])
 def test_setup_task_lays_out_the_wrapped_modules_as_the_trainer_does(setting, layout):
     task = setup_task(WrapsAConv(), None, device=CPU, memory_format=setting)
     assert task.net.weight.is_contiguous(memory_format=layout)
+
+
+def test_a_module_left_out_of_the_asked_layout_stops_setup_naming_it():
+    with pytest.raises(RuntimeError, match=r"channels_last weights, but head\.0\.weight and 1 more is not: .*ctx\.lay_out"):
+        setup_task(ForgetsOne(), None, device=CPU, memory_format="auto")
+    task = setup_task(ForgetsOne(), None, device=CPU, memory_format="contiguous")  # as built: nothing astray
+    assert task.head[0].weight.is_contiguous()
 
 
 def test_a_weight_that_is_both_layouts_gets_channels_last_strides():
