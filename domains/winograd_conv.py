@@ -26,7 +26,11 @@ on 128 x 128 399.4 against 602.3; 512 channels on 32 x 32 91.4 against 146.8; 19
 (190.7 against 176.7 on 256 x 256, 109.8 against 85.9 on EDSR's 48 x 48 at batch 16); with zero padding 1 (``F.pad``
 first), batch 2 on 128 x 128 maps, 128 -> 256 channels 558.2 against 647.8 and 256 -> 128 497.1 against 588.6. On
 two threads, 256 channels: 58.7 against 81.3 (64 x 64, batch 1), 250.1 against 298.7 (128 x 128); more threads were
-not measured. What it gives a whole step is measured by ``contrasuite bench translation --against official``
+not measured. F(4x4, 3x3) (6 x 6 tiles, 36 products per 16 outputs: 4x fewer multiplies) was tried for EDSR's 64
+channels (a throwaway prototype, NCHW and NHWC, one band per 1 to 16 samples): no faster than oneDNN there (91 to
+131 ms against 82 to 115 on 48 x 48 at batch 16), its 36 products of 64 x 64 weights by 64 x tiles running at about
+half the direct convolution's rate (48 against 96 GFLOP/s), the transforms' thousands of small strided operations
+the rest. What it gives a whole step is measured by ``contrasuite bench translation --against official``
 (docs/results/bench_pipelines.md). The result equals the direct convolution up to fp32 rounding (relative
 differences of a few 1e-7 in the output, up to ~1e-5 in the weight gradient, summed in another order).
 
