@@ -42,22 +42,32 @@ where-the-time-goes table in ``docs/results/bench_pipelines.md``.
 captions, every module of both in training mode (MiniLM's dropout on, as open_clip's loop sets it), the images
 reaching both towers NCHW, the peer's copy of the towers laid out as built even where ours is channels-last.
 
+``--locked`` keeps the config's frozen trunks and gives the peer what open_clip's loop does with locked towers
+(``--lock-image``, ``--lock-text``): uint8 images and token ids, the trunks run forward at every step (without
+gradients, in eval mode as the cache was computed), while ours reads their features from the cache its setup builds.
+That setup runs on an empty cache folder and is timed (``ours_setup_s``), so the record also projects both sides'
+time to the config's last epoch: ours, its setup plus its median step times the steps; the peer, its median step
+times the steps (none of its setup). The first-step losses must agree within 1e-3 (the cache holds fp16 features).
+
 Our AdamW runs on PyTorch's fused kernel, the pipeline's default (``core/task/optim.py``); the peer keeps PyTorch's
-default (on the CPU the per-tensor loop). A record on a GPU, in bf16 or with ``--towers`` has its own file
-(``image_text_peer[_cuda][_bf16][_towers].json`` unless ``--output``) and section.
+default (on the CPU the per-tensor loop). A record on a GPU, in bf16, with ``--towers`` or
+``--locked`` has its own file (``image_text_peer[_cuda][_bf16][_towers|_locked].json`` unless ``--output``) and
+section.
 
     contrasuite bench image_text --against peer --threads 1 --profile
     contrasuite bench image_text --against peer --threads 1 --precision bf16 --profile
     contrasuite bench image_text --against peer --device cuda --threads 0 --steps 50 --profile
     contrasuite bench image_text --against peer --device cuda --threads 0 --steps 50 --precision bf16 --profile
     contrasuite bench image_text --against peer --threads 1 --towers --steps 3 --batches 3 --profile
-    contrasuite bench image_text --report [--device cuda] [--precision bf16] [--towers]  # or --output RECORD
+    contrasuite bench image_text --against peer --threads 1 --locked --steps 3 --batches 3 --profile
+    contrasuite bench image_text --report [--device cuda] [--precision bf16] [--towers | --locked]  # or --output RECORD
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import statistics
 import sys
 import tempfile
 from itertools import count, islice
@@ -78,8 +88,9 @@ SECTION = "image_text"
 RECORD = RECORDS / "image_text_peer.json"
 TOWERS = "config.model.freeze_trunks=false"
 """``--towers``: the trunks train too, on images and token ids instead of cached features."""
-TOLERANCE = {"fp32": 1e-4, "bf16": 1e-2}
-"""The equal-work check's relative tolerance on the first-step losses, per precision (module docstring)."""
+TOLERANCE = {"fp32": 1e-4, "bf16": 1e-2, "locked": 1e-3}
+"""The equal-work check's relative tolerance on the first-step losses, per precision (module docstring); with
+``--locked`` ours reads the trunks' features rounded to fp16 in its cache, the peer computes them in fp32."""
 OPEN_CLIP_PRECISION = {"fp32": "fp32", "bf16": "amp_bf16"}
 """open_clip's ``--precision`` for ours."""
 PROFILE_ROWS = 12
@@ -88,20 +99,29 @@ PROFILE_ROWS = 12
 class OpenCLIPTowers(nn.Module):
     """Our towers (a :class:`~contrasuite.domains.image_text.models.TwoTowerModel`) as open_clip's loop takes a model:
     ``encode_image``, ``encode_text``, ``logit_scale`` and ``forward(image, text)`` returning ``open_clip.CLIP``'s
-    output dict (L2-normalised features, ``logit_scale.exp()``). With ``frozen`` trunks the inputs are their cached
-    features and only the heads run; otherwise uint8 images and token ids go through the whole towers."""
+    output dict (L2-normalised features, ``logit_scale.exp()``). With ``cached`` inputs (the frozen trunks'
+    features) only the heads run; otherwise uint8 images and token ids go through the whole towers. ``locked``
+    trunks (frozen, run at every step) stay in eval mode when the loop calls ``train()``, as the cache was computed
+    (open_clip's ``--lock-image-freeze-bn-stats``; its locked Hugging Face text tower would keep dropout on)."""
 
-    def __init__(self, towers: nn.Module, logit_scale: Tensor, frozen: bool) -> None:
+    def __init__(self, towers: nn.Module, logit_scale: Tensor, cached: bool, locked: bool = False) -> None:
         super().__init__()
-        self.towers, self.frozen = towers, frozen
+        self.towers, self.cached, self.locked = towers, cached, locked
         self.logit_scale = nn.Parameter(logit_scale.detach().clone())
 
+    def train(self, mode: bool = True) -> "OpenCLIPTowers":
+        super().train(mode)
+        if self.locked:
+            self.towers.image_trunk.eval()
+            self.towers.text_trunk.eval()
+        return self
+
     def encode_image(self, image: Tensor, normalize: bool = False) -> Tensor:
-        x = self.towers.image_head(image) if self.frozen else self.towers.encode_image(image)
+        x = self.towers.image_head(image) if self.cached else self.towers.encode_image(image)
         return F.normalize(x, dim=-1) if normalize else x
 
     def encode_text(self, text: Tensor, normalize: bool = False) -> Tensor:
-        x = self.towers.text_head(text if self.frozen else self.towers.text_trunk(text))
+        x = self.towers.text_head(text if self.cached else self.towers.text_trunk(text))
         return F.normalize(x, dim=-1) if normalize else x
 
     def forward(self, image: Tensor, text: Tensor) -> dict[str, Tensor]:
@@ -148,15 +168,17 @@ def clip_term(task: Any) -> nn.Module:
     return task.objective.terms[0]
 
 
-def peer_batch(task: Any, batch: dict) -> tuple[Tensor, Tensor]:
+def peer_batch(task: Any, batch: dict, cached: bool) -> tuple[Tensor, Tensor]:
     """The inputs of ``batch`` (one of ``task.batches``) as open_clip's dataloader hands them: CPU tensors of the
-    images and captions (module docstring)."""
+    images and captions, their trunks' ``cached`` features or uint8 pixels and token ids (module docstring)."""
     n = len(batch["rows"])
     if batch["pos_mask"].shape != (n, n) or not torch.equal(batch["pos_mask"], torch.eye(n, dtype=torch.bool)):
         raise SystemExit("a batch holds two pairs of the same caption: ClipLoss's targets are the diagonal")
-    images = task._images_in(task.styles[task.train_style], batch["image_rows"]).cpu()
-    texts = task._texts_in(batch["texts"])
-    return images, (texts.cpu() if task.frozen else task.model.tokenizer(texts))
+    if cached:
+        return (task._images_in(task.styles[task.train_style], batch["image_rows"]).cpu(),
+                task._texts_in(batch["texts"]).cpu())
+    pixels = task.styles[task.train_style].images[batch["image_rows"]]
+    return torch.from_numpy(pixels), task.model.tokenizer(batch["texts"])
 
 
 def open_clip_args(task: Any, precision: str, device: torch.device) -> argparse.Namespace:
@@ -173,20 +195,21 @@ def open_clip_args(task: Any, precision: str, device: torch.device) -> argparse.
     return args
 
 
-def peer_loop(task: Any, precision: str, device: torch.device) -> tuple[Callable[[tuple[Tensor, Tensor]], Tensor],
-                                                                        torch.optim.Optimizer, str]:
-    """open_clip's loop on a copy of the task's towers (module docstring): ``(step, its optimizer, description)``;
-    a step returns its loss (a tensor, not read: reading it would wait for the GPU)."""
+def peer_loop(task: Any, precision: str, device: torch.device, cached: bool) -> tuple[
+        Callable[[tuple[Tensor, Tensor]], Tensor], torch.optim.Optimizer, str]:
+    """open_clip's loop on a copy of the task's towers (module docstring), on the trunks' ``cached`` features or
+    through the trunks: ``(step, its optimizer, description)``; a step returns its loss (a tensor, not read: reading
+    it would wait for the GPU)."""
     import open_clip
     from open_clip_train.train import train_one_epoch
 
     args = open_clip_args(task, precision, device)
     term = clip_term(task)
-    # frozen trunks stay out of the copy (an Identity each): their cached features are the peer's inputs
-    twin = {id(t): nn.Identity() for t in (task.model.image_trunk, task.model.text_trunk)} if task.frozen else {}
+    # trunks whose cached features are the peer's inputs stay out of the copy (an Identity each)
+    twin = {id(t): nn.Identity() for t in (task.model.image_trunk, task.model.text_trunk)} if cached else {}
     # laid out as built (ours may be channels-last)
     towers = copy.deepcopy(task.model, twin).to(memory_format=torch.contiguous_format)
-    model = OpenCLIPTowers(towers, term.logit_scale, task.frozen).to(device)
+    model = OpenCLIPTowers(towers, term.logit_scale, cached, locked=task.frozen and not cached).to(device)
     twin[id(term.logit_scale)] = model.logit_scale  # deepcopy's memo: each of our tensors -> its copy
     groups = [{"params": [twin[id(p)] for p in group["params"]], "lr": group["lr"], "weight_decay": group["weight_decay"]}
               for group in task.optimizers()["model"].param_groups]
@@ -237,11 +260,19 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     overrides = [*args.override, *[TOWERS] * args.towers]
     with tempfile.TemporaryDirectory() as run_dir:
         config = ROOT / "configs" / "image_text" / f"{args.config}.yaml"
-        task, loaded = cpu_task(config, overrides, args.data_root, Path(run_dir), device, args.precision)
+        # --locked: ours builds its feature cache in setup, into an empty folder, timed
+        empty_cache = [f"config.cache_dir={Path(run_dir) / 'cache'}"] * args.locked
+        clock = synced_clocks(device)[args.clock]
+        started = clock()
+        task, loaded = cpu_task(config, [*overrides, *empty_cache], args.data_root, Path(run_dir), device, args.precision)
+        setup_s = clock() - started
+        if args.locked and not task.frozen:
+            raise SystemExit("--locked compares frozen trunks; the config has model.freeze_trunks false")
+        cached = task.frozen and not args.locked
         retaining = retaining_sides(loaded, device)
-        peer_step, peer_optimizer, peer_desc = peer_loop(task, args.precision, device)  # before our first step
+        peer_step, peer_optimizer, peer_desc = peer_loop(task, args.precision, device, cached)  # before our first step
         batches = list(islice(task.batches(0), args.batches))
-        peer_batches = [peer_batch(task, b) for b in batches]
+        peer_batches = [peer_batch(task, b, cached) for b in batches]
         ours = seeded(our_step(task, device, args.precision))
         peer = {id(b): p for b, p in zip(batches, peer_batches)}
         theirs = seeded(lambda batch: peer_step(peer[id(batch)]))  # on its tensors of the same batch
@@ -255,15 +286,24 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         profiles = profile_sides(sides, batches, args.steps, device, retaining) if args.profile else None
     m, images = task.cfg.model, peer_batches[0][0]
     kernel = optimizer_kernel(task.optimizers()["model"])
+    locked = {"ours_setup_s": setup_s, "epochs": loaded.run.epochs, "steps_per_epoch": task.steps_per_epoch,
+              "feature_cache_inputs": {"images": sum(len(s.images) for s in task.styles.values()),
+                                       "texts": len(task.text_features)}} if args.locked else {}
     own = {"ours": ours_text(f"image_text/{args.config}", detail=f" ({args.precision}), AdamW ({kernel} kernel)"),
            "ours_optimizer": kernel, **host_allocator_fields(retaining), "peer": peer_desc,
            "config": args.config, "overrides": overrides, "batch": len(batches[0]["rows"]),
-           "frozen_trunks": bool(task.frozen), "image_input": list(images.shape[1:]), "embed_dim": m.embed_dim,
-           "text_segments": m.text_segments, "extra_image_stages": list(m.extra_image_stages),
+           "frozen_trunks": bool(task.frozen), "peer_runs_trunks": not cached, "image_input": list(images.shape[1:]),
+           "embed_dim": m.embed_dim, "text_segments": m.text_segments, "extra_image_stages": list(m.extra_image_stages),
            "trainable_parameters": sum(p.numel() for g in task.optimizers()["model"].param_groups for p in g["params"]),
-           "distinct_batches": len(batches), "weights_gap_after": gap, **({"profile": profiles} if profiles else {})}
-    measured = outcome(first_ours, first_peer, rounds, args.clock, tolerance=TOLERANCE[args.precision])
-    return peer_record(SECTION, args, argv, {}, [], own, measured, variant="+towers" * args.towers)
+           "distinct_batches": len(batches), "weights_gap_after": gap, **locked, **({"profile": profiles} if profiles else {})}
+    tolerance = max(TOLERANCE[args.precision], TOLERANCE["locked"] if args.locked else 0.0)
+    measured = outcome(first_ours, first_peer, rounds, args.clock, tolerance=tolerance)
+    return peer_record(SECTION, args, argv, {}, [], own, measured, variant=variant(args))
+
+
+def variant(args: argparse.Namespace) -> str:
+    """``+towers`` or ``+locked`` for those modes' records and sections (none for cached features)."""
+    return "+towers" * args.towers + "+locked" * args.locked
 
 
 LOOP_OPS = "`sqrt`, `div`, `lerp_`, `addcdiv_`, `addcmul_`, `mul_`"
@@ -277,6 +317,14 @@ TOWERS_WHERE = (
 TOWERS_ROWS = ("The rows of the same kernels differ by where their outputs land: the peer's activations go to "
                "freshly mapped pages, ours to memory retained between steps (the host-memory line's page faults).")
 """The rows' words of a ``--towers`` record whose step retained freed memory."""
+
+
+LOCKED_WHERE = ("The peer's step runs the frozen trunks forward, without gradients (EfficientNet-Lite0's convolutions, "
+                "`mkldnn_convolution`, batch norm and ReLU6; MiniLM's linear layers, `addmm`, and attention), then "
+                "the heads as ours does; ours reads the trunks' features from its cache (`index`, `copy_`). Both then "
+                "run the heads' backward and AdamW (ours on the fused kernel, `_fused_adamw_`; the peer on PyTorch's "
+                "default, on the CPU its per-tensor loop: " + LOOP_OPS + ").")
+"""What the operators of a ``--locked`` record are: the trunks' forward is the difference."""
 
 
 def towers_text(record: dict[str, Any]) -> str:
@@ -301,9 +349,27 @@ def where_text(record: dict[str, Any]) -> str:
             "finite. The rounds' times also hold the Python around the operators, which this table leaves out.")
 
 
+def to_checkpoint(record: dict[str, Any]) -> str:
+    """A ``--locked`` record's time to the config's last epoch, projected from the median step of each side: ours
+    with its setup on an empty feature cache, the peer's loop with none of its setup."""
+    steps, clock = record["epochs"] * record["steps_per_epoch"], record["clock"]
+    ours, peer = (statistics.median(r[f"{side}_{clock}_s"] for r in record["rounds"]) for side in ("ours", "peer"))
+    ours_total, peer_total = record["ours_setup_s"] + steps * ours, steps * peer
+    cache = record["feature_cache_inputs"]
+    return (f"- to the config's checkpoint ({record['epochs']} epochs of {record['steps_per_epoch']} steps, its last "
+            f"epoch's weights), projected from the median steps above: ours {ours_total:.0f} s ({clock} clock), of which "
+            f"{record['ours_setup_s']:.0f} s are its setup with an empty feature cache (the trunks over "
+            f"{cache['images']:,} images and {cache['texts']:,} captions, the data and the towers), the peer "
+            f"{peer_total:.0f} s without any of its setup: **{peer_total / ours_total:.2f}x**")
+
+
 def render(record: dict[str, Any]) -> str:
     """The page section of one record (markdown)."""
-    trunks = ("frozen EfficientNet-Lite0 and MiniLM trunks, their cached features "
+    locked = record["frozen_trunks"] and record.get("peer_runs_trunks", False)
+    trunks = ("frozen EfficientNet-Lite0 and MiniLM trunks; ours reads their features from the cache it builds at "
+              f"setup, the peer's loop runs them at every step on images {record['image_input']} and token ids, in "
+              "eval mode as the cache was computed (open_clip's locked towers)" if locked else
+              "frozen EfficientNet-Lite0 and MiniLM trunks, their cached features "
               f"({record['image_input']} per image) into the heads" if record["frozen_trunks"] else
               f"EfficientNet-Lite0 and MiniLM towers end to end, images {record['image_input']}")
     same_work = (f"the towers of config `{record['config']}` (a copy before either steps: {trunks}, "
@@ -312,18 +378,21 @@ def render(record: dict[str, Any]) -> str:
                  f"cycled by both; first-step loss {check_text(record['loss_check'])}; after the rounds the two sides' "
                  f"weights are apart by {record['weights_gap_after']:.1e} of the distance ours moved from the start "
                  f"(`||ours - peer|| / ||ours - start||`)"
+                 + ("; ours trains on the trunks' features rounded to fp16 in its cache, the peer on fp32 ones"
+                    if locked else "")
                  + ("; under bf16 the two trainings differ by design: open_clip computes its loss under autocast "
                     "(bf16 logits), ours in fp32" if record["precision"] == "bf16" else ""))
-    towers = "" if record["frozen_trunks"] else ", whole towers"
+    mode = ", frozen trunks run by the peer" if locked else "" if record["frozen_trunks"] else ", whole towers"
     title = (f"image_text: our CLIP step vs open_clip's training loop ({record['device']}, {record['precision']}"
-             f"{towers})")
-    note = None
+             f"{mode})")
+    note = [to_checkpoint(record)] if locked else []
     if "profile" in record:
-        note = (f"\nWhere the time goes (`torch.profiler` over {record['steps_per_round']} more steps per side: CPU "
-                f"self time of the {PROFILE_ROWS} largest operators). "
-                + (where_text(record) if record["frozen_trunks"] else towers_text(record))
-                + "\n\n" + profile_table(record["profile"], PROFILE_ROWS, differences=0))
-    return comparison_section(record, title, same_work, note=note)
+        note.append(f"\nWhere the time goes (`torch.profiler` over {record['steps_per_round']} more steps per side: CPU "
+                    f"self time of the {PROFILE_ROWS} largest operators). "
+                    + (LOCKED_WHERE if locked else where_text(record) if record["frozen_trunks"]
+                       else towers_text(record))
+                    + "\n\n" + profile_table(record["profile"], PROFILE_ROWS, differences=0))
+    return comparison_section(record, title, same_work, note="\n".join(note) if note else None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -333,15 +402,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--precision", choices=sorted(TOLERANCE), default="fp32", help="bf16: autocast on both sides")
     parser.add_argument("--profile", action="store_true", help="add both sides' operator profile (torch.profiler) to the record")
-    parser.add_argument("--towers", action="store_true",
-                        help=f"train the towers end to end ({TOWERS}): a record and section of their own")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--towers", action="store_true",
+                      help=f"train the towers end to end ({TOWERS}): a record and section of their own")
+    mode.add_argument("--locked", action="store_true",
+                      help="frozen trunks as configured, ours from its feature cache (built at setup, timed), the "
+                           "peer's loop running them at every step: a record and section of their own")
     peer_flags(parser, RECORD, {}, batches=4, steps=20, peer="open_clip's train_one_epoch")
     parser.set_defaults(clock=None, output=None)  # resolved below, from the device and precision
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.exit(2, "contrasuite bench image_text: --device cuda but torch.cuda.is_available() is False\n")
     args.clock = args.clock or ("wall" if args.device == "cuda" else "cpu")  # a process waiting on a GPU: not its CPU time
-    name = "_".join([RECORD.stem, *run_variant(args), *["towers"] * args.towers])
+    name = "_".join([RECORD.stem, *run_variant(args), *["towers"] * args.towers, *["locked"] * args.locked])
     args.output = args.output or RECORD.with_name(name + ".json")
     return peer_main(args, argv, run, render)
 
