@@ -48,12 +48,14 @@ process's defaults (recorded; the official ``BaseModel`` switches ``cudnn.benchm
 
 ``--clock cpu`` (the default on the CPU) is this process's CPU time; on CUDA only ``wall`` is allowed, read
 after ``torch.cuda.synchronize()``. On the CPU the record also keeps each variant's compute bound (``compute_bound``:
-the FLOPs of one more fp32 step of ours over the fp32 matrix-product peak). The record goes to
+the FLOPs of one more fp32 step of ours over the fp32 matrix-product peak). ``--profile`` keeps each variant's
+largest operators of our fp32 step and the official one (``torch.profiler`` over ``--steps`` more steps per side
+after the rounds), which ``--report`` renders as its where-the-time-goes table. The record goes to
 ``docs/results/records/bench_pipelines/translation_official.json`` (``translation_official_cuda.json`` on a
 GPU), its section ``translation`` (``translation+cuda``) of ``docs/results/bench_pipelines.md``.
 
     docs/results/records/official/cut/run_official_cut.sh export
-    contrasuite bench translation --against official --threads 1
+    contrasuite bench translation --against official --threads 1 --profile
     contrasuite bench translation --against official --device cuda --steps 50 --warmup 5
     contrasuite bench translation --against official --report [--device cuda]
 """
@@ -83,7 +85,8 @@ from contrasuite.domains.winograd_conv import runs_winograd
 from contrasuite.pipelines.api import (
     RECORDS, ConfigError, StepRunner, alternate, ceiling_text, check_text, compute_bound, cpu_task, heading,
     host_allocator_fields, host_memory_lines, load_config, machine_lines, official_flags, our_step, ours_text, outcome,
-    peer_flags, peer_main, peer_record, pick_device, retaining_sides, run_variant, setup_task, synced_clocks,
+    peer_flags, peer_main, peer_record, pick_device, profile_sides, profile_table, retaining_sides, run_variant,
+    setup_task, synced_clocks,
 )
 
 SETTINGS = {
@@ -95,6 +98,8 @@ SETTINGS = {
 VARIANTS = {"cut": dict(weight=1.0, identity=True, flip_equivariance=False),
             "fastcut": dict(weight=10.0, identity=False, flip_equivariance=True),
             "gan": dict(weight=0.0)}
+PROFILE_ROWS = 10
+"""A profile table's rows: the operators of largest time on either side, then as many of largest difference."""
 PAIR = "translation/single_image_monet_etretat"
 """The real images every mode crops (under the data root): a Monet painting (trainA) and a photo (trainB)."""
 
@@ -332,6 +337,8 @@ def compare_variant(args: argparse.Namespace, variant: str, device: torch.device
             side(batches[0])
     rounds = alternate(sides, batches, args.repeats, args.steps, synced_clocks(device), retaining)
     compute = {"compute": compute_bound(sides["ours"], batches[0])} if device.type == "cpu" else {}  # fp32's peak
+    profile = ({"profile": profile_sides({"ours": sides["ours"], "peer": official}, batches, args.steps, device,
+                                         retaining)} if args.profile else {})
     c = args.clock
     bf16 = outcome(first["bf16"], first["official"], [{f"ours_{c}_s": r[f"bf16_{c}_s"], f"peer_{c}_s": r[f"peer_{c}_s"]}
                                                       for r in rounds], c, tolerance=TOLERANCE["bf16"])
@@ -347,7 +354,7 @@ def compare_variant(args: argparse.Namespace, variant: str, device: torch.device
             "crop": int(crops[0][0].shape[-1]), "batch": int(crops[0][0].shape[0]), "distinct_batches": len(crops),
             **host_allocator_fields(retaining),
             **outcome(first["fp32"], first["official"], rounds, args.clock, tolerance=TOLERANCE["fp32"]), "bf16": bf16,
-            **compute}
+            **compute, **profile}
 
 
 def against_official(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
@@ -373,7 +380,7 @@ def against_official(args: argparse.Namespace, argv: Sequence[str]) -> dict[str,
 WINOGRAD_WORDS = (" (ours: all but its 3x3 convolutions of 128 or more channels in and out, the residual blocks', the "
                   "second down-sampling and the first up-sampling one, which run as Winograd F(2x2, 3x3) matrix "
                   "products in fp32, `domains/winograd_conv.py`: 16 products per 2x2 output tile instead of 36 "
-                  "multiplies, `aten::mm` and `aten::addmm` with the tiles' strided `add` and `sub`; under bf16 "
+                  "multiplies, `aten::mm` and `aten::addmm` with the tiles' strided `add`, `add_` and `mul`; under bf16 "
                   "autocast they are oneDNN's)")
 """The profile's words for a record whose generator's wide 3x3 convolutions ran on the Winograd path
 (``ours_conv3x3``)."""
@@ -421,21 +428,22 @@ def render_official(record: dict[str, Any]) -> str:
         for name, part in (("ours fp32", v), ("ours bf16 autocast", v["bf16"])):
             lines.append(f"- {v['mode']}, official fp32 / {name}: **{part['ratio_median']:.2f}** median, "
                          f"{part['ratio_min']:.2f} to {part['ratio_max']:.2f}")
-    if not cuda:
+    profiled = [v for v in record["variants"] if "profile" in v]
+    if profiled:
         lines.append(
-            "\nWhere the time goes (torch.profiler and cProfile of one CUT step of each side after a warm-up step, one "
-            "thread): in fp32 both sides spend most of the step in oneDNN convolutions, forward and backward "
+            f"\nWhere the time goes (`torch.profiler` over {record['steps_per_round']} more step(s) per side after the "
+            f"rounds, fp32: CPU self time of the {PROFILE_ROWS} largest operators, then the {PROFILE_ROWS} others of "
+            "largest difference). Both sides spend most of the step in convolutions, forward and backward "
             f"(`mkldnn_convolution`, `convolution_backward`){WINOGRAD_WORDS if winograd_blocks(record) else ''}, "
-            "then in instance norm, reflection padding and the "
-            "elementwise ops; our bilinear up-sampling and the official fixed-filter transposed convolution cost little "
-            "either way. The steps differ in how PatchNCE gets its keys: the official step encodes its input a second "
-            "time (`netG(src, nce_layers, encode_only=True)`, with an autograd graph, though the keys are detached), ours "
-            "takes them from the translation's own pass when the input is not flipped (every CUT step, about half of "
-            "FastCUT's) and computes the rest, and the keys' head projections, without a graph; the same keys either way "
-            "(`tests/domains/translation/test_task.py`). The official step also spends more in tensor copies and fills "
-            "(`copy_`, `fill_`); ours adds the engine's per-step gradient and weight norms (`_foreach_norm`), which are "
-            "small at this size. Under bf16 autocast the convolutions take a fraction of their fp32 time and the casts "
-            "of weights and activations to bf16 (`copy_`) become the largest single operator.")
+            "then in instance norm, reflection padding and the elementwise ops; our bilinear up-sampling and the "
+            "official fixed-filter transposed convolution cost little either way. The steps differ in how PatchNCE gets "
+            "its keys: the official step encodes its input a second time (`netG(src, nce_layers, encode_only=True)`, "
+            "with an autograd graph, though the keys are detached), ours takes them from the translation's own pass when "
+            "the input is not flipped (every CUT step, about half of FastCUT's) and computes the rest, and the keys' "
+            "head projections, without a graph; the same keys either way (`tests/domains/translation/test_task.py`). "
+            "The official step spends more in tensor copies and fills (`copy_`, `fill_`); ours adds the engine's "
+            "per-step gradient and weight norms (`_foreach_norm`).")
+        lines += [f"\n{v['mode']}:\n\n{profile_table(v['profile'], PROFILE_ROWS)}" for v in profiled]
     lines += [f"\n{v['mode']}, fp32: {ceiling_text({'clock': clock, **v}).strip()}"
               for v in record["variants"] if "compute" in v]
     return "\n".join(lines)
@@ -460,7 +468,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", type=Path, default=None, help="also write the rows to this file")
     official = official_flags(parser, "our CUT and FastCUT steps against the official code's", OFFICIAL,
                               "the official export's folder")
-    peer_flags(official, None, {}, batches=2)
+    peer_flags(official, None, {}, batches=2, profile=True)
     parser.set_defaults(clock=None)
     return parser
 

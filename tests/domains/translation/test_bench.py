@@ -42,7 +42,7 @@ def test_the_setting_mode_times_real_crops(pair_root, tmp_path, capsys):
 def test_against_official_runs_end_to_end_and_its_record_renders(pair_root, export, tmp_path):
     record = tmp_path / "record.json"
     args = ["--against", "official", "--official", str(export), "--data-root", str(pair_root), "--device", "cpu",
-            "--output", str(record), "--repeats", "2", "--batches", "2"]
+            "--output", str(record), "--repeats", "2", "--batches", "2", "--profile"]
     assert bench.main([*args, *(f"--override={o}" for o in TINY)]) == 0
     data = json.loads(record.read_text())
     assert data["section"] == "translation" and data["against"] == "official" and data["threads"] == 1
@@ -51,10 +51,12 @@ def test_against_official_runs_end_to_end_and_its_record_renders(pair_root, expo
         assert v["parameters"]["ours"] == v["parameters"]["official"]
         assert v["loss_check"]["equal"] and v["bf16"]["loss_check"]["equal"], v
         assert len(v["rounds"]) == 2 and all(r["ratio"] > 0 and r["ratio_bf16"] > 0 for r in v["rounds"])
+        assert v["profile"]["ours"]["ops"] and v["profile"]["peer"]["ops"]
     rendered = tmp_path / "rendered.md"
     assert bench.main(["--against", "peer", "--report", "--output", str(record), "--page", str(rendered)]) == 0
     text = rendered.read_text()
     assert "<!-- section:translation -->" in text and "official fp32 / ours bf16 autocast" in text
+    assert "Where the time goes" in text and "| `aten::mkldnn_convolution` |" in text
 
 
 def test_against_official_refuses_a_missing_export_or_the_gan(pair_root, tmp_path):
