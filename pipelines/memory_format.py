@@ -22,7 +22,7 @@ channels-last batches, so both sides ran NHWC). So ``auto`` takes channels-last 
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 from torch import nn
@@ -62,10 +62,9 @@ def check_laid_out(task: Any, channels_last: bool | None) -> None:
     (nothing to check when it is None: the modules stay as built)."""
     if channels_last is None:
         return
-    layout = torch.channels_last if channels_last else torch.contiguous_format
+    layout, asked = (torch.channels_last, "channels_last") if channels_last else (torch.contiguous_format, "contiguous")
     astray = [f"{name}.{key}" for name, module in task.modules().items() for key, p in module.named_parameters()
               if p.dim() == 4 and not has_layout(p, layout)]
     if astray:
         more = f" and {len(astray) - 1} more" if len(astray) > 1 else ""
-        raise RuntimeError(f"{type(task).__name__}: run.memory_format asks {'channels_last' if channels_last else 'contiguous'} "
-                           f"weights, but {astray[0]}{more} is not: its setup must hand the module to ctx.wrap or ctx.lay_out")
+        raise RuntimeError(f"{type(task).__name__}: run.memory_format asks {asked} weights, but {astray[0]}{more} is not: its setup must hand the module to ctx.wrap or ctx.lay_out")

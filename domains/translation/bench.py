@@ -391,6 +391,21 @@ def winograd_blocks(record: dict[str, Any]) -> bool:
     return all(v.get("ours_conv3x3") == "winograd" for v in record["variants"])
 
 
+def cpu_where(record: dict[str, Any]) -> str:
+    """What the operators of the two steps on the CPU are and what the steps differ by (the tables give their
+    times)."""
+    return ("Both sides spend most of the step in convolutions, forward and backward (`mkldnn_convolution`, "
+            f"`convolution_backward`){WINOGRAD_WORDS if winograd_blocks(record) else ''}, then in instance norm, "
+            "reflection padding and the elementwise ops; our bilinear up-sampling and the official fixed-filter "
+            "transposed convolution cost little either way. The steps differ in how PatchNCE gets its keys: the "
+            "official step encodes its input a second time (`netG(src, nce_layers, encode_only=True)`, with an autograd "
+            "graph, though the keys are detached), ours takes them from the translation's own pass when the input is "
+            "not flipped (every CUT step, about half of FastCUT's) and computes the rest, and the keys' head "
+            "projections, without a graph; the same keys either way (`tests/domains/translation/test_task.py`). The "
+            "official step spends more in tensor copies and fills (`copy_`, `fill_`); ours adds the engine's per-step "
+            "gradient and weight norms (`_foreach_norm`).")
+
+
 def render_official(record: dict[str, Any]) -> str:
     """The page section of an ``--against official`` record (markdown)."""
     clock, cuda = record["clock"], record["device"].startswith("cuda")
@@ -430,19 +445,9 @@ def render_official(record: dict[str, Any]) -> str:
                          f"{part['ratio_min']:.2f} to {part['ratio_max']:.2f}")
     profiled = [v for v in record["variants"] if "profile" in v]
     if profiled:
-        lines.append(
-            f"\nWhere the time goes (`torch.profiler` over {record['steps_per_round']} more step(s) per side after the "
-            f"rounds, fp32: CPU self time of the {PROFILE_ROWS} largest operators, then the {PROFILE_ROWS} others of "
-            "largest difference). Both sides spend most of the step in convolutions, forward and backward "
-            f"(`mkldnn_convolution`, `convolution_backward`){WINOGRAD_WORDS if winograd_blocks(record) else ''}, "
-            "then in instance norm, reflection padding and the elementwise ops; our bilinear up-sampling and the "
-            "official fixed-filter transposed convolution cost little either way. The steps differ in how PatchNCE gets "
-            "its keys: the official step encodes its input a second time (`netG(src, nce_layers, encode_only=True)`, "
-            "with an autograd graph, though the keys are detached), ours takes them from the translation's own pass when "
-            "the input is not flipped (every CUT step, about half of FastCUT's) and computes the rest, and the keys' "
-            "head projections, without a graph; the same keys either way (`tests/domains/translation/test_task.py`). "
-            "The official step spends more in tensor copies and fills (`copy_`, `fill_`); ours adds the engine's "
-            "per-step gradient and weight norms (`_foreach_norm`).")
+        lines.append(f"\nWhere the time goes (`torch.profiler` over {record['steps_per_round']} more step(s) per side "
+                     f"after the rounds, fp32: CPU self time of the {PROFILE_ROWS} largest operators, then the "
+                     f"{PROFILE_ROWS} others of largest difference)." + ("" if cuda else " " + cpu_where(record)))
         lines += [f"\n{v['mode']}:\n\n{profile_table(v['profile'], PROFILE_ROWS)}" for v in profiled]
     lines += [f"\n{v['mode']}, fp32: {ceiling_text({'clock': clock, **v}).strip()}"
               for v in record["variants"] if "compute" in v]
