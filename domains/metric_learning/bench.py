@@ -33,9 +33,12 @@ rendered as its own section.
 The record (JSON, ``--output``) is what ``--report`` renders into its section of
 ``docs/results/bench_pipelines.md``; the page is never typed by hand. ``--profile`` adds both sides' operators
 (``torch.profiler`` over ``--steps`` more steps per side, the sides in turn) to the record; the section's "where
-the time goes" paragraph shows them beside what they are.
+the time goes" paragraph shows them beside what they are. ``--to-checkpoint`` then trains the config as a user does
+(``contrasuite train``, in this process on the same threads, to the end of its schedule) and keeps the training time
+to the checkpoint the run selects, which the section sets against the peer's median step times the selected step
+(``pipelines/bench/against_peer.py``, ``train_to_checkpoint``).
 
-    contrasuite bench metric_learning --against peer --threads 1 --profile
+    contrasuite bench metric_learning --against peer --threads 1 --profile --to-checkpoint
     contrasuite bench metric_learning --report
 """
 
@@ -55,7 +58,7 @@ from contrasuite.domains.depthwise_conv import sums_windows
 from contrasuite.pipelines.api import (
     RECORDS, ROOT, alternate, check_text, comparison_section, cpu_task, host_allocator_fields, optimizer_kernel,
     our_step, ours_text, outcome, peer_flags, peer_main, peer_record, peer_version, plain_loop_step, profile_note,
-    profile_sides, pull_levers, retaining_sides, weight_layout, where_words,
+    profile_sides, pull_levers, retaining_sides, train_to_checkpoint, weight_layout, where_words,
 )
 
 SECTION = "metric_learning"
@@ -124,6 +127,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         sides = {"ours": ours, "peer": peer_step}
         rounds = alternate(sides, batches, args.repeats, args.steps, retaining=retaining)
         profiles = profile_sides(sides, batches, args.steps, retaining=retaining) if args.profile else None
+        trained = {"to_checkpoint": train_to_checkpoint(config, args.override, args.data_root, Path(run_dir) / "runs")
+                   } if args.to_checkpoint else {}
     x, y = batches[0]
     window_sums = sums_windows(task.train_model(x))
     kernel = optimizer_kernel(task.optimizers()["model"])
@@ -135,7 +140,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
            "peer": peer_desc,
            "config": args.config, "overrides": list(args.override), "batch": int(x.shape[0]), "input": list(x.shape[1:]),
            "classes_per_batch": int(y.unique().numel()), "distinct_batches": len(batches),
-           **({"profile": profiles} if profiles else {})}
+           **({"profile": profiles} if profiles else {}), **trained}
     return peer_record(SECTION, args, argv, LEVERS, levers, own, outcome(first_ours, first_peer, rounds, args.clock))
 
 
@@ -154,7 +159,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="contrasuite bench metric_learning", description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="emoji_multi_similarity", help="a configs/metric_learning/ name")
-    peer_flags(parser, RECORD, LEVERS, batches=8, steps=10, peer="pytorch-metric-learning's loop", profile=True)
+    peer_flags(parser, RECORD, LEVERS, batches=8, steps=10, peer="pytorch-metric-learning's loop", profile=True,
+               to_checkpoint=True)
     return peer_main(parser.parse_args(argv), argv, run, render)
 
 

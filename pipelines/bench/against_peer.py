@@ -84,6 +84,38 @@ def cpu_task(config: str | os.PathLike, overrides: Sequence[str], data_root: str
     return task, loaded
 
 
+def train_to_checkpoint(config: str | os.PathLike, overrides: Sequence[str], data_root: str | None,
+                        root: Path) -> dict[str, Any]:
+    """Ours as a user trains: ``config`` with ``overrides`` through the Trainer (``contrasuite train``) into a run
+    folder under ``root``, to the end of its schedule, in this process on its threads. Returns the command, the step
+    of the checkpoint the run selects (``run.eval_checkpoint``), the steps run, and the training time that
+    checkpoint holds (the trainer's ``train_times``: validations included, setup not)."""
+    from contrasuite.pipelines import trainer
+    from contrasuite.pipelines.python_api import load_run
+
+    loaded = load_config(config, [*overrides, f"run.output_root={root}", "run.resume=never"], data_root=data_root)
+    run_dir = trainer.train(loaded)
+    selected, last = (load_run(run_dir, which).state for which in (loaded.run.eval_checkpoint, "last"))
+    shown = config if isinstance(config, str) else Path(config).relative_to(ROOT)
+    return {"command": shlex.join(["contrasuite", "train", str(shown), *overrides]),
+            "checkpoint": loaded.run.eval_checkpoint, "selected_step": selected["position"]["global_step"],
+            "steps_run": last["position"]["global_step"], "cpu_s": selected["train_cpu_seconds"],
+            "wall_s": selected["train_seconds"]}
+
+
+def checkpoint_sentence(record: dict[str, Any]) -> str:
+    """The record's ``to_checkpoint`` (:func:`train_to_checkpoint`) against the peer's median step times the
+    selected step (the peer validating nothing and selecting nothing)."""
+    t, clock = record["to_checkpoint"], record["clock"]
+    ours = t["cpu_s"] if clock == "cpu" else t["wall_s"]
+    peer = t["selected_step"] * statistics.median(r[f"peer_{clock}_s"] for r in record["rounds"])
+    return (f"\nTo the checkpoint it selects: ours trained as a user does (`{t['command']}`, in this process after the "
+            f"rounds), its `run.eval_checkpoint: {t['checkpoint']}` at step {t['selected_step']:,} of "
+            f"{t['steps_run']:,}, {ours:.1f} s ({clock} clock) of training to it, validations included, setup not; "
+            f"the peer's loop for as many steps at its median step above, {peer:.1f} s, with no validation: "
+            f"**{peer / ours:.2f}x** ours' time.")
+
+
 def our_step(task: Any, device: torch.device = CPU, precision: str = "fp32") -> Callable[[Any], float]:
     """One training step of ours per call: ``task.train_step`` in the engine's ``Step`` (:class:`StepRunner`,
     CPU and fp32 unless told), the step counter counting on; returns the loss."""
@@ -506,11 +538,13 @@ def comparison_section(record: dict[str, Any], title: str, same_work: str, unit:
                        steps: str = "steps", note: str | None = None) -> str:
     """The page section of a one-comparison record (markdown): ``title`` (:func:`heading`), the ``ours`` and
     ``peer`` bullets, the bench's ``same work`` bullet (``same_work``, after ``- same work: ``), the machine and
-    command, the rounds (:func:`rounds_table` in ``unit`` with ``digits``), the ratio (:func:`ratio_sentence`) and
-    ``note`` (a last line, when given)."""
+    command, the rounds (:func:`rounds_table` in ``unit`` with ``digits``), the ratio (:func:`ratio_sentence`), the
+    time to the selected checkpoint (:func:`checkpoint_sentence`, when the record has it) and ``note`` (a last line,
+    when given)."""
     lines = [heading(title, record), "", f"- ours: {record['ours']}", f"- peer: {record['peer']}",
              f"- same work: {same_work}", *machine_lines(record), "",
-             rounds_table(record["rounds"], record["clock"], unit, digits), ratio_sentence(record, steps)]
+             rounds_table(record["rounds"], record["clock"], unit, digits), ratio_sentence(record, steps),
+             *([checkpoint_sentence(record)] if "to_checkpoint" in record else [])]
     return "\n".join(lines + ([] if note is None else [note]))
 
 
@@ -585,13 +619,14 @@ def write_section(page: Path, name: str, text: str) -> None:
 # -- the command ------------------------------------------------------------------------------------------
 
 def peer_flags(parser: Any, record: Path, levers: dict[str, str], batches: int,
-               steps: int | None = None, peer: str = "the peer's loop", profile: bool = False) -> None:
+               steps: int | None = None, peer: str = "the peer's loop", profile: bool = False,
+               to_checkpoint: bool = False) -> None:
     """The flags every ``--against peer`` bench has, on ``parser`` (or an argument group): ``--override``, ``--batches``
     (default ``batches``), ``--repeats``, ``--clock``, a switch ``--<lever>`` for each of ``levers`` (name: what it
     does), ``--output`` (default ``record``), ``--report`` and ``--page``. With ``steps``, for a bench that has no
     other mode, first ``--against`` (``peer``, the default: ``peer`` in words), ``--data-root``, ``--steps`` (default
     ``steps``) and ``--threads`` (default 1). With ``profile``, ``--profile`` (:func:`profile_sides` into the
-    record)."""
+    record); with ``to_checkpoint``, ``--to-checkpoint`` (:func:`train_to_checkpoint` into the record)."""
     if steps is not None:
         parser.add_argument("--against", choices=("peer",), default="peer", help=f"peer: {peer}")
         parser.add_argument("--data-root", default=os.environ.get("CONTRASUITE_DATA"))
@@ -604,6 +639,10 @@ def peer_flags(parser: Any, record: Path, levers: dict[str, str], batches: int,
     if profile:
         parser.add_argument("--profile", action="store_true",
                             help="add both sides' operators (torch.profiler over --steps more steps) to the record")
+    if to_checkpoint:
+        parser.add_argument("--to-checkpoint", action="store_true",
+                            help="after the rounds, train the config as a user does and add the time to the checkpoint "
+                                 "it selects, against the peer's steps to it, to the record")
     for name, what in levers.items():
         parser.add_argument(f"--{name.replace('_', '-')}", action="store_true", help=f"lever: {what} (bench-only)")
     parser.add_argument("--output", type=Path, default=record, help="the JSON record")

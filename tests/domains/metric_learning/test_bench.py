@@ -34,3 +34,19 @@ def test_against_peer_writes_a_record_with_both_timings_and_equal_first_losses(e
     assert "The operators of the engine's checks" in text and "| all operators |" in text
     assert "weight gradients are summed window by window" in text and "window-summed depthwise" in text
 
+
+
+def test_to_checkpoint_trains_the_config_as_a_user_does_and_sets_it_against_the_peers_steps(emoji_root, cache_dir,
+                                                                                              tmp_path):
+    out, page = tmp_path / "ml.json", tmp_path / "page.md"
+    overrides = ["config.data.max_classes=8", "config.batch_size=8", f"config.data.cache_dir={cache_dir}", "run.epochs=2"]
+    assert bench.main(["--against", "peer", "--batches", "1", "--steps", "1", "--repeats", "1", "--threads", "1",
+                       "--data-root", str(emoji_root), "--output", str(out), "--to-checkpoint",
+                       *(f"--override={o}" for o in overrides)]) == 0
+    trained = json.loads(out.read_text())["to_checkpoint"]
+    assert trained["command"] == "contrasuite train configs/metric_learning/emoji_multi_similarity.yaml " + " ".join(overrides)
+    # validation every epoch selects the best of the two epochs' ends (run.best_metric: recall@1)
+    assert trained["checkpoint"] == "best" and 0 < trained["selected_step"] <= trained["steps_run"]
+    assert trained["steps_run"] % 2 == 0 and trained["cpu_s"] > 0
+    assert bench.main(["--report", "--output", str(out), "--page", str(page)]) == 0
+    assert f"at step {trained['selected_step']:,} of {trained['steps_run']:,}" in page.read_text()
