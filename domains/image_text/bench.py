@@ -49,12 +49,16 @@ That setup runs on an empty cache folder and is timed (``ours_setup_s``), so the
 time to the config's last epoch: ours, its setup plus its median step times the steps; the peer, its median step
 times the steps (none of its setup). The first-step losses must agree within 1e-3 (the cache holds fp16 features).
 
+``--to-checkpoint`` (not with ``--locked``) then trains the config as a user does (``contrasuite train`` on the bench's
+device and precision, in this process, to the end of its schedule) and keeps the training time to the checkpoint the
+run selects, which the section sets against the peer's median step times the selected step.
+
 Our AdamW runs on PyTorch's fused kernel, the pipeline's default (``core/task/optim.py``); the peer keeps PyTorch's
 default (on the CPU the per-tensor loop). A record on a GPU, in bf16, with ``--towers`` or
 ``--locked`` has its own file (``image_text_peer[_cuda][_bf16][_towers|_locked].json`` unless ``--output``) and
 section.
 
-    contrasuite bench image_text --against peer --threads 1 --profile
+    contrasuite bench image_text --against peer --threads 1 --profile --to-checkpoint
     contrasuite bench image_text --against peer --threads 1 --precision bf16 --profile
     contrasuite bench image_text --against peer --device cuda --threads 0 --steps 50 --profile
     contrasuite bench image_text --against peer --device cuda --threads 0 --steps 50 --precision bf16 --profile
@@ -81,7 +85,7 @@ from torch import Tensor, nn
 from contrasuite.pipelines.api import (
     RECORDS, ROOT, alternate, check_text, comparison_section, cpu_task, host_allocator_fields, optimizer_kernel,
     our_step, ours_text, outcome, peer_flags, peer_main, peer_record, peer_version, profile_sides, profile_table,
-    retaining_sides, run_variant, synced_clocks, where_words,
+    retaining_sides, run_variant, synced_clocks, train_to_checkpoint, where_words,
 )
 
 SECTION = "image_text"
@@ -284,6 +288,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         rounds = alternate(sides, batches, args.repeats, args.steps, synced_clocks(device), retaining)
         gap = weights_gap(start, trained(task.optimizers()["model"]), trained(peer_optimizer))
         profiles = profile_sides(sides, batches, args.steps, device, retaining) if args.profile else None
+        as_user = {"to_checkpoint": train_to_checkpoint(config, overrides, args.data_root, Path(run_dir) / "runs",
+                                                        device, args.precision)} if args.to_checkpoint else {}
     m, images = task.cfg.model, peer_batches[0][0]
     kernel = optimizer_kernel(task.optimizers()["model"])
     locked = {"ours_setup_s": setup_s, "epochs": loaded.run.epochs, "steps_per_epoch": task.steps_per_epoch,
@@ -295,7 +301,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
            "frozen_trunks": bool(task.frozen), "peer_runs_trunks": not cached, "image_input": list(images.shape[1:]),
            "embed_dim": m.embed_dim, "text_segments": m.text_segments, "extra_image_stages": list(m.extra_image_stages),
            "trainable_parameters": sum(p.numel() for g in task.optimizers()["model"].param_groups for p in g["params"]),
-           "distinct_batches": len(batches), "weights_gap_after": gap, **locked, **({"profile": profiles} if profiles else {})}
+           "distinct_batches": len(batches), "weights_gap_after": gap, **locked, **({"profile": profiles} if profiles else {}),
+           **as_user}
     tolerance = max(TOLERANCE[args.precision], TOLERANCE["locked"] if args.locked else 0.0)
     measured = outcome(first_ours, first_peer, rounds, args.clock, tolerance=tolerance)
     return peer_record(SECTION, args, argv, {}, [], own, measured, variant=variant(args))
@@ -408,9 +415,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     mode.add_argument("--locked", action="store_true",
                       help="frozen trunks as configured, ours from its feature cache (built at setup, timed), the "
                            "peer's loop running them at every step: a record and section of their own")
-    peer_flags(parser, RECORD, {}, batches=4, steps=20, peer="open_clip's train_one_epoch")
+    peer_flags(parser, RECORD, {}, batches=4, steps=20, peer="open_clip's train_one_epoch", to_checkpoint=True)
     parser.set_defaults(clock=None, output=None)  # resolved below, from the device and precision
     args = parser.parse_args(argv)
+    if args.locked and args.to_checkpoint:
+        parser.error("--locked projects its own time to the checkpoint (with ours' setup); drop --to-checkpoint")
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.exit(2, "contrasuite bench image_text: --device cuda but torch.cuda.is_available() is False\n")
     args.clock = args.clock or ("wall" if args.device == "cuda" else "cpu")  # a process waiting on a GPU: not its CPU time

@@ -84,15 +84,17 @@ def cpu_task(config: str | os.PathLike, overrides: Sequence[str], data_root: str
     return task, loaded
 
 
-def train_to_checkpoint(config: str | os.PathLike, overrides: Sequence[str], data_root: str | None,
-                        root: Path) -> dict[str, Any]:
-    """Ours as a user trains: ``config`` with ``overrides`` through the Trainer (``contrasuite train``) into a run
-    folder under ``root``, to the end of its schedule, in this process on its threads. Returns the command, the step
-    of the checkpoint the run selects (``run.eval_checkpoint``), the steps run, and the training time that
-    checkpoint holds (the trainer's ``train_times``: validations included, setup not)."""
+def train_to_checkpoint(config: str | os.PathLike, overrides: Sequence[str], data_root: str | None, root: Path,
+                        device: torch.device = CPU, precision: str = "fp32") -> dict[str, Any]:
+    """Ours as a user trains: ``config`` with ``overrides`` on the bench's ``device`` and ``precision`` through the
+    Trainer (``contrasuite train``) into a run folder under ``root``, to the end of its schedule, in this process on
+    its threads. Returns the command, the step of the checkpoint the run selects (``run.eval_checkpoint``), the steps
+    run, and the training time that checkpoint holds (the trainer's ``train_times``: validations included, setup
+    not)."""
     from contrasuite.pipelines import trainer
     from contrasuite.pipelines.python_api import load_run
 
+    overrides = [*overrides, f"run.device={device.type}", f"run.precision={precision}"]
     loaded = load_config(config, [*overrides, f"run.output_root={root}", "run.resume=never"], data_root=data_root)
     run_dir = trainer.train(loaded)
     selected, last = (load_run(run_dir, which).state for which in (loaded.run.eval_checkpoint, "last"))

@@ -44,7 +44,8 @@ def test_to_checkpoint_trains_the_config_as_a_user_does_and_sets_it_against_the_
                        "--data-root", str(emoji_root), "--output", str(out), "--to-checkpoint",
                        *(f"--override={o}" for o in overrides)]) == 0
     trained = json.loads(out.read_text())["to_checkpoint"]
-    assert trained["command"] == "contrasuite train configs/metric_learning/emoji_multi_similarity.yaml " + " ".join(overrides)
+    assert trained["command"] == ("contrasuite train configs/metric_learning/emoji_multi_similarity.yaml "
+                                  + " ".join([*overrides, "run.device=cpu", "run.precision=fp32"]))
     # validation every epoch selects the best of the two epochs' ends (run.best_metric: recall@1)
     assert trained["checkpoint"] == "best" and 0 < trained["selected_step"] <= trained["steps_run"]
     assert trained["steps_run"] % 2 == 0 and trained["cpu_s"] > 0
