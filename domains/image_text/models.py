@@ -156,13 +156,24 @@ def fingerprint(tensors: dict[str, Tensor]) -> Tensor:
         if tensors else torch.zeros(0, 2, dtype=torch.float64)
 
 
+def trunks_fingerprint(model: TwoTowerModel, frozen: dict[str, Tensor]) -> Tensor:
+    """:func:`fingerprint` of ``model``'s ``frozen`` trunk state (:func:`frozen_trunk_state`), computed again only
+    when one of those tensors was replaced or changed in place (its storage or version counter, ``Tensor._version``,
+    moved): frozen trunks are summed once, not at every checkpoint (64 ms of each of a reduced run's 17 saves)."""
+    key = tuple((name, t.data_ptr(), t._version) for name, t in frozen.items())
+    cached = getattr(model, "_trunks_fingerprint", None)
+    if cached is None or cached[0] != key:
+        cached = model._trunks_fingerprint = (key, fingerprint(frozen))
+    return cached[1].clone()
+
+
 def _omit_frozen_trunks(model: TwoTowerModel, state: dict, prefix: str, _metadata: dict) -> None:
     if not model.omit_frozen_trunks:
         return
     frozen = frozen_trunk_state(model)
     for key in frozen:
         state.pop(prefix + key, None)
-    state[prefix + FINGERPRINT_KEY] = fingerprint(frozen)
+    state[prefix + FINGERPRINT_KEY] = trunks_fingerprint(model, frozen)
     state[prefix + NETWORK_KEY] = torch.tensor(list(IMAGE_NETWORK.encode()), dtype=torch.uint8)
 
 
@@ -176,7 +187,7 @@ def _keep_frozen_trunks(model: TwoTowerModel, state: dict, prefix: str, *_args) 
         raise ValueError(f"the state's heads were trained on the image network {network!r}, this model's is "
                          f"{IMAGE_NETWORK!r}: train them again (or use the code that saved them)")
     frozen = frozen_trunk_state(model)
-    mine = fingerprint(frozen)
+    mine = trunks_fingerprint(model, frozen)
     if saved.shape != mine.shape:
         raise ValueError(f"the state omits {saved.shape[0]} frozen trunk tensors; this model's trunks have {mine.shape[0]}")
     differ = ~torch.isclose(saved, mine, rtol=1e-6, atol=1e-6).all(dim=1)

@@ -9,12 +9,14 @@ from contrasuite.domains.image_text.evaluate import compositional, evaluate_suga
 from contrasuite.domains.efficientnet_lite0 import (
     INPUT_MEAN, STAGE_STARTS, EfficientNetLite0, LitePart, efficientnet_lite0,
 )
+from contrasuite.domains.image_text import models
 from contrasuite.domains.image_text.models import (
     FINGERPRINT_KEY,
     IMAGE_NETWORK,
     NETWORK_KEY,
     ModelConfig,
     build_model,
+    fingerprint,
     frozen_trunk_state,
 )
 
@@ -225,6 +227,21 @@ def test_state_omits_frozen_trunks_and_reloads_only_onto_the_same_ones():
     other.load_state_dict(full)  # no fingerprint: the trunks come from the state
     with torch.no_grad():
         assert torch.equal(other.encode_image(images), model.encode_image(images))
+
+
+def test_the_trunks_fingerprint_is_summed_once_and_again_after_a_trunk_changes(monkeypatch):
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(pretrained_trunks=False))
+    model.omit_frozen_trunks = True
+    sums = []
+    monkeypatch.setattr(models, "fingerprint", lambda tensors: sums.append(1) or fingerprint(tensors))
+    first = model.state_dict()[FINGERPRINT_KEY]
+    assert torch.equal(model.state_dict()[FINGERPRINT_KEY], first) and len(sums) == 1  # one sum for two states
+    with torch.no_grad():
+        model.image_trunk.trunk._conv_stem.weight.add_(1.0)  # in place: the version counter moves
+    changed = model.state_dict()[FINGERPRINT_KEY]
+    assert len(sums) == 2 and not torch.equal(changed, first)
+    assert torch.equal(changed, fingerprint(frozen_trunk_state(model)))
 
 
 def test_a_state_saved_on_another_image_network_is_refused():
