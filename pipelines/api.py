@@ -38,7 +38,7 @@ the rest of a domain never imports the engine. What is here:
 from contrasuite.pipelines.bench import write_output
 from contrasuite.pipelines.bench.against_peer import (
     RECORDS, alternate, ceiling_text, check_text, checks_text, comparison_section, compute_bound, cpu_task,
-    differences, heading, host_allocator_fields, host_memory_lines, machine_lines, official_flags, on_its_thread,
+    differences, heading, host_allocator_fields, host_memory_lines, machine_lines, median_step, official_flags, on_its_thread,
     optimizer_kernel, our_step, ours_text, outcome, peer_flags, peer_main, peer_record, peer_version, plain_loop_step,
     profile_note, profile_sides, profile_table, pull_levers, retaining_sides, round_cells, run_variant, settle,
     summarize, synced_clocks, train_to_checkpoint, weight_layout, where_words,
@@ -60,7 +60,7 @@ __all__ = [
     "write_json", "write_output", "setup_task",
     # --against peer benches (contrasuite.pipelines.bench.against_peer)
     "RECORDS", "alternate", "ceiling_text", "check_text", "checks_text", "comparison_section", "compute_bound",
-    "cpu_task", "differences", "heading", "host_allocator_fields", "host_memory_lines", "machine_lines",
+    "cpu_task", "differences", "heading", "host_allocator_fields", "host_memory_lines", "machine_lines", "median_step",
     "official_flags", "on_its_thread", "optimizer_kernel", "our_step", "ours_text", "outcome", "peer_flags",
     "peer_main", "peer_record", "peer_version", "plain_loop_step", "profile_note", "profile_sides", "profile_table",
     "pull_levers", "retaining_sides", "round_cells", "run_variant", "settle", "summarize", "synced_clocks",

@@ -65,8 +65,8 @@ class RunSettings:
     memory_format: str = one_of("auto", MEMORY_FORMATS)
     """Layout of the 4-D weights of the task's networks (those it hands to ``ctx.wrap`` or ``ctx.lay_out``):
     ``auto`` (channels-last on the CPU for tasks that declare ``channels_last_on_cpu``, measured faster there; as
-    built otherwise), ``channels_last`` or
-    ``contiguous`` (``pipelines/memory_format.py``). Same network and numbers up to the kernels' rounding."""
+    built otherwise), ``channels_last`` or ``contiguous`` (``pipelines/memory_format.py``). Same network and numbers
+    up to the kernels' rounding."""
     host_allocator: str = one_of("auto", HOST_ALLOCATORS)
     """Whether freed CPU memory stays in the process for the next step (``pipelines/host_allocator.py``): ``auto``
     (``retain`` on a CPU device under glibc), ``retain`` (no ``mmap`` per large tensor, no trimming: a step reuses

@@ -71,7 +71,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import statistics
 import sys
 import tempfile
 from itertools import count, islice
@@ -83,9 +82,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from contrasuite.pipelines.api import (
-    RECORDS, ROOT, alternate, check_text, comparison_section, cpu_task, host_allocator_fields, optimizer_kernel,
-    our_step, ours_text, outcome, peer_flags, peer_main, peer_record, peer_version, profile_sides, profile_table,
-    retaining_sides, run_variant, synced_clocks, train_to_checkpoint, where_words,
+    RECORDS, ROOT, alternate, check_text, comparison_section, cpu_task, host_allocator_fields, median_step,
+    optimizer_kernel, our_step, ours_text, outcome, peer_flags, peer_main, peer_record, peer_version, profile_sides,
+    profile_table, retaining_sides, run_variant, synced_clocks, train_to_checkpoint, where_words,
 )
 
 SECTION = "image_text"
@@ -268,7 +267,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         empty_cache = [f"config.cache_dir={Path(run_dir) / 'cache'}"] * args.locked
         clock = synced_clocks(device)[args.clock]
         started = clock()
-        task, loaded = cpu_task(config, [*overrides, *empty_cache], args.data_root, Path(run_dir), device, args.precision)
+        task, loaded = cpu_task(config, [*overrides, *empty_cache], args.data_root, Path(run_dir), device,
+                                args.precision)
         setup_s = clock() - started
         if args.locked and not task.frozen:
             raise SystemExit("--locked compares frozen trunks; the config has model.freeze_trunks false")
@@ -301,8 +301,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
            "frozen_trunks": bool(task.frozen), "peer_runs_trunks": not cached, "image_input": list(images.shape[1:]),
            "embed_dim": m.embed_dim, "text_segments": m.text_segments, "extra_image_stages": list(m.extra_image_stages),
            "trainable_parameters": sum(p.numel() for g in task.optimizers()["model"].param_groups for p in g["params"]),
-           "distinct_batches": len(batches), "weights_gap_after": gap, **locked, **({"profile": profiles} if profiles else {}),
-           **as_user}
+           "distinct_batches": len(batches), "weights_gap_after": gap, **locked,
+           **({"profile": profiles} if profiles else {}), **as_user}
     tolerance = max(TOLERANCE[args.precision], TOLERANCE["locked"] if args.locked else 0.0)
     measured = outcome(first_ours, first_peer, rounds, args.clock, tolerance=tolerance)
     return peer_record(SECTION, args, argv, {}, [], own, measured, variant=variant(args))
@@ -356,16 +356,16 @@ def where_text(record: dict[str, Any]) -> str:
             "finite. The rounds' times also hold the Python around the operators, which this table leaves out.")
 
 
-def to_checkpoint(record: dict[str, Any]) -> str:
+def locked_projection(record: dict[str, Any]) -> str:
     """A ``--locked`` record's time to the config's last epoch, projected from the median step of each side: ours
     with its setup on an empty feature cache, the peer's loop with none of its setup."""
     steps, clock = record["epochs"] * record["steps_per_epoch"], record["clock"]
-    ours, peer = (statistics.median(r[f"{side}_{clock}_s"] for r in record["rounds"]) for side in ("ours", "peer"))
+    ours, peer = median_step(record, "ours"), median_step(record, "peer")
     ours_total, peer_total = record["ours_setup_s"] + steps * ours, steps * peer
     cache = record["feature_cache_inputs"]
     return (f"- to the config's checkpoint ({record['epochs']} epochs of {record['steps_per_epoch']} steps, its last "
-            f"epoch's weights), projected from the median steps above: ours {ours_total:.0f} s ({clock} clock), of which "
-            f"{record['ours_setup_s']:.0f} s are its setup with an empty feature cache (the trunks over "
+            f"epoch's weights), projected from the median steps above: ours {ours_total:.0f} s ({clock} clock), of "
+            f"which {record['ours_setup_s']:.0f} s are its setup with an empty feature cache (the trunks over "
             f"{cache['images']:,} images and {cache['texts']:,} captions, the data and the towers), the peer "
             f"{peer_total:.0f} s without any of its setup: **{peer_total / ours_total:.2f}x**")
 
@@ -392,10 +392,10 @@ def render(record: dict[str, Any]) -> str:
     mode = ", frozen trunks run by the peer" if locked else "" if record["frozen_trunks"] else ", whole towers"
     title = (f"image_text: our CLIP step vs open_clip's training loop ({record['device']}, {record['precision']}"
              f"{mode})")
-    note = [to_checkpoint(record)] if locked else []
+    note = [locked_projection(record)] if locked else []
     if "profile" in record:
-        note.append(f"\nWhere the time goes (`torch.profiler` over {record['steps_per_round']} more steps per side: CPU "
-                    f"self time of the {PROFILE_ROWS} largest operators). "
+        note.append(f"\nWhere the time goes (`torch.profiler` over {record['steps_per_round']} more steps per side: "
+                    f"CPU self time of the {PROFILE_ROWS} largest operators). "
                     + (LOCKED_WHERE if locked else where_text(record) if record["frozen_trunks"]
                        else towers_text(record))
                     + "\n\n" + profile_table(record["profile"], PROFILE_ROWS, differences=0))

@@ -105,14 +105,19 @@ def train_to_checkpoint(config: str | os.PathLike, overrides: Sequence[str], dat
             "wall_s": selected["train_seconds"]}
 
 
+def median_step(record: dict[str, Any], side: str) -> float:
+    """``side``'s (``ours`` or ``peer``) median seconds per step over the record's rounds, on the record's clock."""
+    return statistics.median(r[f"{side}_{record['clock']}_s"] for r in record["rounds"])
+
+
 def checkpoint_sentence(record: dict[str, Any]) -> str:
     """The record's ``to_checkpoint`` (:func:`train_to_checkpoint`) against the peer's median step times the
     selected step (the peer validating nothing and selecting nothing)."""
     t, clock = record["to_checkpoint"], record["clock"]
     ours = t["cpu_s"] if clock == "cpu" else t["wall_s"]
-    peer = t["selected_step"] * statistics.median(r[f"peer_{clock}_s"] for r in record["rounds"])
-    return (f"\nTo the checkpoint it selects: ours trained as a user does (`{t['command']}`, in this process after the "
-            f"rounds), its `run.eval_checkpoint: {t['checkpoint']}` at step {t['selected_step']:,} of "
+    peer = t["selected_step"] * median_step(record, "peer")
+    return (f"\nTo the checkpoint it selects: ours trained as a user does (`{t['command']}`, one run at the config's "
+            f"seed, in this process after the rounds), its `run.eval_checkpoint: {t['checkpoint']}` at step {t['selected_step']:,} of "
             f"{t['steps_run']:,}, {ours:.1f} s ({clock} clock) of training to it, validations included, setup not; "
             f"the peer's loop for as many steps at its median step above, {peer:.1f} s, with no validation: "
             f"**{peer / ours:.2f}x** ours' time.")
@@ -411,8 +416,8 @@ def ceiling_text(record: dict[str, Any]) -> str:
     compute = record.get("compute")
     if not compute:
         return ""
-    clock, rounds = record["clock"], record["rounds"]
-    ours, peer = (statistics.median(r[f"{side}_{clock}_s"] for r in rounds) for side in ("ours", "peer"))
+    clock = record["clock"]
+    ours, peer = median_step(record, "ours"), median_step(record, "peer")
     flop, peak = compute["flop_per_step"], compute["matmul_peak_flops"]
     parts = ", ".join(f"`{op}` {n / 1e9:.1f}" for op, n in sorted(compute["flop_by_op"].items(), key=lambda kv: -kv[1]))
     return (f"\n\nCompute bound (`torch.utils.flop_counter` over one more step of ours): our step does "
