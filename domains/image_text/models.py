@@ -159,8 +159,8 @@ def fingerprint(tensors: dict[str, Tensor]) -> Tensor:
 def trunks_fingerprint(model: TwoTowerModel, frozen: dict[str, Tensor]) -> Tensor:
     """:func:`fingerprint` of ``model``'s ``frozen`` trunk state (:func:`frozen_trunk_state`), computed again only
     when one of those tensors was replaced or changed in place (its storage or version counter, ``Tensor._version``,
-    moved): frozen trunks are summed once, not at every checkpoint (a one-off cProfile of a reduced_align run, fp32, one
-    thread: 64 ms of each of its 17 saves)."""
+    moved): frozen trunks are summed once, not at every checkpoint (a one-off cProfile of a reduced_align run, fp32,
+    one thread: 64 ms of each of its 17 saves)."""
     key = tuple((name, t.data_ptr(), t._version) for name, t in frozen.items())
     cached = getattr(model, "_trunks_fingerprint", None)
     if cached is None or cached[0] != key:
