@@ -223,8 +223,9 @@ class ImageTextTask:
                 rows_of: dict[str, list[int]] = {}
                 for i, source in enumerate(image_sources):
                     rows_of.setdefault(source, []).append(i)
-                same = bool_matrix(pos_mask.shape, [(i, j) for j, t in enumerate(text_keys)
-                                                    for source in made_from.get(t, ()) for i in rows_of.get(source, ())])
+                same = bool_matrix(pos_mask.shape, [
+                    (i, j) for j, t in enumerate(text_keys) for source in made_from.get(t, ())
+                    for i in rows_of.get(source, ())])
                 if hard.weight != 1.0:
                     batch["neg_weight"] = torch.where(same & ~pos_mask, hard.weight, 1.0)
                 if hard.focus_weight > 0:
