@@ -26,6 +26,16 @@ def test_rng_states_round_trip_through_weights_only(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.pt", "c.pt.json"]  # no temporary file left
 
 
+def test_records_are_written_without_crc32_and_the_global_option_is_left_alone(tmp_path):
+    import zipfile
+
+    checkpoint.atomic_save(_state(v=torch.arange(1000.0)), tmp_path / "c.pt")
+    assert torch.serialization.get_crc32_options()  # patched for the save only
+    stored = [info.CRC for info in zipfile.ZipFile(tmp_path / "c.pt").infolist() if info.filename.endswith("/0")]
+    assert stored == [0]  # the tensor's record: no CRC-32 (the manifest's SHA-256 covers the file)
+    assert torch.equal(checkpoint.load(tmp_path / "c.pt")["v"], torch.arange(1000.0))
+
+
 def test_atomic_save_keeps_the_old_file_when_writing_fails(tmp_path):
     path = tmp_path / "last.pt"
     checkpoint.atomic_save(_state(v=torch.ones(2)), path)
