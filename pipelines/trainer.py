@@ -165,6 +165,7 @@ class Trainer:
         self._epoch_rng: dict[str, Any] | None = None
         self._resume_rng: dict[str, Any] | None = None
         self._last_eval_step = -1
+        self._saved_step = -1  # the step of the last ``last.pt`` this process wrote
         self._last_batch: Any = None
         self._consecutive_skips = 0
         self._signals = StopSignals()
@@ -247,6 +248,8 @@ class Trainer:
                 state.update(optimizers={}, schedulers={}, scaler=None)
             checkpoint.atomic_save(state, self.run_dir / "checkpoints" / f"{name}.pt")
             self._status("running")
+        if name == "last":  # every rank, so all skip fit's final save alike
+            self._saved_step = self.position.global_step
         distributed.barrier()
 
     def restore(self, path: Path, state: dict[str, Any] | None = None) -> None:
@@ -355,9 +358,11 @@ class Trainer:
             with self._signals.installed():  # a signal during the final validation lets the run finish first
                 while not self._finished():
                     self._run_epoch(bar)
-                if self._last_eval_step != self.position.global_step:
+                unvalidated = self._last_eval_step != self.position.global_step  # stopped inside an epoch (max_steps)
+                if unvalidated:
                     self.validate()
-                self.save("last")
+                if unvalidated or self._saved_step != self.position.global_step:
+                    self.save("last")
             earlier = {"earlier_train_cpu_seconds": self._seconds_before[1]} if self._resumed else {}
             early = {"stopped_early": self._early_stop_reason()} if self._stopped_early() else {}
             self._status("finished", **self.train_times(), resumed=self._resumed, **earlier, **early)
@@ -408,7 +413,8 @@ class Trainer:
         pos.epoch += 1
         pos.step_in_epoch = 0
         self._epoch_rng = None
-        if run.eval_every_epochs and pos.epoch % run.eval_every_epochs == 0:
+        due = run.eval_every_epochs and pos.epoch % run.eval_every_epochs == 0
+        if due or (self._finished() and self._last_eval_step != pos.global_step):  # the final one before the save
             self.validate()
         self.save("last")
         if self._stopped_early() and self.dist.is_main:

@@ -46,6 +46,19 @@ def test_run_folder_contents(toy_yaml):
     assert not list(run_dir.rglob(".*.tmp"))
 
 
+@pytest.mark.parametrize("eval_every", [1, 0])
+def test_the_last_epoch_writes_last_pt_once(toy_yaml, monkeypatch, eval_every):
+    """The final validation (every epoch, or only at the end) runs before the last epoch's save, so no second
+    ``last.pt`` of the same step follows it."""
+    saved = []
+    real = trainer.checkpoint.atomic_save
+    monkeypatch.setattr(trainer.checkpoint, "atomic_save", lambda state, path: (saved.append(path.name), real(state, path)))
+    run_dir = trainer.train(load_config(toy_yaml(run={"epochs": 2, "eval_every_epochs": eval_every})))
+    assert saved.count("last.pt") == 2 and "best.pt" in saved
+    assert saved[-1] == "last.pt"  # after the final validation's best.pt: it holds the best so far
+    assert load(run_dir / "checkpoints" / "last.pt")["last_eval_step"] == 8
+
+
 def test_training_reduces_the_loss(toy_yaml):
     run_dir = trainer.train(load_config(toy_yaml(run={"epochs": 6, "health_every_steps": 0}), ["config.augment=0"]))
     losses = [float(r["value"]) for r in _metrics(run_dir) if r["name"] == "train/loss"]
