@@ -41,7 +41,7 @@ from contrasuite.pipelines.bench.against_peer import (
     differences, heading, host_allocator_fields, host_memory_lines, machine_lines, median_step, official_flags, on_its_thread,
     optimizer_kernel, our_step, ours_text, outcome, peer_flags, peer_main, peer_record, peer_version, plain_loop_step,
     profile_note, profile_sides, profile_table, pull_levers, retaining_sides, round_cells, run_variant, settle,
-    summarize, synced_clocks, train_to_checkpoint, weight_layout, where_words,
+    summarize, synced_clocks, timed_saves, train_to_checkpoint, weight_layout, where_words,
 )
 from contrasuite.pipelines.checkpoint import CheckpointError, load as load_checkpoint
 from contrasuite.pipelines.cli_runs import ROOT, run_cli, thread_env
@@ -64,5 +64,5 @@ __all__ = [
     "official_flags", "on_its_thread", "optimizer_kernel", "our_step", "ours_text", "outcome", "peer_flags",
     "peer_main", "peer_record", "peer_version", "plain_loop_step", "profile_note", "profile_sides", "profile_table",
     "pull_levers", "retaining_sides", "round_cells", "run_variant", "settle", "summarize", "synced_clocks",
-    "train_to_checkpoint", "weight_layout", "where_words",
+    "timed_saves", "train_to_checkpoint", "weight_layout", "where_words",
 ]

@@ -36,7 +36,8 @@ kept. A round's ratio is peer time / our time (above 1: ours is faster); ``--clo
 CPU) is this process's CPU time, ``wall`` (the default with ``--device cuda``, read after
 ``torch.cuda.synchronize()``) the wall clock. ``--profile`` adds each side's largest operators
 (``torch.profiler`` over ``--steps`` more steps) to the record, which ``--report`` renders into the section's
-where-the-time-goes table in ``docs/results/bench_pipelines.md``.
+where-the-time-goes table in ``docs/results/bench_pipelines.md``, and, in fp32 on the CPU, our step's compute bound
+(``compute_bound``: its FLOPs over the fp32 matrix product's peak in the same process).
 
 ``--towers`` trains the trunks too (``config.model.freeze_trunks=false``): both sides then take uint8 images and
 captions, every module of both in training mode (MiniLM's dropout on, as open_clip's loop sets it), the images
@@ -51,7 +52,9 @@ times the steps (none of its setup). The first-step losses must agree within 1e-
 
 ``--to-checkpoint`` (not with ``--locked``) then trains the config as a user does (``contrasuite train`` on the bench's
 device and precision, in this process, to the end of its schedule) and keeps the training time to the checkpoint the
-run selects, which the section sets against the peer's median step times the selected step.
+run selects, which the section sets against the peer's median step times the selected step plus the checkpoints
+open_clip's ``main`` writes at the end of each epoch up to it (by default every epoch, as ours does), timed here on
+the peer's copy after the rounds.
 
 Our AdamW runs on PyTorch's fused kernel, the pipeline's default (``core/task/optim.py``); the peer keeps PyTorch's
 default (on the CPU the per-tensor loop). A record on a GPU, in bf16, with ``--towers`` or
@@ -82,9 +85,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from contrasuite.pipelines.api import (
-    RECORDS, ROOT, alternate, check_text, comparison_section, cpu_task, host_allocator_fields, median_step,
-    optimizer_kernel, our_step, ours_text, outcome, peer_flags, peer_main, peer_record, peer_version, profile_sides,
-    profile_table, retaining_sides, run_variant, synced_clocks, train_to_checkpoint, where_words,
+    RECORDS, ROOT, alternate, ceiling_text, check_text, comparison_section, compute_bound, cpu_task,
+    host_allocator_fields, median_step, optimizer_kernel, our_step, ours_text, outcome, peer_flags, peer_main,
+    peer_record, peer_version, profile_sides, profile_table, retaining_sides, run_variant, synced_clocks, timed_saves,
+    train_to_checkpoint, where_words,
 )
 
 SECTION = "image_text"
@@ -199,10 +203,12 @@ def open_clip_args(task: Any, precision: str, device: torch.device) -> argparse.
 
 
 def peer_loop(task: Any, precision: str, device: torch.device, cached: bool) -> tuple[
-        Callable[[tuple[Tensor, Tensor]], Tensor], torch.optim.Optimizer, str]:
+        Callable[[tuple[Tensor, Tensor]], Tensor], torch.optim.Optimizer, str, Callable[[Path], None]]:
     """open_clip's loop on a copy of the task's towers (module docstring), on the trunks' ``cached`` features or
-    through the trunks: ``(step, its optimizer, description)``; a step returns its loss (a tensor, not read: reading
-    it would wait for the GPU)."""
+    through the trunks: ``(step, its optimizer, description, save)``; a step returns its loss (a tensor, not read:
+    reading it would wait for the GPU); ``save(path)`` writes the checkpoint open_clip's ``main`` writes at an
+    epoch's end (its ``--save-frequency`` is 1 by default): ``torch.save`` of the epoch, the run's name, the model's
+    ``state_dict()`` and the optimizer's."""
     import open_clip
     from open_clip_train.train import train_one_epoch
 
@@ -220,17 +226,21 @@ def peer_loop(task: Any, precision: str, device: torch.device, cached: bool) -> 
     loss = open_clip.create_loss(args)
     last: dict[str, Tensor] = {}
     loss.register_forward_hook(lambda _module, _inputs, out: last.update(out))
-    data, epochs = OneBatchEpoch(), count()
+    data, epochs, saved = OneBatchEpoch(), count(), count(1)
 
     def step(batch: tuple[Tensor, Tensor]) -> Tensor:
         data.batch = batch
         train_one_epoch(model, {"train": data}, loss, next(epochs), optimizer, None, None, None, args)
         return last["contrastive_loss"].detach()
 
+    def save(path: Path) -> None:
+        torch.save({"epoch": next(saved), "name": args.name, "state_dict": model.state_dict(),
+                    "optimizer": optimizer.state_dict()}, path)
+
     desc = (f"open_clip {peer_version('open_clip')}: open_clip_train.train.train_one_epoch (precision "
             f"{args.precision}) with {type(loss).__name__}, one-batch epochs, AdamW(betas=({args.beta1}, {args.beta2}), "
             f"eps={args.eps:g})")
-    return step, optimizer, desc
+    return step, optimizer, desc, save
 
 
 def trained(optimizer: torch.optim.Optimizer) -> list[Tensor]:
@@ -274,7 +284,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
             raise SystemExit("--locked compares frozen trunks; the config has model.freeze_trunks false")
         cached = task.frozen and not args.locked
         retaining = retaining_sides(loaded, device)
-        peer_step, peer_optimizer, peer_desc = peer_loop(task, args.precision, device, cached)  # before our first step
+        peer_step, peer_optimizer, peer_desc, peer_save = peer_loop(task, args.precision, device, cached)  # before ours steps
         batches = list(islice(task.batches(0), args.batches))
         peer_batches = [peer_batch(task, b, cached) for b in batches]
         ours = seeded(our_step(task, device, args.precision))
@@ -288,8 +298,10 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         rounds = alternate(sides, batches, args.repeats, args.steps, synced_clocks(device), retaining)
         gap = weights_gap(start, trained(task.optimizers()["model"]), trained(peer_optimizer))
         profiles = profile_sides(sides, batches, args.steps, device, retaining) if args.profile else None
-        as_user = {"to_checkpoint": train_to_checkpoint(config, overrides, args.data_root, Path(run_dir) / "runs",
-                                                        device, args.precision)} if args.to_checkpoint else {}
+        fp32_cpu = args.profile and device.type == "cpu" and args.precision == "fp32"  # the peak is fp32's on the CPU
+        compute = {"compute": compute_bound(ours, batches[0])} if fp32_cpu else {}
+        as_user = {"to_checkpoint": to_checkpoint(args, config, overrides, Path(run_dir), task.steps_per_epoch,
+                                                  peer_save)} if args.to_checkpoint else {}
     m, images = task.cfg.model, peer_batches[0][0]
     kernel = optimizer_kernel(task.optimizers()["model"])
     locked = {"ours_setup_s": setup_s, "epochs": loaded.run.epochs, "steps_per_epoch": task.steps_per_epoch,
@@ -302,10 +314,26 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
            "embed_dim": m.embed_dim, "text_segments": m.text_segments, "extra_image_stages": list(m.extra_image_stages),
            "trainable_parameters": sum(p.numel() for g in task.optimizers()["model"].param_groups for p in g["params"]),
            "distinct_batches": len(batches), "weights_gap_after": gap, **locked,
-           **({"profile": profiles} if profiles else {}), **as_user}
+           **({"profile": profiles} if profiles else {}), **compute, **as_user}
     tolerance = max(TOLERANCE[args.precision], TOLERANCE["locked"] if args.locked else 0.0)
     measured = outcome(first_ours, first_peer, rounds, args.clock, tolerance=tolerance)
     return peer_record(SECTION, args, argv, {}, [], own, measured, variant=variant(args))
+
+
+PEER_SAVES = ("open_clip's `main` writes them (`torch.save` of the epoch, the run's name, the model's `state_dict()` "
+              "and the optimizer's; `--save-frequency` 1, its default), of its copy's trained weights (none of the "
+              "frozen trunks, which open_clip's model would also hold)")
+"""What the peer's timed epoch-end saves are (:func:`to_checkpoint`)."""
+
+
+def to_checkpoint(args: argparse.Namespace, config: Path, overrides: list[str], folder: Path, steps_per_epoch: int,
+                  peer_save: Callable[[Path], None]) -> dict[str, Any]:
+    """Ours trained as a user does (:func:`train_to_checkpoint`), then the peer's checkpoints at the end of each
+    epoch up to the step ours selected, timed (:func:`timed_saves`): what open_clip's ``main`` adds to its loop."""
+    device = torch.device(args.device)
+    trained = train_to_checkpoint(config, overrides, args.data_root, folder / "runs", device, args.precision)
+    epochs = -(-trained["selected_step"] // steps_per_epoch)  # a run cut inside an epoch saves at its end too
+    return trained | {"peer_saves": timed_saves(peer_save, epochs, folder / "peer", device, PEER_SAVES)}
 
 
 def variant(args: argparse.Namespace) -> str:
@@ -398,7 +426,7 @@ def render(record: dict[str, Any]) -> str:
                     f"CPU self time of the {PROFILE_ROWS} largest operators). "
                     + (LOCKED_WHERE if locked else where_text(record) if record["frozen_trunks"]
                        else towers_text(record))
-                    + "\n\n" + profile_table(record["profile"], PROFILE_ROWS, differences=0))
+                    + "\n\n" + profile_table(record["profile"], PROFILE_ROWS, differences=0) + ceiling_text(record))
     return comparison_section(record, title, same_work, note="\n".join(note) if note else None)
 
 

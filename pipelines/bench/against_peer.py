@@ -105,6 +105,22 @@ def train_to_checkpoint(config: str | os.PathLike, overrides: Sequence[str], dat
             "wall_s": selected["train_seconds"]}
 
 
+def timed_saves(save: Callable[[Path], None], count: int, folder: Path, device: torch.device,
+                what: str) -> dict[str, Any]:
+    """``save`` (a peer's epoch-end checkpoint, written to the path it is given) ``count`` times, each to a file of
+    its own in ``folder`` as a run's epochs leave them: their total time on each clock, the last file's size and
+    ``what`` they are, for :func:`checkpoint_sentence`."""
+    clocks, total, size = synced_clocks(device), dict.fromkeys(CLOCKS, 0.0), 0
+    folder.mkdir(parents=True, exist_ok=True)
+    for epoch in range(1, count + 1):
+        path = folder / f"epoch_{epoch}.pt"
+        started = {clock: read() for clock, read in clocks.items()}
+        save(path)
+        total = {clock: total[clock] + clocks[clock]() - started[clock] for clock in total}
+        size = path.stat().st_size
+    return {"count": count, **{f"{clock}_s": t for clock, t in total.items()}, "bytes": size, "what": what}
+
+
 def median_step(record: dict[str, Any], side: str) -> float:
     """``side``'s (``ours`` or ``peer``) median seconds per step over the record's rounds, on the record's clock."""
     return statistics.median(r[f"{side}_{record['clock']}_s"] for r in record["rounds"])
@@ -112,15 +128,20 @@ def median_step(record: dict[str, Any], side: str) -> float:
 
 def checkpoint_sentence(record: dict[str, Any]) -> str:
     """The record's ``to_checkpoint`` (:func:`train_to_checkpoint`) against the peer's median step times the
-    selected step (the peer validating nothing and selecting nothing)."""
+    selected step (the peer validating nothing and selecting nothing), plus the peer's epoch-end saves where the
+    record timed them (``peer_saves``, :func:`timed_saves`)."""
     t, clock = record["to_checkpoint"], record["clock"]
     ours = t["cpu_s"] if clock == "cpu" else t["wall_s"]
-    peer = t["selected_step"] * median_step(record, "peer")
+    steps = t["selected_step"] * median_step(record, "peer")
+    saves = t.get("peer_saves")
+    peer = steps + (saves[f"{clock}_s"] if saves else 0.0)
+    saved = (f", then {saves['count']} epoch-end checkpoints as {saves['what']} ({saves['bytes'] / 2**20:.0f} MiB "
+             f"each), timed here: {saves[f'{clock}_s']:.1f} s; in all {peer:.1f} s" if saves else f", {peer:.1f} s")
     return (f"\nTo the checkpoint it selects: ours trained as a user does (`{t['command']}`, one run at the config's "
             f"seed, in this process after the rounds), its `run.eval_checkpoint: {t['checkpoint']}` at step {t['selected_step']:,} of "
-            f"{t['steps_run']:,}, {ours:.1f} s ({clock} clock) of training to it, validations included, setup not; "
-            f"the peer's loop for as many steps at its median step above, {peer:.1f} s, with no validation: "
-            f"**{peer / ours:.2f}x** ours' time.")
+            f"{t['steps_run']:,}, {ours:.1f} s ({clock} clock) of training to it, validations and checkpoints included, "
+            f"setup not; the peer's loop for as many steps at its median step above, {steps:.1f} s{saved}, with no "
+            f"validation: **{peer / ours:.2f}x** ours' time.")
 
 
 def our_step(task: Any, device: torch.device = CPU, precision: str = "fp32") -> Callable[[Any], float]:

@@ -41,6 +41,7 @@ def test_the_bench_runs_and_its_record_renders(tmp_path, emoji_root, mode):
     text = page.read_text()
     assert f"<!-- section:{kept['section']} -->" in text and "open_clip_train.train.train_one_epoch" in text
     assert "Where the time goes" in text
+    assert ("Compute bound" in text) is (kept["compute"]["flop_per_step"] > 0)  # fp32 on the CPU: every mode
     assert words in text
     assert kept["command"].startswith("contrasuite bench image_text --")
     if mode == "locked_trunks":  # ours' setup filled an empty feature cache, and the projection counts it
@@ -50,6 +51,9 @@ def test_the_bench_runs_and_its_record_renders(tmp_path, emoji_root, mode):
         trained = kept["to_checkpoint"]
         assert trained["checkpoint"] == "last" and trained["selected_step"] == trained["steps_run"] > 0
         assert trained["command"].endswith("run.epochs=2 run.device=cpu run.precision=fp32")
+        saves = trained["peer_saves"]  # open_clip's main saves every epoch: 2 here, each with the optimizer's state
+        assert saves["count"] == 2 and saves["cpu_s"] > 0 and saves["bytes"] > 3 * 4 * kept["trainable_parameters"]
+        assert "2 epoch-end checkpoints as open_clip's `main` writes them" in text
 
 
 def test_locked_trunks_stay_in_eval_mode_in_the_peers_training_loop():
