@@ -52,9 +52,9 @@ times the steps (none of its setup). The first-step losses must agree within 1e-
 
 ``--to-checkpoint`` (not with ``--locked``) then trains the config as a user does (``contrasuite train`` on the bench's
 device and precision, in this process, to the end of its schedule) and keeps the training time to the checkpoint the
-run selects, which the section sets against the peer's median step times the selected step plus the checkpoints
-open_clip's ``main`` writes at the end of each epoch up to it (by default every epoch, as ours does), timed here on
-the peer's copy after the rounds.
+run selects, and runs the peer's loop as open_clip's ``main`` runs it to the same step: epoch by epoch over the
+bench's batches, writing its checkpoint at each epoch's end (``--save-frequency`` 1, its default; ours too saves every
+epoch), with no validation. The two alternate ``--repeats`` times, each of ours a fresh training run.
 
 Our AdamW runs on PyTorch's fused kernel, the pipeline's default (``core/task/optim.py``); the peer keeps PyTorch's
 default (on the CPU the per-tensor loop). A record on a GPU, in bf16, with ``--towers`` or
@@ -87,8 +87,8 @@ from torch import Tensor, nn
 from contrasuite.pipelines.api import (
     RECORDS, ROOT, alternate, ceiling_text, check_text, comparison_section, compute_bound, cpu_task,
     host_allocator_fields, median_step, optimizer_kernel, our_step, ours_text, outcome, peer_flags, peer_main,
-    peer_record, peer_version, profile_sides, profile_table, retaining_sides, run_variant, synced_clocks, timed_saves,
-    train_to_checkpoint, where_words,
+    peer_record, peer_schedule, peer_version, profile_sides, profile_table, retaining_sides, run_variant,
+    synced_clocks, to_checkpoint_rounds, train_to_checkpoint, where_words,
 )
 
 SECTION = "image_text"
@@ -301,7 +301,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         fp32_cpu = args.profile and device.type == "cpu" and args.precision == "fp32"  # the peak is fp32's on the CPU
         compute = {"compute": compute_bound(ours, batches[0])} if fp32_cpu else {}
         as_user = {"to_checkpoint": to_checkpoint(args, config, overrides, Path(run_dir), task.steps_per_epoch,
-                                                  peer_save)} if args.to_checkpoint else {}
+                                                  (peer_step, peer_batches, peer_save), retaining),
+                   "peer_saves_what": PEER_SAVES} if args.to_checkpoint else {}
     m, images = task.cfg.model, peer_batches[0][0]
     kernel = optimizer_kernel(task.optimizers()["model"])
     locked = {"ours_setup_s": setup_s, "epochs": loaded.run.epochs, "steps_per_epoch": task.steps_per_epoch,
@@ -323,17 +324,23 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
 PEER_SAVES = ("open_clip's `main` writes them (`torch.save` of the epoch, the run's name, the model's `state_dict()` "
               "and the optimizer's; `--save-frequency` 1, its default), of its copy's trained weights (none of the "
               "frozen trunks, which open_clip's model would also hold)")
-"""What the peer's timed epoch-end saves are (:func:`to_checkpoint`)."""
+"""What the peer's epoch-end saves are (:func:`to_checkpoint`)."""
 
 
 def to_checkpoint(args: argparse.Namespace, config: Path, overrides: list[str], folder: Path, steps_per_epoch: int,
-                  peer_save: Callable[[Path], None]) -> dict[str, Any]:
-    """Ours trained as a user does (:func:`train_to_checkpoint`), then the peer's checkpoints at the end of each
-    epoch up to the step ours selected, timed (:func:`timed_saves`): what open_clip's ``main`` adds to its loop."""
+                  peer: tuple[Callable[[Any], Any], list, Callable[[Path], None]], retaining: Sequence[str]
+                  ) -> dict[str, Any]:
+    """Ours trained as a user does (:func:`train_to_checkpoint`) and ``peer`` (its step, its batches, its epoch-end
+    save) run as open_clip's ``main`` runs its loop, epoch by epoch with a checkpoint at each end, to the same step,
+    alternating ``--repeats`` times (:func:`to_checkpoint_rounds`)."""
     device = torch.device(args.device)
-    trained = train_to_checkpoint(config, overrides, args.data_root, folder / "runs", device, args.precision)
-    epochs = -(-trained["selected_step"] // steps_per_epoch)  # a run cut inside an epoch saves at its end too
-    return trained | {"peer_saves": timed_saves(peer_save, epochs, folder / "peer", device, PEER_SAVES)}
+    step, batches, save = peer
+
+    def train(root: Path) -> dict[str, Any]:
+        return train_to_checkpoint(config, overrides, args.data_root, root, device, args.precision)
+
+    peer_run = peer_schedule(step, batches, steps_per_epoch, save, synced_clocks(device))
+    return to_checkpoint_rounds(train, peer_run, args.repeats, folder, device, retaining)
 
 
 def variant(args: argparse.Namespace) -> str:

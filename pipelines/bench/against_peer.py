@@ -22,6 +22,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -105,20 +106,57 @@ def train_to_checkpoint(config: str | os.PathLike, overrides: Sequence[str], dat
             "wall_s": selected["train_seconds"]}
 
 
-def timed_saves(save: Callable[[Path], None], count: int, folder: Path, device: torch.device,
-                what: str) -> dict[str, Any]:
-    """``save`` (a peer's epoch-end checkpoint, written to the path it is given) ``count`` times, each to a file of
-    its own in ``folder`` as a run's epochs leave them: their total time on each clock, the last file's size and
-    ``what`` they are, for :func:`checkpoint_sentence`."""
-    clocks, total, size = synced_clocks(device), dict.fromkeys(CLOCKS, 0.0), 0
-    folder.mkdir(parents=True, exist_ok=True)
-    for epoch in range(1, count + 1):
-        path = folder / f"epoch_{epoch}.pt"
-        started = {clock: read() for clock, read in clocks.items()}
-        save(path)
-        total = {clock: total[clock] + clocks[clock]() - started[clock] for clock in total}
-        size = path.stat().st_size
-    return {"count": count, **{f"{clock}_s": t for clock, t in total.items()}, "bytes": size, "what": what}
+def peer_schedule(step: Callable[[Any], Any], batches: list, steps_per_epoch: int, save: Callable[[Path], None],
+                  clocks: dict[str, Callable[[], float]]) -> Callable[[int, Path], dict[str, Any]]:
+    """The peer's loop run as a run of it goes: ``run(steps, folder)`` takes ``steps`` steps over ``batches``,
+    cycling, and calls ``save(path)`` at the end of each epoch of ``steps_per_epoch`` steps (and after the last
+    step), each into a file of its own in ``folder`` as the epochs leave them; it returns the saves' count, their
+    time on each of ``clocks`` and the last file's size."""
+    def run(steps: int, folder: Path) -> dict[str, Any]:
+        folder.mkdir(parents=True, exist_ok=True)
+        total, count, size = dict.fromkeys(clocks, 0.0), 0, 0
+        for k in range(steps):
+            step(batches[k % len(batches)])
+            if (k + 1) % steps_per_epoch == 0 or k + 1 == steps:
+                count += 1
+                path = folder / f"epoch_{count}.pt"
+                started = {clock: read() for clock, read in clocks.items()}
+                save(path)
+                total = {clock: total[clock] + clocks[clock]() - started[clock] for clock in total}
+                size = path.stat().st_size
+        return {"count": count, **{f"{clock}_s": t for clock, t in total.items()}, "bytes": size}
+
+    return run
+
+
+def to_checkpoint_rounds(train: Callable[[Path], dict[str, Any]], peer_run: Callable[[int, Path], dict[str, Any]],
+                         repeats: int, folder: Path, device: torch.device, retaining: Sequence[str]) -> dict[str, Any]:
+    """Ours trained as a user does (``train(root)``: :func:`train_to_checkpoint` into a fresh run folder) and the
+    peer's loop run to the same step (``peer_run(steps, folder)``: :func:`peer_schedule`), ``repeats`` times, the
+    order alternating (ours first, so the first round gives the step). A round's row: ``<side>_<clock>_s``, ours the
+    training time its selected checkpoint holds (validations and checkpoints included, setup not), the peer's
+    measured around its run (on a thread of its own where ``retaining``, as in :func:`alternate`), and the peer's
+    saves (``peer_saves``). Returns the first training's fields (command, checkpoint, steps) with ``rounds``."""
+    clocks, rounds, first = synced_clocks(device), [], None
+    for r in range(repeats):
+        row: dict[str, Any] = {}
+        for name in ("ours", "peer") if r % 2 == 0 else ("peer", "ours"):
+            if retaining:
+                retain_freed_memory(name in retaining)
+            if name == "ours":
+                trained = train(folder / f"ours{r}")
+                first = first or trained
+                if trained["selected_step"] != first["selected_step"]:
+                    raise RuntimeError(f"the training of round {r} selected step {trained['selected_step']}, the "
+                                       f"first {first['selected_step']}: not the same run")
+                row |= {"ours_cpu_s": trained["cpu_s"], "ours_wall_s": trained["wall_s"]}
+                continue
+            started = {clock: read() for clock, read in clocks.items()}
+            saves = on_its_thread(name, retaining, peer_run, first["selected_step"], folder / f"peer{r}")
+            row |= {f"peer_{clock}_s": read() - started[clock] for clock, read in clocks.items()} | {"peer_saves": saves}
+            shutil.rmtree(folder / f"peer{r}")  # its epochs' files, outside the time
+        rounds.append(row)
+    return {k: v for k, v in first.items() if k not in ("cpu_s", "wall_s")} | {"rounds": rounds}
 
 
 def median_step(record: dict[str, Any], side: str) -> float:
@@ -127,21 +165,29 @@ def median_step(record: dict[str, Any], side: str) -> float:
 
 
 def checkpoint_sentence(record: dict[str, Any]) -> str:
-    """The record's ``to_checkpoint`` (:func:`train_to_checkpoint`) against the peer's median step times the
-    selected step (the peer validating nothing and selecting nothing), plus the peer's epoch-end saves where the
-    record timed them (``peer_saves``, :func:`timed_saves`)."""
+    """The record's ``to_checkpoint``: with ``rounds`` (:func:`to_checkpoint_rounds`), both sides' measured times
+    and their ratio over the rounds; else ours' one training (:func:`train_to_checkpoint`) against the peer's median
+    step times the selected step. The peer validates and selects nothing."""
     t, clock = record["to_checkpoint"], record["clock"]
-    ours = t["cpu_s"] if clock == "cpu" else t["wall_s"]
-    steps = t["selected_step"] * median_step(record, "peer")
-    saves = t.get("peer_saves")
-    peer = steps + (saves[f"{clock}_s"] if saves else 0.0)
-    saved = (f", then {saves['count']} epoch-end checkpoints as {saves['what']} ({saves['bytes'] / 2**20:.0f} MiB "
-             f"each), timed here: {saves[f'{clock}_s']:.1f} s; in all {peer:.1f} s" if saves else f", {peer:.1f} s")
-    return (f"\nTo the checkpoint it selects: ours trained as a user does (`{t['command']}`, one run at the config's "
-            f"seed, in this process after the rounds), its `run.eval_checkpoint: {t['checkpoint']}` at step {t['selected_step']:,} of "
-            f"{t['steps_run']:,}, {ours:.1f} s ({clock} clock) of training to it, validations and checkpoints included, "
-            f"setup not; the peer's loop for as many steps at its median step above, {steps:.1f} s{saved}, with no "
-            f"validation: **{peer / ours:.2f}x** ours' time.")
+    head = (f"\nTo the checkpoint it selects: ours trained as a user does (`{t['command']}`, at the config's seed, in "
+            f"this process after the rounds), its `run.eval_checkpoint: {t['checkpoint']}` at step "
+            f"{t['selected_step']:,} of {t['steps_run']:,}")
+    if "rounds" not in t:
+        ours, peer = (t["cpu_s"] if clock == "cpu" else t["wall_s"]), t["selected_step"] * median_step(record, "peer")
+        return (f"{head}, one run, {ours:.1f} s ({clock} clock) of training to it, validations included, setup not; "
+                f"the peer's loop for as many steps at its median step above, {peer:.1f} s, with no validation: "
+                f"**{peer / ours:.2f}x** ours' time.")
+    rows = t["rounds"]
+    ours, peer = (statistics.median(r[f"{side}_{clock}_s"] for r in rows) for side in ("ours", "peer"))
+    saves = statistics.median(r["peer_saves"][f"{clock}_s"] for r in rows)
+    ratios = sorted(r[f"peer_{clock}_s"] / r[f"ours_{clock}_s"] for r in rows)
+    last = rows[-1]["peer_saves"]
+    return (f"{head}, {len(rows)} runs alternating with the peer's: ours {ours:.1f} s median ({clock} clock) of "
+            f"training to it, validations and checkpoints included, setup not; the peer's loop run as a run of it "
+            f"for as many steps over the bench's batches, with {last['count']} epoch-end checkpoints as "
+            f"{record['peer_saves_what']} ({last['bytes'] / 2**20:.0f} MiB each, {saves:.1f} s of its time), no "
+            f"validation: {peer:.1f} s median. Peer / ours: **{statistics.median(ratios):.2f}x** median, "
+            f"{ratios[0]:.2f} to {ratios[-1]:.2f} over the {len(rows)} rounds.")
 
 
 def our_step(task: Any, device: torch.device = CPU, precision: str = "fp32") -> Callable[[Any], float]:

@@ -51,9 +51,12 @@ def test_the_bench_runs_and_its_record_renders(tmp_path, emoji_root, mode):
         trained = kept["to_checkpoint"]
         assert trained["checkpoint"] == "last" and trained["selected_step"] == trained["steps_run"] > 0
         assert trained["command"].endswith("run.epochs=2 run.device=cpu run.precision=fp32")
-        saves = trained["peer_saves"]  # open_clip's main saves every epoch: 2 here, each with the optimizer's state
-        assert saves["count"] == 2 and saves["cpu_s"] > 0 and saves["bytes"] > 3 * 4 * kept["trainable_parameters"]
-        assert "2 epoch-end checkpoints as open_clip's `main` writes them" in text
+        assert len(trained["rounds"]) == 2  # --repeats, alternating with the peer's run
+        for row in trained["rounds"]:  # open_clip's main saves every epoch: 2 here, each with the optimizer's state
+            saves = row["peer_saves"]
+            assert saves["count"] == 2 and 0 < saves["cpu_s"] < row["peer_cpu_s"]
+            assert saves["bytes"] > 3 * 4 * kept["trainable_parameters"] and row["ours_cpu_s"] > 0
+        assert "2 epoch-end checkpoints as open_clip's `main` writes them" in text and "over the 2 rounds" in text
 
 
 def test_locked_trunks_stay_in_eval_mode_in_the_peers_training_loop():
