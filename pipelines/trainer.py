@@ -358,7 +358,7 @@ class Trainer:
             with self._signals.installed():  # a signal during the final validation lets the run finish first
                 while not self._finished():
                     self._run_epoch(bar)
-                unvalidated = self._last_eval_step != self.position.global_step  # stopped inside an epoch (max_steps)
+                unvalidated = self._last_eval_step != self.position.global_step
                 if unvalidated:
                     self.validate()
                 if unvalidated or self._saved_step != self.position.global_step:
@@ -413,10 +413,9 @@ class Trainer:
         pos.epoch += 1
         pos.step_in_epoch = 0
         self._epoch_rng = None
-        due = run.eval_every_epochs and pos.epoch % run.eval_every_epochs == 0
-        if due or (self._finished() and self._last_eval_step != pos.global_step):  # the final one before the save
+        if run.eval_every_epochs and pos.epoch % run.eval_every_epochs == 0:
             self.validate()
-        self.save("last")
+        self.save("last")  # before a final validation too: the epoch is kept whatever that validation does
         if self._stopped_early() and self.dist.is_main:
             print(f"early stop after epoch {pos.epoch}: {self._early_stop_reason()}, best {self.best}", file=sys.stderr)
 

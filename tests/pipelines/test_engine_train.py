@@ -47,15 +47,16 @@ def test_run_folder_contents(toy_yaml):
 
 
 @pytest.mark.parametrize("eval_every", [1, 0])
-def test_the_last_epoch_writes_last_pt_once(toy_yaml, monkeypatch, eval_every):
-    """The final validation (every epoch, or only at the end) runs before the last epoch's save, so no second
-    ``last.pt`` of the same step follows it."""
+def test_last_pt_is_written_again_only_when_the_final_validation_changed_it(toy_yaml, monkeypatch, eval_every):
+    """Validating every epoch, the last epoch's ``last.pt`` is the run's final state: no second write of it. Validating
+    only at the end, the last epoch is saved before that validation (kept whatever it does), then again after it
+    (its best value)."""
     saved = []
     real = trainer.checkpoint.atomic_save
     monkeypatch.setattr(trainer.checkpoint, "atomic_save", lambda state, path: (saved.append(path.name), real(state, path)))
     run_dir = trainer.train(load_config(toy_yaml(run={"epochs": 2, "eval_every_epochs": eval_every})))
-    assert saved.count("last.pt") == 2 and "best.pt" in saved
-    assert saved[-1] == "last.pt"  # after the final validation's best.pt: it holds the best so far
+    assert [name for name in saved if name == "last.pt"] == ["last.pt"] * (2 if eval_every else 3)
+    assert saved[-1] == "last.pt" and "best.pt" in saved  # after the final validation's best.pt: it holds the best
     assert load(run_dir / "checkpoints" / "last.pt")["last_eval_step"] == 8
 
 
