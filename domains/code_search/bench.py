@@ -42,7 +42,13 @@ than the default gets its own record and section (``code_search+<config name>``)
 the sides in turn) and each of our steps' compute bound (``compute_bound``: its FLOPs over the fp32 matrix-product
 peak) to the record; the section's "where the time goes" paragraph shows them beside what they are.
 
-    contrasuite bench code_search --against peer --threads 1 --profile
+``--to-checkpoint`` then trains ``--config`` on ``--mined`` as a user does (``contrasuite train``, its embedding cache
+off, each run fresh) and runs the peer's plain loop to the same step as sentence-transformers' ``fit`` runs a
+selecting run: over the epoch's batches, then at each epoch's end its ``InformationRetrievalEvaluator`` on the same
+validation pairs and ``save()`` of a better model (:func:`_peer_epoch_ends`); the two alternate ``--repeats`` times.
+With ``--mined reduced`` that is the shipped ``reduced_infonce`` as shipped:
+
+    contrasuite bench code_search --against peer --threads 1 --profile --mined reduced --to-checkpoint
     contrasuite bench code_search --against peer --report
     contrasuite bench code_search --batch 1024 --chunk 32          # a GPU
     contrasuite bench code_search --batch 64 --chunk 16 --steps 1  # a small CPU check
@@ -78,10 +84,13 @@ from contrasuite.domains.code_search.encoder import BiEncoder, EncoderConfig, re
 from contrasuite.domains.code_search.mine import iter_functions, summary
 from contrasuite.domains.hugging_face import local_models_only
 from contrasuite.pipelines.api import (
-    RECORDS, alternate, ceiling_text, checks_text, compute_bound, cpu_task, differences, heading, host_allocator_fields,
-    host_memory_lines, machine_lines, optimizer_kernel, our_step, ours_text, outcome, peer_flags, peer_main, peer_record,
-    plain_loop_step, profile_note, profile_sides, profile_table, retaining_sides, round_cells, where_words,
+    RECORDS, alternate, ceiling_text, checkpoint_sentence, checks_text, compute_bound, cpu_task, differences, heading,
+    host_allocator_fields, host_memory_lines, machine_lines, optimizer_kernel, our_step, ours_text, outcome,
+    peer_flags, peer_main, peer_record, peer_schedule, plain_loop_step, profile_note, profile_sides, profile_table,
+    retaining_sides, round_cells, synced_clocks, to_checkpoint_rounds, train_to_checkpoint, where_words,
 )
+
+CPU = torch.device("cpu")
 
 EMBED_MODES = ("embed", "sentence-transformers")
 
@@ -239,9 +248,10 @@ def _peer_overrides(args: argparse.Namespace, chunk: int) -> list[str]:
             f"config.grad_cache_chunk={chunk}", *args.override]
 
 
-def _peer_side(task: Any, chunk: int) -> tuple[Callable[[torch.Tensor], float], Callable[[torch.Tensor], float], str]:
+def _peer_side(task: Any, chunk: int) -> tuple[Callable[[torch.Tensor], float], Callable[[torch.Tensor], float], str,
+                                               Any]:
     """sentence-transformers' step on the task's model folder, data and settings: ``(train step, first-batch loss
-    with dropout off, description)``."""
+    with dropout off, description, the SentenceTransformer)``."""
     import sentence_transformers
     from sentence_transformers.sentence_transformer.losses import (
         CachedMultipleNegativesRankingLoss, MultipleNegativesRankingLoss,
@@ -279,7 +289,42 @@ def _peer_side(task: Any, chunk: int) -> tuple[Callable[[torch.Tensor], float], 
         st.eval()
         return float(loss_fn(features(batch), None))
 
-    return step, first_loss, f"sentence-transformers {sentence_transformers.__version__}: {what}, plain loop, AdamW"
+    return step, first_loss, f"sentence-transformers {sentence_transformers.__version__}: {what}, plain loop, AdamW", st
+
+
+PEER_EPOCH_END = ("sentence-transformers' `fit` runs them with an evaluator and `save_best_model` (its way to keep "
+                  "the best checkpoint): `InformationRetrievalEvaluator` on our validation pairs (batch and code "
+                  "length of our `config.eval`; its one `max_seq_length` cuts the queries there too, ours at "
+                  "`config.encoder.max_query_length`), then `save()` of a better model (no optimizer state)")
+"""What the peer's run does at an epoch's end (:func:`_peer_epoch_ends`)."""
+
+
+def _peer_epoch_ends(task: Any, st: Any) -> Callable[[], Callable[[Path], None]]:
+    """sentence-transformers' epoch end when its ``fit`` selects a checkpoint: its ``InformationRetrievalEvaluator``
+    on the task's validation pairs (query ``i`` relevant to code ``targets[i]``), at the batch size and code length
+    of our validation (``config.eval``; its one ``max_seq_length`` for queries and code), then ``st.save(path)``
+    when the primary score is the best of the run so far; back to training mode after (``encode`` leaves the model
+    in eval). Each call makes a run's handler, with no best yet."""
+    from sentence_transformers.sentence_transformer.evaluation import InformationRetrievalEvaluator
+
+    val, e = task.splits["val"], task.cfg.eval
+    evaluator = InformationRetrievalEvaluator(
+        {str(i): q for i, q in enumerate(val.queries)}, {str(i): c for i, c in enumerate(val.code)},
+        {str(i): {str(t)} for i, t in enumerate(val.targets)}, batch_size=e.batch_size, write_csv=False)
+    def new_run() -> Callable[[Path], None]:
+        best: list[float] = []
+
+        def epoch_end(path: Path) -> None:
+            st.max_seq_length = e.max_code_length or task.cfg.encoder.max_code_length
+            score = evaluator(st)[evaluator.primary_metric]
+            st.train()
+            if not best or score > best[0]:
+                best[:] = [score]
+                st.save(str(path))
+
+        return epoch_end
+
+    return new_run
 
 
 def _our_first_loss(task: Any, batch: torch.Tensor) -> float:
@@ -315,7 +360,7 @@ def _comparison(args: argparse.Namespace, chunk: int, run_dir: Path) -> dict[str
     task, loaded = cpu_task(args.config, _peer_overrides(args, chunk), args.data_root, run_dir)
     retaining = retaining_sides(loaded)
     batches = [b for _, b in zip(range(args.batches), task.batches(0))]
-    peer_step, peer_first, peer_desc = _peer_side(task, chunk)
+    peer_step, peer_first, peer_desc, peer_model = _peer_side(task, chunk)
     ours_first = _our_first_loss(task, batches[0])
     theirs_first = peer_first(batches[0])
     ours = our_step(task)
@@ -326,6 +371,19 @@ def _comparison(args: argparse.Namespace, chunk: int, run_dir: Path) -> dict[str
     rounds = alternate(sides, batches, args.repeats, args.steps, retaining=retaining)
     profiles = profile_sides(sides, batches, args.steps, retaining=retaining) if args.profile else None
     compute = compute_bound(ours, batches[0]) if args.profile else None
+    as_user = {}
+    if args.to_checkpoint and not chunk:  # the config as a user trains it: its plain step
+        # the embedding cache off: a rerun at the same seed would read the first run's validation embeddings
+        mined = [f"config.data.mined={args.mined}"] * (task.cfg.data.mined != args.mined)
+        overrides = [*mined, *args.override, "config.eval.cache=false"]
+
+        def train(root: Path) -> dict[str, Any]:
+            return train_to_checkpoint(args.config, overrides, args.data_root, root)
+
+        peer_run = peer_schedule(peer_step, list(task.batches(0)), task.steps_per_epoch,
+                                 _peer_epoch_ends(task, peer_model), synced_clocks(CPU))
+        as_user = {"to_checkpoint": to_checkpoint_rounds(train, peer_run, args.repeats, run_dir / "as_user", CPU,
+                                                         retaining), "peer_epoch_end_what": PEER_EPOCH_END}
     enc = task.cfg.encoder
     return {
         "step": f"GradCache, chunk {chunk}" if chunk else "plain", "grad_cache_chunk": chunk,
@@ -335,7 +393,7 @@ def _comparison(args: argparse.Namespace, chunk: int, run_dir: Path) -> dict[str
         "max_code_length": enc.max_code_length, "model": enc.model, "distinct_batches": len(batches),
         "group_cost_tokens": enc.group_cost_tokens, "padded_tokens": _padded_tokens(task, batches, chunk),
         **outcome(ours_first, theirs_first, rounds, args.clock, dropout="off"),
-        **({"profile": profiles, "compute": compute} if profiles else {}),
+        **({"profile": profiles, "compute": compute} if profiles else {}), **as_user,
     }
 
 
@@ -415,6 +473,8 @@ def render_peer(record: dict[str, Any]) -> str:
         lines[-1] += ceiling_text({"clock": clock, **first})
         lines += [f"\n{c['step']}: {checks_text(c['profile'])}\n\n{profile_table(c['profile'])}"
                   + ceiling_text({"clock": clock, **c}) for c in record["comparisons"][1:] if "profile" in c]
+    if "to_checkpoint" in first:
+        lines.append(checkpoint_sentence({"clock": clock, **first}))
     return "\n".join(lines)
 
 
@@ -441,7 +501,7 @@ def _parser() -> argparse.ArgumentParser:
     peer.add_argument("--config", default=DEFAULT_CONFIG, help="our side's config")
     peer.add_argument("--mined", default="smoke", help="the named mined set both sides train on")
     peer.add_argument("--grad-cache-chunk", type=int, default=8, help="GradCache chunk = CachedMNRL mini-batch (0: no GradCache row)")
-    peer_flags(peer, RECORD, {}, batches=6, profile=True)
+    peer_flags(peer, RECORD, {}, batches=6, profile=True, to_checkpoint=True)
     return parser
 
 

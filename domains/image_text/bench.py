@@ -302,7 +302,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         compute = {"compute": compute_bound(ours, batches[0])} if fp32_cpu else {}
         as_user = {"to_checkpoint": to_checkpoint(args, config, overrides, Path(run_dir), task.steps_per_epoch,
                                                   (peer_step, peer_batches, peer_save), retaining),
-                   "peer_saves_what": PEER_SAVES} if args.to_checkpoint else {}
+                   "peer_epoch_end_what": PEER_EPOCH_END} if args.to_checkpoint else {}
     m, images = task.cfg.model, peer_batches[0][0]
     kernel = optimizer_kernel(task.optimizers()["model"])
     locked = {"ours_setup_s": setup_s, "epochs": loaded.run.epochs, "steps_per_epoch": task.steps_per_epoch,
@@ -321,10 +321,10 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     return peer_record(SECTION, args, argv, {}, [], own, measured, variant=variant(args))
 
 
-PEER_SAVES = ("open_clip's `main` writes them (`torch.save` of the epoch, the run's name, the model's `state_dict()` "
-              "and the optimizer's; `--save-frequency` 1, its default), of its copy's trained weights (none of the "
-              "frozen trunks, which open_clip's model would also hold)")
-"""What the peer's epoch-end saves are (:func:`to_checkpoint`)."""
+PEER_EPOCH_END = ("open_clip's `main` runs them: a checkpoint written (`torch.save` of the epoch, the run's name, the "
+                  "model's `state_dict()` and the optimizer's; `--save-frequency` 1, its default), of its copy's "
+                  "trained weights (none of the frozen trunks, which open_clip's model would also hold), no validation")
+"""What the peer's run does at an epoch's end (:func:`to_checkpoint`)."""
 
 
 def to_checkpoint(args: argparse.Namespace, config: Path, overrides: list[str], folder: Path, steps_per_epoch: int,
@@ -339,7 +339,7 @@ def to_checkpoint(args: argparse.Namespace, config: Path, overrides: list[str], 
     def train(root: Path) -> dict[str, Any]:
         return train_to_checkpoint(config, overrides, args.data_root, root, device, args.precision)
 
-    peer_run = peer_schedule(step, batches, steps_per_epoch, save, synced_clocks(device))
+    peer_run = peer_schedule(step, batches, steps_per_epoch, lambda: save, synced_clocks(device))
     return to_checkpoint_rounds(train, peer_run, args.repeats, folder, device, retaining)
 
 

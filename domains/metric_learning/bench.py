@@ -34,9 +34,10 @@ The record (JSON, ``--output``) is what ``--report`` renders into its section of
 ``docs/results/bench_pipelines.md``; the page is never typed by hand. ``--profile`` adds both sides' operators
 (``torch.profiler`` over ``--steps`` more steps per side, the sides in turn) to the record; the section's "where
 the time goes" paragraph shows them beside what they are. ``--to-checkpoint`` then trains the config as a user does
-(``contrasuite train``, in this process on the same threads, to the end of its schedule) and keeps the training time
-to the checkpoint the run selects, which the section sets against the peer's median step times the selected step
-(``pipelines/bench/against_peer.py``, ``train_to_checkpoint``).
+(``contrasuite train``, in this process on the same threads, to the end of its schedule, a fresh run each time) and
+keeps the training time to the checkpoint the run selects, alternating ``--repeats`` times with the peer's hand loop
+run over the epoch's batches to the same step, with no validation and no checkpoint
+(``pipelines/bench/against_peer.py``, ``to_checkpoint_rounds``).
 
     contrasuite bench metric_learning --against peer --threads 1 --profile --to-checkpoint
     contrasuite bench metric_learning --report
@@ -58,7 +59,8 @@ from contrasuite.domains.depthwise_conv import sums_windows
 from contrasuite.pipelines.api import (
     RECORDS, ROOT, alternate, check_text, comparison_section, cpu_task, host_allocator_fields, optimizer_kernel,
     our_step, ours_text, outcome, peer_flags, peer_main, peer_record, peer_version, plain_loop_step, profile_note,
-    profile_sides, pull_levers, retaining_sides, train_to_checkpoint, weight_layout, where_words,
+    peer_schedule, profile_sides, pull_levers, retaining_sides, synced_clocks, to_checkpoint_rounds,
+    train_to_checkpoint, weight_layout, where_words,
 )
 
 SECTION = "metric_learning"
@@ -111,6 +113,22 @@ def peer_loop(task: Any) -> tuple[Callable[[tuple[torch.Tensor, torch.Tensor]], 
                   f"MultiSimilarityMiner(epsilon={term.get('epsilon', 0.1)}), hand loop, AdamW")
 
 
+PEER_EPOCH_END = "a hand loop has them: nothing (no validation, no checkpoint)"
+"""What the peer's run does at an epoch's end (:func:`to_checkpoint`)."""
+
+
+def to_checkpoint(args: argparse.Namespace, config: Path, task: Any, peer_step: Callable[[Any], Any], folder: Path,
+                  retaining: Sequence[str]) -> dict[str, Any]:
+    """Ours trained as a user does (:func:`train_to_checkpoint`) and the peer's hand loop over the epoch's batches
+    to the same step, alternating ``--repeats`` times (:func:`to_checkpoint_rounds`)."""
+    def train(root: Path) -> dict[str, Any]:
+        return train_to_checkpoint(config, args.override, args.data_root, root)
+
+    epoch = list(task.batches(0))
+    peer_run = peer_schedule(peer_step, epoch, len(epoch), lambda: lambda path: None, synced_clocks(torch.device("cpu")))
+    return to_checkpoint_rounds(train, peer_run, args.repeats, folder, torch.device("cpu"), retaining)
+
+
 def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as run_dir:
         config = ROOT / "configs" / "metric_learning" / f"{args.config}.yaml"
@@ -127,8 +145,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         sides = {"ours": ours, "peer": peer_step}
         rounds = alternate(sides, batches, args.repeats, args.steps, retaining=retaining)
         profiles = profile_sides(sides, batches, args.steps, retaining=retaining) if args.profile else None
-        trained = {"to_checkpoint": train_to_checkpoint(config, args.override, args.data_root, Path(run_dir) / "runs")
-                   } if args.to_checkpoint else {}
+        trained = {"to_checkpoint": to_checkpoint(args, config, task, peer_step, Path(run_dir), retaining),
+                   "peer_epoch_end_what": PEER_EPOCH_END} if args.to_checkpoint else {}
     x, y = batches[0]
     window_sums = sums_windows(task.train_model(x))
     kernel = optimizer_kernel(task.optimizers()["model"])

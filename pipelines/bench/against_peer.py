@@ -106,24 +106,26 @@ def train_to_checkpoint(config: str | os.PathLike, overrides: Sequence[str], dat
             "wall_s": selected["train_seconds"]}
 
 
-def peer_schedule(step: Callable[[Any], Any], batches: list, steps_per_epoch: int, save: Callable[[Path], None],
+def peer_schedule(step: Callable[[Any], Any], batches: list, steps_per_epoch: int,
+                  epoch_ends: Callable[[], Callable[[Path], None]],
                   clocks: dict[str, Callable[[], float]]) -> Callable[[int, Path], dict[str, Any]]:
     """The peer's loop run as a run of it goes: ``run(steps, folder)`` takes ``steps`` steps over ``batches``,
-    cycling, and calls ``save(path)`` at the end of each epoch of ``steps_per_epoch`` steps (and after the last
-    step), each into a file of its own in ``folder`` as the epochs leave them; it returns the saves' count, their
-    time on each of ``clocks`` and the last file's size."""
+    cycling, and calls ``epoch_end(path)`` (what the peer's run does at an epoch's end: write a checkpoint, or
+    validate and keep a better model; ``epoch_ends()`` makes one per run, with a run's fresh state) after each epoch
+    of ``steps_per_epoch`` steps and after the last step, each with a path of its own in ``folder``; it returns the
+    epoch ends' count, their time on each of ``clocks`` and the size of what the last one wrote."""
     def run(steps: int, folder: Path) -> dict[str, Any]:
         folder.mkdir(parents=True, exist_ok=True)
-        total, count, size = dict.fromkeys(clocks, 0.0), 0, 0
+        total, count, size, epoch_end = dict.fromkeys(clocks, 0.0), 0, 0, epoch_ends()
         for k in range(steps):
             step(batches[k % len(batches)])
             if (k + 1) % steps_per_epoch == 0 or k + 1 == steps:
                 count += 1
-                path = folder / f"epoch_{count}.pt"
+                path = folder / f"epoch_{count}"
                 started = {clock: read() for clock, read in clocks.items()}
-                save(path)
+                epoch_end(path)
                 total = {clock: total[clock] + clocks[clock]() - started[clock] for clock in total}
-                size = path.stat().st_size
+                size = sum(f.stat().st_size for f in [path, *path.rglob("*")] if f.is_file()) if path.exists() else 0
         return {"count": count, **{f"{clock}_s": t for clock, t in total.items()}, "bytes": size}
 
     return run
@@ -136,7 +138,8 @@ def to_checkpoint_rounds(train: Callable[[Path], dict[str, Any]], peer_run: Call
     order alternating (ours first, so the first round gives the step). A round's row: ``<side>_<clock>_s``, ours the
     training time its selected checkpoint holds (validations and checkpoints included, setup not), the peer's
     measured around its run (on a thread of its own where ``retaining``, as in :func:`alternate`), and the peer's
-    saves (``peer_saves``). Returns the first training's fields (command, checkpoint, steps) with ``rounds``."""
+    epoch ends (``peer_epoch_ends``). Returns the first training's fields (command, checkpoint, steps) with
+    ``rounds``."""
     clocks, rounds, first = synced_clocks(device), [], None
     for r in range(repeats):
         row: dict[str, Any] = {}
@@ -152,9 +155,10 @@ def to_checkpoint_rounds(train: Callable[[Path], dict[str, Any]], peer_run: Call
                 row |= {"ours_cpu_s": trained["cpu_s"], "ours_wall_s": trained["wall_s"]}
                 continue
             started = {clock: read() for clock, read in clocks.items()}
-            saves = on_its_thread(name, retaining, peer_run, first["selected_step"], folder / f"peer{r}")
-            row |= {f"peer_{clock}_s": read() - started[clock] for clock, read in clocks.items()} | {"peer_saves": saves}
-            shutil.rmtree(folder / f"peer{r}")  # its epochs' files, outside the time
+            ends = on_its_thread(name, retaining, peer_run, first["selected_step"], folder / f"peer{r}")
+            row |= {f"peer_{clock}_s": read() - started[clock] for clock, read in clocks.items()}
+            row["peer_epoch_ends"] = ends
+            shutil.rmtree(folder / f"peer{r}")  # what its epochs wrote, outside the time
         rounds.append(row)
     return {k: v for k, v in first.items() if k not in ("cpu_s", "wall_s")} | {"rounds": rounds}
 
@@ -165,29 +169,23 @@ def median_step(record: dict[str, Any], side: str) -> float:
 
 
 def checkpoint_sentence(record: dict[str, Any]) -> str:
-    """The record's ``to_checkpoint``: with ``rounds`` (:func:`to_checkpoint_rounds`), both sides' measured times
-    and their ratio over the rounds; else ours' one training (:func:`train_to_checkpoint`) against the peer's median
-    step times the selected step. The peer validates and selects nothing."""
+    """The record's ``to_checkpoint`` (:func:`to_checkpoint_rounds`): both sides' measured times to the checkpoint
+    ours selects and their ratio over the rounds; the peer selects nothing (its ``peer_epoch_end_what`` says what
+    its run does at an epoch's end)."""
     t, clock = record["to_checkpoint"], record["clock"]
-    head = (f"\nTo the checkpoint it selects: ours trained as a user does (`{t['command']}`, at the config's seed, in "
-            f"this process after the rounds), its `run.eval_checkpoint: {t['checkpoint']}` at step "
-            f"{t['selected_step']:,} of {t['steps_run']:,}")
-    if "rounds" not in t:
-        ours, peer = (t["cpu_s"] if clock == "cpu" else t["wall_s"]), t["selected_step"] * median_step(record, "peer")
-        return (f"{head}, one run, {ours:.1f} s ({clock} clock) of training to it, validations included, setup not; "
-                f"the peer's loop for as many steps at its median step above, {peer:.1f} s, with no validation: "
-                f"**{peer / ours:.2f}x** ours' time.")
     rows = t["rounds"]
     ours, peer = (statistics.median(r[f"{side}_{clock}_s"] for r in rows) for side in ("ours", "peer"))
-    saves = statistics.median(r["peer_saves"][f"{clock}_s"] for r in rows)
+    ends = statistics.median(r["peer_epoch_ends"][f"{clock}_s"] for r in rows)
     ratios = sorted(r[f"peer_{clock}_s"] / r[f"ours_{clock}_s"] for r in rows)
-    last = rows[-1]["peer_saves"]
-    return (f"{head}, {len(rows)} runs alternating with the peer's: ours {ours:.1f} s median ({clock} clock) of "
-            f"training to it, validations and checkpoints included, setup not; the peer's loop run as a run of it "
-            f"for as many steps over the bench's batches, with {last['count']} epoch-end checkpoints as "
-            f"{record['peer_saves_what']} ({last['bytes'] / 2**20:.0f} MiB each, {saves:.1f} s of its time), no "
-            f"validation: {peer:.1f} s median. Peer / ours: **{statistics.median(ratios):.2f}x** median, "
-            f"{ratios[0]:.2f} to {ratios[-1]:.2f} over the {len(rows)} rounds.")
+    last = rows[-1]["peer_epoch_ends"]
+    return (f"\nTo the checkpoint it selects: ours trained as a user does (`{t['command']}`, at the config's seed, in "
+            f"this process after the rounds), its `run.eval_checkpoint: {t['checkpoint']}` at step "
+            f"{t['selected_step']:,} of {t['steps_run']:,}, {len(rows)} runs alternating with the peer's: ours "
+            f"{ours:.1f} s median ({clock} clock) of training to it, validations and checkpoints included, setup not; "
+            f"the peer's loop run as a run of it for as many steps, with {last['count']} epoch end(s) as "
+            f"{record['peer_epoch_end_what']} (the last wrote {last['bytes'] / 2**20:.0f} MiB; {ends:.1f} s of its "
+            f"time): {peer:.1f} s median. Peer / ours: **{statistics.median(ratios):.2f}x** median, {ratios[0]:.2f} "
+            f"to {ratios[-1]:.2f} over the {len(rows)} rounds.")
 
 
 def our_step(task: Any, device: torch.device = CPU, precision: str = "fp32") -> Callable[[Any], float]:

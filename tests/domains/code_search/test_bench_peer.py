@@ -52,3 +52,24 @@ def test_another_config_gets_its_own_record_section(tiny_model, mined, tmp_path)
     text = page.read_text()
     assert "<!-- section:code_search+infonce -->" in text and "config `code_search/infonce`" in text
 
+
+
+def test_to_checkpoint_alternates_our_training_with_the_peers_run_and_its_evaluator(tiny_model, mined, tmp_path):
+    """``--to-checkpoint``: ours trains the config as a user does, the peer runs its loop for as many steps and at
+    the epoch's end sentence-transformers' evaluator on the same validation pairs, then saves the better model."""
+    pytest.importorskip("sentence_transformers")
+    out, page = tmp_path / "cs.json", tmp_path / "page.md"
+    argv = ["--against", "peer", "--threads", "1", "--batches", "1", "--steps", "1", "--repeats", "2",
+            "--grad-cache-chunk", "0", "--override", f"config.encoder.model={tiny_model}",
+            "--override", f"config.data.folder={mined}", "--override", "config.batch_size=4",
+            "--override", "config.eval.cosqa=false", "--output", str(out), "--to-checkpoint"]
+    assert bench.main(argv) == 0 and bench.main(["--report", "--output", str(out), "--page", str(page)]) == 0
+    (plain,) = json.loads(out.read_text())["comparisons"]
+    trained = plain["to_checkpoint"]
+    assert trained["checkpoint"] == "best" and 0 < trained["selected_step"] <= trained["steps_run"]
+    assert f"config.data.folder={mined}" in trained["command"] and len(trained["rounds"]) == 2
+    for row in trained["rounds"]:  # one epoch: one evaluation, and the first is always the best so far (a save)
+        ends = row["peer_epoch_ends"]
+        assert ends["count"] == 1 and 0 < ends["cpu_s"] < row["peer_cpu_s"] and ends["bytes"] > 0
+    text = page.read_text()
+    assert "To the checkpoint it selects" in text and "`InformationRetrievalEvaluator` on our validation" in text

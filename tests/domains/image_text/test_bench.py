@@ -53,10 +53,10 @@ def test_the_bench_runs_and_its_record_renders(tmp_path, emoji_root, mode):
         assert trained["command"].endswith("run.epochs=2 run.device=cpu run.precision=fp32")
         assert len(trained["rounds"]) == 2  # --repeats, alternating with the peer's run
         for row in trained["rounds"]:  # open_clip's main saves every epoch: 2 here, each with the optimizer's state
-            saves = row["peer_saves"]
+            saves = row["peer_epoch_ends"]
             assert saves["count"] == 2 and 0 < saves["cpu_s"] < row["peer_cpu_s"]
             assert saves["bytes"] > 3 * 4 * kept["trainable_parameters"] and row["ours_cpu_s"] > 0
-        assert "2 epoch-end checkpoints as open_clip's `main` writes them" in text and "over the 2 rounds" in text
+        assert "2 epoch end(s) as open_clip's `main` runs them" in text and "over the 2 rounds" in text
 
 
 def test_locked_trunks_stay_in_eval_mode_in_the_peers_training_loop():

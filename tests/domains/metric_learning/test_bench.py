@@ -36,11 +36,10 @@ def test_against_peer_writes_a_record_with_both_timings_and_equal_first_losses(e
 
 
 
-def test_to_checkpoint_trains_the_config_as_a_user_does_and_sets_it_against_the_peers_steps(emoji_root, cache_dir,
-                                                                                              tmp_path):
+def test_to_checkpoint_alternates_our_training_with_the_peers_loop_to_the_same_step(emoji_root, cache_dir, tmp_path):
     out, page = tmp_path / "ml.json", tmp_path / "page.md"
     overrides = ["config.data.max_classes=8", "config.batch_size=8", f"config.data.cache_dir={cache_dir}", "run.epochs=2"]
-    assert bench.main(["--against", "peer", "--batches", "1", "--steps", "1", "--repeats", "1", "--threads", "1",
+    assert bench.main(["--against", "peer", "--batches", "1", "--steps", "1", "--repeats", "2", "--threads", "1",
                        "--data-root", str(emoji_root), "--output", str(out), "--to-checkpoint",
                        *(f"--override={o}" for o in overrides)]) == 0
     trained = json.loads(out.read_text())["to_checkpoint"]
@@ -48,6 +47,9 @@ def test_to_checkpoint_trains_the_config_as_a_user_does_and_sets_it_against_the_
                                   + " ".join([*overrides, "run.device=cpu", "run.precision=fp32"]))
     # validation every epoch selects the best of the two epochs' ends (run.best_metric: recall@1)
     assert trained["checkpoint"] == "best" and 0 < trained["selected_step"] <= trained["steps_run"]
-    assert trained["steps_run"] % 2 == 0 and trained["cpu_s"] > 0
+    assert trained["steps_run"] % 2 == 0 and len(trained["rounds"]) == 2
+    for row in trained["rounds"]:  # the peer's hand loop: epoch ends that do nothing
+        assert row["ours_cpu_s"] > 0 and row["peer_cpu_s"] > 0 and row["peer_epoch_ends"]["bytes"] == 0
     assert bench.main(["--report", "--output", str(out), "--page", str(page)]) == 0
-    assert f"at step {trained['selected_step']:,} of {trained['steps_run']:,}" in page.read_text()
+    text = page.read_text()
+    assert f"at step {trained['selected_step']:,} of {trained['steps_run']:,}" in text and "over the 2 rounds" in text
