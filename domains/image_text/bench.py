@@ -284,7 +284,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
             raise SystemExit("--locked compares frozen trunks; the config has model.freeze_trunks false")
         cached = task.frozen and not args.locked
         retaining = retaining_sides(loaded, device)
-        peer_step, peer_optimizer, peer_desc, peer_save = peer_loop(task, args.precision, device, cached)  # before ours steps
+        # before ours steps: the same weights
+        peer_step, peer_optimizer, peer_desc, peer_save = peer_loop(task, args.precision, device, cached)
         batches = list(islice(task.batches(0), args.batches))
         peer_batches = [peer_batch(task, b, cached) for b in batches]
         ours = seeded(our_step(task, device, args.precision))

@@ -124,9 +124,9 @@ def to_checkpoint(args: argparse.Namespace, config: Path, task: Any, peer_step: 
     def train(root: Path) -> dict[str, Any]:
         return train_to_checkpoint(config, args.override, args.data_root, root)
 
-    epoch = list(task.batches(0))
-    peer_run = peer_schedule(peer_step, epoch, len(epoch), lambda: lambda path: None, synced_clocks(torch.device("cpu")))
-    return to_checkpoint_rounds(train, peer_run, args.repeats, folder, torch.device("cpu"), retaining)
+    cpu, epoch = torch.device("cpu"), list(task.batches(0))
+    peer_run = peer_schedule(peer_step, epoch, len(epoch), lambda: lambda path: None, synced_clocks(cpu))
+    return to_checkpoint_rounds(train, peer_run, args.repeats, folder, cpu, retaining)
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:

@@ -178,14 +178,17 @@ def checkpoint_sentence(record: dict[str, Any]) -> str:
     ends = statistics.median(r["peer_epoch_ends"][f"{clock}_s"] for r in rows)
     ratios = sorted(r[f"peer_{clock}_s"] / r[f"ours_{clock}_s"] for r in rows)
     last = rows[-1]["peer_epoch_ends"]
+    cost = [f"the last wrote {last['bytes'] / 2**20:.0f} MiB"] * bool(last["bytes"])
+    cost += [f"{ends:.1f} s of its time"] * (ends >= 0.05)
+    costs = f" ({'; '.join(cost)})" if cost else ""
     return (f"\nTo the checkpoint it selects: ours trained as a user does (`{t['command']}`, at the config's seed, in "
             f"this process after the rounds), its `run.eval_checkpoint: {t['checkpoint']}` at step "
             f"{t['selected_step']:,} of {t['steps_run']:,}, {len(rows)} runs alternating with the peer's: ours "
             f"{ours:.1f} s median ({clock} clock) of training to it, validations and checkpoints included, setup not; "
             f"the peer's loop run as a run of it for as many steps, with {last['count']} epoch end(s) as "
-            f"{record['peer_epoch_end_what']} (the last wrote {last['bytes'] / 2**20:.0f} MiB; {ends:.1f} s of its "
-            f"time): {peer:.1f} s median. Peer / ours: **{statistics.median(ratios):.2f}x** median, {ratios[0]:.2f} "
-            f"to {ratios[-1]:.2f} over the {len(rows)} rounds.")
+            f"{record['peer_epoch_end_what']}{costs}: {peer:.1f} s median. Peer / ours: "
+            f"**{statistics.median(ratios):.2f}x** median, {ratios[0]:.2f} to {ratios[-1]:.2f} over the {len(rows)} "
+            f"rounds.")
 
 
 def our_step(task: Any, device: torch.device = CPU, precision: str = "fp32") -> Callable[[Any], float]:
