@@ -14,6 +14,7 @@ step to 1e-3 of its largest entry (float32 rounding of sums taken in another ord
 """
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -68,15 +69,33 @@ def _run(args: list[str], env: dict, cwd: Path, timeout: int = 400) -> None:
     assert out.returncode == 0, out.stderr[-4000:]
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("ranks")
+def _train(tmp: Path) -> Path:
+    """Every domain's 3 steps in one process, then in two, into ``tmp``."""
     common = ["run.epochs=3", "run.max_steps=3", "run.precision=fp32", f"run.data_root={DATA}"]  # a domain's own run.data_root wins
     specs = [f"{name}={'|'.join([args[0], *common, *args[1:]])}" for name, args in _specs(tmp).items()]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     _run([sys.executable, str(WORKER), str(tmp), "--rank-invariant-layers", *specs], env, ROOT)
     _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(WORKER), str(tmp),
           "--rank-invariant-layers", *specs], env, ROOT)
+    return tmp
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """The runs, made once per test run: under pytest-xdist the first worker to need them trains them into the run's
+    shared temporary folder while the others wait on its lock, then all read them (each worker would otherwise
+    train them all again, two minutes of both cores)."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:  # one process runs the tests
+        return _train(tmp_path_factory.mktemp("ranks"))
+    from filelock import FileLock
+
+    tmp = tmp_path_factory.getbasetemp().parent / "ranks"
+    with FileLock(f"{tmp}.lock"):
+        if not (tmp / "done").is_file():
+            shutil.rmtree(tmp, ignore_errors=True)  # a worker that failed here left a part
+            tmp.mkdir()
+            _train(tmp)
+            (tmp / "done").touch()
     return tmp
 
 
