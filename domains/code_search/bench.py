@@ -311,6 +311,7 @@ def _peer_epoch_ends(task: Any, st: Any) -> Callable[[], Callable[[Path], None]]
     evaluator = InformationRetrievalEvaluator(
         {str(i): q for i, q in enumerate(val.queries)}, {str(i): c for i, c in enumerate(val.code)},
         {str(i): {str(t)} for i, t in enumerate(val.targets)}, batch_size=e.batch_size, write_csv=False)
+
     def new_run() -> Callable[[Path], None]:
         best: list[float] = []
 
