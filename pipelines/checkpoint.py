@@ -107,8 +107,8 @@ def atomic_save(obj: Any, path: Path) -> None:
 
     The manifest first lists the new file beside the old one, then (after the rename) the new one only. The
     manifest's SHA-256 covers the whole file, so the zip records' own CRC-32s are left out
-    (``save.compute_crc32``; ``torch.load`` reads the file without them): a third of the save's CPU time for a
-    large state.
+    (``save.compute_crc32``; ``torch.load`` reads the file without them): in two one-off timings of this save of
+    44 MB (not a bench), 61 -> 43 and 52 -> 40 ms of CPU.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
