@@ -86,11 +86,9 @@ from contrasuite.domains.hugging_face import local_models_only
 from contrasuite.pipelines.api import (
     RECORDS, alternate, ceiling_text, checkpoint_sentence, checks_text, compute_bound, cpu_task, differences, heading,
     host_allocator_fields, host_memory_lines, machine_lines, optimizer_kernel, our_step, ours_text, outcome,
-    peer_flags, peer_main, peer_record, peer_schedule, plain_loop_step, profile_note, profile_sides, profile_table,
-    retaining_sides, round_cells, synced_clocks, to_checkpoint_rounds, train_to_checkpoint, where_words,
+    peer_flags, peer_main, peer_record, PeerRun, plain_loop_step, profile_note, profile_sides, profile_table,
+    retaining_sides, round_cells, to_checkpoint_rounds, where_words,
 )
-
-CPU = torch.device("cpu")
 
 EMBED_MODES = ("embed", "sentence-transformers")
 
@@ -377,14 +375,10 @@ def _comparison(args: argparse.Namespace, chunk: int, run_dir: Path) -> dict[str
         # the embedding cache off: a rerun at the same seed would read the first run's validation embeddings
         mined = [f"config.data.mined={args.mined}"] * (task.cfg.data.mined != args.mined)
         overrides = [*mined, *args.override, "config.eval.cache=false"]
-
-        def train(root: Path) -> dict[str, Any]:
-            return train_to_checkpoint(args.config, overrides, args.data_root, root)
-
-        peer_run = peer_schedule(peer_step, list(task.batches(0)), task.steps_per_epoch,
-                                 _peer_epoch_ends(task, peer_model), synced_clocks(CPU))
-        as_user = {"to_checkpoint": to_checkpoint_rounds(train, peer_run, args.repeats, run_dir / "as_user", CPU,
-                                                         retaining), "peer_epoch_end_what": PEER_EPOCH_END}
+        peer_run = PeerRun(peer_step, list(task.batches(0)), task.steps_per_epoch, _peer_epoch_ends(task, peer_model))
+        as_user = {"to_checkpoint": to_checkpoint_rounds(args.config, overrides, args.data_root, peer_run,
+                                                         args.repeats, run_dir / "as_user", retaining=retaining),
+                   "peer_epoch_end_what": PEER_EPOCH_END}
     enc = task.cfg.encoder
     return {
         "step": f"GradCache, chunk {chunk}" if chunk else "plain", "grad_cache_chunk": chunk,

@@ -87,8 +87,8 @@ from torch import Tensor, nn
 from contrasuite.pipelines.api import (
     RECORDS, ROOT, alternate, ceiling_text, check_text, comparison_section, compute_bound, cpu_task,
     host_allocator_fields, median_step, optimizer_kernel, our_step, ours_text, outcome, peer_flags, peer_main,
-    peer_record, peer_schedule, peer_version, profile_sides, profile_table, retaining_sides, run_variant,
-    synced_clocks, to_checkpoint_rounds, train_to_checkpoint, where_words,
+    PeerRun, peer_record, peer_version, profile_sides, profile_table, retaining_sides, run_variant,
+    synced_clocks, to_checkpoint_rounds, where_words,
 )
 
 SECTION = "image_text"
@@ -301,8 +301,9 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         profiles = profile_sides(sides, batches, args.steps, device, retaining) if args.profile else None
         fp32_cpu = args.profile and device.type == "cpu" and args.precision == "fp32"  # the peak is fp32's on the CPU
         compute = {"compute": compute_bound(ours, batches[0])} if fp32_cpu else {}
-        as_user = {"to_checkpoint": to_checkpoint(args, config, overrides, Path(run_dir), task.steps_per_epoch,
-                                                  (peer_step, peer_batches, peer_save), retaining),
+        peer_run = PeerRun(peer_step, peer_batches, task.steps_per_epoch, lambda: peer_save)  # as open_clip's main
+        as_user = {"to_checkpoint": to_checkpoint_rounds(config, overrides, args.data_root, peer_run, args.repeats,
+                                                         Path(run_dir), device, args.precision, retaining),
                    "peer_epoch_end_what": PEER_EPOCH_END} if args.to_checkpoint else {}
     m, images = task.cfg.model, peer_batches[0][0]
     kernel = optimizer_kernel(task.optimizers()["model"])
@@ -325,23 +326,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
 PEER_EPOCH_END = ("open_clip's `main` runs them: a checkpoint written (`torch.save` of the epoch, the run's name, the "
                   "model's `state_dict()` and the optimizer's; `--save-frequency` 1, its default), of its copy's "
                   "trained weights (none of the frozen trunks, which open_clip's model would also hold), no validation")
-"""What the peer's run does at an epoch's end (:func:`to_checkpoint`)."""
-
-
-def to_checkpoint(args: argparse.Namespace, config: Path, overrides: list[str], folder: Path, steps_per_epoch: int,
-                  peer: tuple[Callable[[Any], Any], list, Callable[[Path], None]], retaining: Sequence[str]
-                  ) -> dict[str, Any]:
-    """Ours trained as a user does (:func:`train_to_checkpoint`) and ``peer`` (its step, its batches, its epoch-end
-    save) run as open_clip's ``main`` runs its loop, epoch by epoch with a checkpoint at each end, to the same step,
-    alternating ``--repeats`` times (:func:`to_checkpoint_rounds`)."""
-    device = torch.device(args.device)
-    step, batches, save = peer
-
-    def train(root: Path) -> dict[str, Any]:
-        return train_to_checkpoint(config, overrides, args.data_root, root, device, args.precision)
-
-    peer_run = peer_schedule(step, batches, steps_per_epoch, lambda: save, synced_clocks(device))
-    return to_checkpoint_rounds(train, peer_run, args.repeats, folder, device, retaining)
+"""What the peer's run does at an epoch's end (``--to-checkpoint``)."""
 
 
 def variant(args: argparse.Namespace) -> str:

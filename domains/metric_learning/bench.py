@@ -59,8 +59,7 @@ from contrasuite.domains.depthwise_conv import sums_windows
 from contrasuite.pipelines.api import (
     RECORDS, ROOT, alternate, check_text, comparison_section, cpu_task, host_allocator_fields, optimizer_kernel,
     our_step, ours_text, outcome, peer_flags, peer_main, peer_record, peer_version, plain_loop_step, profile_note,
-    peer_schedule, profile_sides, pull_levers, retaining_sides, synced_clocks, to_checkpoint_rounds,
-    train_to_checkpoint, weight_layout, where_words,
+    PeerRun, profile_sides, pull_levers, retaining_sides, to_checkpoint_rounds, weight_layout, where_words,
 )
 
 SECTION = "metric_learning"
@@ -114,19 +113,7 @@ def peer_loop(task: Any) -> tuple[Callable[[tuple[torch.Tensor, torch.Tensor]], 
 
 
 PEER_EPOCH_END = "a hand loop has them: nothing (no validation, no checkpoint)"
-"""What the peer's run does at an epoch's end (:func:`to_checkpoint`)."""
-
-
-def to_checkpoint(args: argparse.Namespace, config: Path, task: Any, peer_step: Callable[[Any], Any], folder: Path,
-                  retaining: Sequence[str]) -> dict[str, Any]:
-    """Ours trained as a user does (:func:`train_to_checkpoint`) and the peer's hand loop over the epoch's batches
-    to the same step, alternating ``--repeats`` times (:func:`to_checkpoint_rounds`)."""
-    def train(root: Path) -> dict[str, Any]:
-        return train_to_checkpoint(config, args.override, args.data_root, root)
-
-    cpu, epoch = torch.device("cpu"), list(task.batches(0))
-    peer_run = peer_schedule(peer_step, epoch, len(epoch), lambda: lambda path: None, synced_clocks(cpu))
-    return to_checkpoint_rounds(train, peer_run, args.repeats, folder, cpu, retaining)
+"""What the peer's run does at an epoch's end (``--to-checkpoint``)."""
 
 
 def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
@@ -145,7 +132,10 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         sides = {"ours": ours, "peer": peer_step}
         rounds = alternate(sides, batches, args.repeats, args.steps, retaining=retaining)
         profiles = profile_sides(sides, batches, args.steps, retaining=retaining) if args.profile else None
-        trained = {"to_checkpoint": to_checkpoint(args, config, task, peer_step, Path(run_dir), retaining),
+        epoch = list(task.batches(0))  # the peer's hand loop over the epoch's batches, nothing at an epoch's end
+        trained = {"to_checkpoint": to_checkpoint_rounds(config, args.override, args.data_root,
+                                                         PeerRun(peer_step, epoch, len(epoch)), args.repeats,
+                                                         Path(run_dir), retaining=retaining),
                    "peer_epoch_end_what": PEER_EPOCH_END} if args.to_checkpoint else {}
     x, y = batches[0]
     window_sums = sums_windows(task.train_model(x))

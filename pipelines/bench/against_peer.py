@@ -26,6 +26,7 @@ import shutil
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
@@ -106,40 +107,51 @@ def train_to_checkpoint(config: str | os.PathLike, overrides: Sequence[str], dat
             "wall_s": selected["train_seconds"]}
 
 
-def peer_schedule(step: Callable[[Any], Any], batches: list, steps_per_epoch: int,
-                  epoch_ends: Callable[[], Callable[[Path], None]],
-                  clocks: dict[str, Callable[[], float]]) -> Callable[[int, Path], dict[str, Any]]:
-    """The peer's loop run as a run of it goes: ``run(steps, folder)`` takes ``steps`` steps over ``batches``,
-    cycling, and calls ``epoch_end(path)`` (what the peer's run does at an epoch's end: write a checkpoint, or
-    validate and keep a better model; ``epoch_ends()`` makes one per run, with a run's fresh state) after each epoch
-    of ``steps_per_epoch`` steps and after the last step, each with a path of its own in ``folder``; it returns the
-    epoch ends' count, their time on each of ``clocks`` and the size of what the last one wrote."""
-    def run(steps: int, folder: Path) -> dict[str, Any]:
+def on_clocks(clocks: dict[str, Callable[[], float]], fn: Callable[..., Any],
+              *args: Any) -> tuple[Any, dict[str, float]]:
+    """``fn(*args)`` and the seconds it took on each of ``clocks``."""
+    started = {clock: read() for clock, read in clocks.items()}
+    out = fn(*args)
+    return out, {clock: read() - started[clock] for clock, read in clocks.items()}
+
+
+@dataclass
+class PeerRun:
+    """The peer's loop run as a run of it goes (:func:`to_checkpoint_rounds`): ``step`` over ``batches``, cycling,
+    and after each epoch of ``steps_per_epoch`` steps (and after the last step) what the peer's own trainer does at
+    an epoch's end (write a checkpoint, or validate and keep a better model): ``epoch_ends()`` makes that handler
+    once per run (a run's fresh state), and it is called with a path of its own; by default it does nothing."""
+
+    step: Callable[[Any], Any]
+    batches: list
+    steps_per_epoch: int
+    epoch_ends: Callable[[], Callable[[Path], None]] = lambda: lambda path: None
+
+    def __call__(self, steps: int, folder: Path, clocks: dict[str, Callable[[], float]]) -> dict[str, Any]:
+        """``steps`` steps into ``folder``: the epoch ends' count, their time on each of ``clocks`` and the size of
+        what the last one wrote."""
         folder.mkdir(parents=True, exist_ok=True)
-        total, count, size, epoch_end = dict.fromkeys(clocks, 0.0), 0, 0, epoch_ends()
+        total, count, size, epoch_end = dict.fromkeys(clocks, 0.0), 0, 0, self.epoch_ends()
         for k in range(steps):
-            step(batches[k % len(batches)])
-            if (k + 1) % steps_per_epoch == 0 or k + 1 == steps:
+            self.step(self.batches[k % len(self.batches)])
+            if (k + 1) % self.steps_per_epoch == 0 or k + 1 == steps:
                 count += 1
                 path = folder / f"epoch_{count}"
-                started = {clock: read() for clock, read in clocks.items()}
-                epoch_end(path)
-                total = {clock: total[clock] + clocks[clock]() - started[clock] for clock in total}
+                _, took = on_clocks(clocks, epoch_end, path)
+                total = {clock: total[clock] + took[clock] for clock in total}
                 size = sum(f.stat().st_size for f in [path, *path.rglob("*")] if f.is_file()) if path.exists() else 0
         return {"count": count, **{f"{clock}_s": t for clock, t in total.items()}, "bytes": size}
 
-    return run
 
-
-def to_checkpoint_rounds(train: Callable[[Path], dict[str, Any]], peer_run: Callable[[int, Path], dict[str, Any]],
-                         repeats: int, folder: Path, device: torch.device, retaining: Sequence[str]) -> dict[str, Any]:
-    """Ours trained as a user does (``train(root)``: :func:`train_to_checkpoint` into a fresh run folder) and the
-    peer's loop run to the same step (``peer_run(steps, folder)``: :func:`peer_schedule`), ``repeats`` times, the
-    order alternating (ours first, so the first round gives the step). A round's row: ``<side>_<clock>_s``, ours the
-    training time its selected checkpoint holds (validations and checkpoints included, setup not), the peer's
-    measured around its run (on a thread of its own where ``retaining``, as in :func:`alternate`), and the peer's
-    epoch ends (``peer_epoch_ends``). Returns the first training's fields (command, checkpoint, steps) with
-    ``rounds``."""
+def to_checkpoint_rounds(config: str | os.PathLike, overrides: Sequence[str], data_root: str | None, peer: PeerRun,
+                         repeats: int, folder: Path, device: torch.device = CPU, precision: str = "fp32",
+                         retaining: Sequence[str] = ()) -> dict[str, Any]:
+    """Ours trained as a user does (:func:`train_to_checkpoint` of ``config`` with ``overrides``, a fresh run folder
+    each time) and ``peer`` run to the same step, ``repeats`` times, the order alternating (ours first, so the first
+    round gives the step). A round's row: ``<side>_<clock>_s``, ours the training time its selected checkpoint holds
+    (validations and checkpoints included, setup not), the peer's measured around its run (on a thread of its own
+    where ``retaining``, as in :func:`alternate`), and the peer's epoch ends (``peer_epoch_ends``). Returns the first
+    training's fields (command, checkpoint, steps) with ``rounds``."""
     clocks, rounds, first = synced_clocks(device), [], None
     for r in range(repeats):
         row: dict[str, Any] = {}
@@ -147,17 +159,16 @@ def to_checkpoint_rounds(train: Callable[[Path], dict[str, Any]], peer_run: Call
             if retaining:
                 retain_freed_memory(name in retaining)
             if name == "ours":
-                trained = train(folder / f"ours{r}")
+                trained = train_to_checkpoint(config, overrides, data_root, folder / f"ours{r}", device, precision)
                 first = first or trained
                 if trained["selected_step"] != first["selected_step"]:
                     raise RuntimeError(f"the training of round {r} selected step {trained['selected_step']}, the "
                                        f"first {first['selected_step']}: not the same run")
                 row |= {"ours_cpu_s": trained["cpu_s"], "ours_wall_s": trained["wall_s"]}
                 continue
-            started = {clock: read() for clock, read in clocks.items()}
-            ends = on_its_thread(name, retaining, peer_run, first["selected_step"], folder / f"peer{r}")
-            row |= {f"peer_{clock}_s": read() - started[clock] for clock, read in clocks.items()}
-            row["peer_epoch_ends"] = ends
+            ends, took = on_clocks(clocks, on_its_thread, name, retaining, peer, first["selected_step"],
+                                   folder / f"peer{r}", clocks)
+            row |= {f"peer_{clock}_s": t for clock, t in took.items()} | {"peer_epoch_ends": ends}
             shutil.rmtree(folder / f"peer{r}")  # what its epochs wrote, outside the time
         rounds.append(row)
     return {k: v for k, v in first.items() if k not in ("cpu_s", "wall_s")} | {"rounds": rounds}
@@ -366,10 +377,10 @@ def alternate(sides: dict[str, Callable[[Any], Any]], batches: list, repeats: in
         for name in list(sides) if r % 2 == 0 else list(sides)[::-1]:
             settle(name, sides[name], batches[r * steps % len(batches)], retaining)
             round_batches = [batches[(r * steps + i) % len(batches)] for i in range(steps)]
-            faults, start = page_faults(), {clock: read() for clock, read in clocks.items()}
-            on_its_thread(name, retaining, lambda side, todo: [side(b) for b in todo], sides[name], round_batches)
-            for clock, read in clocks.items():
-                row[f"{name}_{clock}_s"] = (read() - start[clock]) / steps
+            faults = page_faults()
+            _, took = on_clocks(clocks, on_its_thread, name, retaining, lambda side, todo: [side(b) for b in todo],
+                                sides[name], round_batches)
+            row |= {f"{name}_{clock}_s": t / steps for clock, t in took.items()}
             row[f"{name}_faults"] = (page_faults() - faults) / steps
         rounds.append(row)
     return rounds
