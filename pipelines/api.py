@@ -37,12 +37,12 @@ the rest of a domain never imports the engine. What is here:
 
 from contrasuite.pipelines.bench import write_output
 from contrasuite.pipelines.bench.against_peer import (
-    RECORDS, PeerRun, alternate, ceiling_text, check_text, checkpoint_sentence, checks_text, comparison_section,
-    compute_bound, cpu_task, differences, heading, host_allocator_fields, host_memory_lines, machine_lines,
-    median_step, official_flags, on_its_thread, optimizer_kernel, our_step, ours_text, outcome, peer_flags,
-    peer_main, peer_record, peer_version, plain_loop_step, profile_note, profile_sides,
-    profile_table, pull_levers, retaining_sides, round_cells, run_variant, settle, summarize, synced_clocks,
-    to_checkpoint_rounds, weight_layout, where_words,
+    HAND_LOOP_EPOCH_END, RECORDS, PeerRun, alternate, ceiling_text, check_text, checkpoint_sentence, checks_text,
+    comparison_section, compute_bound, cpu_task, differences, heading, host_allocator_fields, host_memory_lines,
+    machine_lines, median_step, official_flags, on_its_thread, optimizer_kernel, our_step, ours_text, outcome,
+    peer_flags, peer_main, peer_record, peer_version, plain_loop_step, profile_note, profile_sides, profile_table,
+    pull_levers, retaining_sides, round_cells, run_variant, settle, summarize, synced_clocks, to_checkpoint_rounds,
+    weight_layout, where_words,
 )
 from contrasuite.pipelines.checkpoint import CheckpointError, load as load_checkpoint
 from contrasuite.pipelines.cli_runs import ROOT, run_cli, thread_env
@@ -60,11 +60,11 @@ __all__ = [
     "logged_per_epoch", "mean_std", "pick_device", "run_cli", "thread_env",
     "write_json", "write_output", "setup_task",
     # --against peer benches (contrasuite.pipelines.bench.against_peer)
-    "RECORDS", "PeerRun", "alternate", "ceiling_text", "check_text", "checkpoint_sentence", "checks_text",
-    "comparison_section", "compute_bound", "cpu_task", "differences", "heading", "host_allocator_fields",
-    "host_memory_lines", "machine_lines", "median_step", "official_flags", "on_its_thread", "optimizer_kernel",
-    "our_step", "ours_text", "outcome", "peer_flags", "peer_main", "peer_record", "peer_version",
-    "plain_loop_step", "profile_note", "profile_sides", "profile_table", "pull_levers", "retaining_sides",
-    "round_cells", "run_variant", "settle", "summarize", "synced_clocks", "to_checkpoint_rounds",
+    "HAND_LOOP_EPOCH_END", "RECORDS", "PeerRun", "alternate", "ceiling_text", "check_text", "checkpoint_sentence",
+    "checks_text", "comparison_section", "compute_bound", "cpu_task", "differences", "heading",
+    "host_allocator_fields", "host_memory_lines", "machine_lines", "median_step", "official_flags", "on_its_thread",
+    "optimizer_kernel", "our_step", "ours_text", "outcome", "peer_flags", "peer_main", "peer_record",
+    "peer_version", "plain_loop_step", "profile_note", "profile_sides", "profile_table", "pull_levers",
+    "retaining_sides", "round_cells", "run_variant", "settle", "summarize", "synced_clocks", "to_checkpoint_rounds",
     "weight_layout", "where_words",
 ]

@@ -297,7 +297,7 @@ PEER_EPOCH_END = ("sentence-transformers' `fit` runs them with an evaluator and 
 """What the peer's run does at an epoch's end (:func:`_peer_epoch_ends`)."""
 
 
-def _peer_epoch_ends(task: Any, st: Any) -> Callable[[], Callable[[Path], None]]:
+def _peer_epoch_ends(task: Any, st: Any) -> Callable[[Path], Callable[[Path], None]]:
     """sentence-transformers' epoch end when its ``fit`` selects a checkpoint: its ``InformationRetrievalEvaluator``
     on the task's validation pairs (query ``i`` relevant to code ``targets[i]``), at the batch size and code length
     of our validation (``config.eval``; its one ``max_seq_length`` for queries and code), then ``st.save(path)``
@@ -310,7 +310,7 @@ def _peer_epoch_ends(task: Any, st: Any) -> Callable[[], Callable[[Path], None]]
         {str(i): q for i, q in enumerate(val.queries)}, {str(i): c for i, c in enumerate(val.code)},
         {str(i): {str(t)} for i, t in enumerate(val.targets)}, batch_size=e.batch_size, write_csv=False)
 
-    def new_run() -> Callable[[Path], None]:
+    def new_run(folder: Path) -> Callable[[Path], None]:
         best: list[float] = []
 
         def epoch_end(path: Path) -> None:

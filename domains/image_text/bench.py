@@ -301,7 +301,8 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         profiles = profile_sides(sides, batches, args.steps, device, retaining) if args.profile else None
         fp32_cpu = args.profile and device.type == "cpu" and args.precision == "fp32"  # the peak is fp32's on the CPU
         compute = {"compute": compute_bound(ours, batches[0])} if fp32_cpu else {}
-        peer_run = PeerRun(peer_step, peer_batches, task.steps_per_epoch, lambda: peer_save)  # as open_clip's main
+        # as open_clip's main: its save at every epoch's end
+        peer_run = PeerRun(peer_step, peer_batches, task.steps_per_epoch, lambda folder: peer_save)
         as_user = {"to_checkpoint": to_checkpoint_rounds(config, overrides, args.data_root, peer_run, args.repeats,
                                                          Path(run_dir), device, args.precision, retaining),
                    "peer_epoch_end_what": PEER_EPOCH_END} if args.to_checkpoint else {}

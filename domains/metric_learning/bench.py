@@ -57,9 +57,10 @@ import torch
 
 from contrasuite.domains.depthwise_conv import sums_windows
 from contrasuite.pipelines.api import (
-    RECORDS, ROOT, alternate, check_text, comparison_section, cpu_task, host_allocator_fields, optimizer_kernel,
-    our_step, ours_text, outcome, peer_flags, peer_main, peer_record, peer_version, plain_loop_step, profile_note,
-    PeerRun, profile_sides, pull_levers, retaining_sides, to_checkpoint_rounds, weight_layout, where_words,
+    HAND_LOOP_EPOCH_END, RECORDS, ROOT, alternate, check_text, comparison_section, cpu_task, host_allocator_fields,
+    optimizer_kernel, our_step, ours_text, outcome, peer_flags, peer_main, peer_record, peer_version,
+    plain_loop_step, profile_note, PeerRun, profile_sides, pull_levers, retaining_sides, to_checkpoint_rounds,
+    weight_layout, where_words,
 )
 
 SECTION = "metric_learning"
@@ -112,10 +113,6 @@ def peer_loop(task: Any) -> tuple[Callable[[tuple[torch.Tensor, torch.Tensor]], 
                   f"MultiSimilarityMiner(epsilon={term.get('epsilon', 0.1)}), hand loop, AdamW")
 
 
-PEER_EPOCH_END = "a hand loop has them: nothing (no validation, no checkpoint)"
-"""What the peer's run does at an epoch's end (``--to-checkpoint``)."""
-
-
 def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as run_dir:
         config = ROOT / "configs" / "metric_learning" / f"{args.config}.yaml"
@@ -136,7 +133,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         trained = {"to_checkpoint": to_checkpoint_rounds(config, args.override, args.data_root,
                                                          PeerRun(peer_step, epoch, len(epoch)), args.repeats,
                                                          Path(run_dir), retaining=retaining),
-                   "peer_epoch_end_what": PEER_EPOCH_END} if args.to_checkpoint else {}
+                   "peer_epoch_end_what": HAND_LOOP_EPOCH_END} if args.to_checkpoint else {}
     x, y = batches[0]
     window_sums = sums_windows(task.train_model(x))
     kernel = optimizer_kernel(task.optimizers()["model"])

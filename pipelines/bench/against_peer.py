@@ -47,6 +47,9 @@ LOSS_TOLERANCE = 1e-4
 CLOCKS: dict[str, Callable[[], float]] = {"cpu": time.process_time, "wall": time.perf_counter}
 PROFILE_ROWS = 8
 """A profile table's rows: the operators of largest time on either side, then as many of largest difference."""
+HAND_LOOP_EPOCH_END = "a hand loop has them: nothing (no validation, no checkpoint)"
+"""What a peer's plain loop does at an epoch's end (a :class:`PeerRun`'s default), as a record's
+``peer_epoch_end_what`` says it."""
 CHECK_OPS = ("aten::_foreach_norm", "aten::linalg_vector_norm", "aten::stack", "aten::isfinite", "aten::all",
              "aten::_local_scalar_dense")
 """The operators of the engine's per-step checks (``pipelines/step.py``): the norms of the gradients and of the
@@ -119,26 +122,28 @@ def on_clocks(clocks: dict[str, Callable[[], float]], fn: Callable[..., Any],
 class PeerRun:
     """The peer's loop run as a run of it goes (:func:`to_checkpoint_rounds`): ``step`` over ``batches``, cycling,
     and after each epoch of ``steps_per_epoch`` steps (and after the last step) what the peer's own trainer does at
-    an epoch's end (write a checkpoint, or validate and keep a better model): ``epoch_ends()`` makes that handler
-    once per run (a run's fresh state), and it is called with a path of its own; by default it does nothing."""
+    an epoch's end (write a checkpoint, or validate and keep a better model). ``epoch_ends(folder)`` sets up a run
+    in ``folder`` (its fresh state, before the run's clock starts, as ours' setup is not timed either) and returns
+    its epoch-end handler; the handler is called with a path of its own and returns where it wrote (``None``: that
+    path). By default it does nothing."""
 
     step: Callable[[Any], Any]
     batches: list
     steps_per_epoch: int
-    epoch_ends: Callable[[], Callable[[Path], None]] = lambda: lambda path: None
+    epoch_ends: Callable[[Path], Callable[[Path], Path | None]] = lambda folder: lambda path: None
 
-    def __call__(self, steps: int, folder: Path, clocks: dict[str, Callable[[], float]]) -> dict[str, Any]:
-        """``steps`` steps into ``folder``: the epoch ends' count, their time on each of ``clocks`` and the size of
-        what the last one wrote."""
-        folder.mkdir(parents=True, exist_ok=True)
-        total, count, size, epoch_end = dict.fromkeys(clocks, 0.0), 0, 0, self.epoch_ends()
+    def __call__(self, steps: int, folder: Path, clocks: dict[str, Callable[[], float]],
+                 epoch_end: Callable[[Path], Path | None]) -> dict[str, Any]:
+        """``steps`` steps into ``folder``, ``epoch_end`` (made by ``epoch_ends(folder)``) at each epoch's end: the
+        epoch ends' count, their time on each of ``clocks`` and the size of what the last one wrote."""
+        total, count, size = dict.fromkeys(clocks, 0.0), 0, 0
         for k in range(steps):
             self.step(self.batches[k % len(self.batches)])
             if (k + 1) % self.steps_per_epoch == 0 or k + 1 == steps:
                 count += 1
-                path = folder / f"epoch_{count}"
-                _, took = on_clocks(clocks, epoch_end, path)
+                wrote, took = on_clocks(clocks, epoch_end, folder / f"epoch_{count}")
                 total = {clock: total[clock] + took[clock] for clock in total}
+                path = wrote or folder / f"epoch_{count}"
                 size = sum(f.stat().st_size for f in [path, *path.rglob("*")] if f.is_file()) if path.exists() else 0
         return {"count": count, **{f"{clock}_s": t for clock, t in total.items()}, "bytes": size}
 
@@ -149,9 +154,9 @@ def to_checkpoint_rounds(config: str | os.PathLike, overrides: Sequence[str], da
     """Ours trained as a user does (:func:`train_to_checkpoint` of ``config`` with ``overrides``, a fresh run folder
     each time) and ``peer`` run to the same step, ``repeats`` times, the order alternating (ours first, so the first
     round gives the step). A round's row: ``<side>_<clock>_s``, ours the training time its selected checkpoint holds
-    (validations and checkpoints included, setup not), the peer's measured around its run (on a thread of its own
-    where ``retaining``, as in :func:`alternate`), and the peer's epoch ends (``peer_epoch_ends``). Returns the first
-    training's fields (command, checkpoint, steps) with ``rounds``."""
+    (validations and checkpoints included, setup not), the peer's measured around its run after its setup
+    (``peer.epoch_ends``; on a thread of its own where ``retaining``, as in :func:`alternate`), and the peer's epoch
+    ends (``peer_epoch_ends``). Returns the first training's fields (command, checkpoint, steps) with ``rounds``."""
     clocks, rounds, first = synced_clocks(device), [], None
     for r in range(repeats):
         row: dict[str, Any] = {}
@@ -166,10 +171,13 @@ def to_checkpoint_rounds(config: str | os.PathLike, overrides: Sequence[str], da
                                        f"first {first['selected_step']}: not the same run")
                 row |= {"ours_cpu_s": trained["cpu_s"], "ours_wall_s": trained["wall_s"]}
                 continue
-            ends, took = on_clocks(clocks, on_its_thread, name, retaining, peer, first["selected_step"],
-                                   folder / f"peer{r}", clocks)
+            run = folder / f"peer{r}"
+            run.mkdir(parents=True)
+            epoch_end = peer.epoch_ends(run)
+            ends, took = on_clocks(clocks, on_its_thread, name, retaining, peer, first["selected_step"], run, clocks,
+                                   epoch_end)
             row |= {f"peer_{clock}_s": t for clock, t in took.items()} | {"peer_epoch_ends": ends}
-            shutil.rmtree(folder / f"peer{r}")  # what its epochs wrote, outside the time
+            shutil.rmtree(run)  # what its epochs wrote, outside the time
         rounds.append(row)
     return {k: v for k, v in first.items() if k not in ("cpu_s", "wall_s")} | {"rounds": rounds}
 
