@@ -69,8 +69,8 @@ from contrasuite.domains.super_resolution.task import SRConfig, SuperResolutionT
 from contrasuite.pipelines.api import (
     RECORDS, StepRunner, alternate, ceiling_text, check_text, comparison_section, compute_bound, cpu_task,
     default_data_root, host_allocator_fields, official_flags, on_its_thread, our_step, ours_text, outcome, peer_flags,
-    peer_main, peer_record, pick_device, retaining_sides, run_variant, settle, setup_task, synced_clocks,
-    weight_layout, write_output,
+    peer_main, peer_record, PeerRun, pick_device, retaining_sides, run_variant, settle, setup_task, synced_clocks,
+    to_checkpoint_rounds, weight_layout, write_output,
 )
 
 
@@ -91,7 +91,7 @@ def _parser() -> argparse.ArgumentParser:
     official = official_flags(p, "our step against the official PCL-SISR code's", OFFICIAL,
                               "the export of the official code")
     official.add_argument("--profile", action="store_true", help="keep each side's largest operators over one more step")
-    peer_flags(official, None, {}, batches=3)
+    peer_flags(official, None, {}, batches=3, to_checkpoint=True)
     p.set_defaults(clock=None)  # --against: cpu on the CPU, wall on CUDA
     return p
 
@@ -170,6 +170,12 @@ CONFIGS = {"l1": ("super_resolution/edsr_baseline_x2_l1", ()),
 TOLERANCE = {"fp32": 1e-4, "bf16": 1e-2}
 """The first-step L1 check's relative tolerance, by our precision (the official side is fp32)."""
 PROFILE_ROWS = 6
+TO_CHECKPOINT = ("super_resolution/reduced_x2_l1", ("run.epochs=2",))
+"""``--to-checkpoint`` (``l1`` in fp32): the config trained to its selected checkpoint, and the bench's overrides."""
+PEER_EPOCH_END = ("`main.py` runs them: `Trainer.test()` on our validation crops (PSNR and SSIM on Y per image), "
+                  "then its `utility.checkpoint`'s `save` into its run folder (the model's latest weights and, on a "
+                  "best PSNR, the best; loss state and log, optimizer, PSNR and SSIM logs, a PDF plot of each)")
+"""What the official run does at an epoch's end (``official_pcl.MainPy.epoch_end``)."""
 
 
 def device_variant(args: argparse.Namespace) -> list[str]:
@@ -208,6 +214,23 @@ def profile(step: Callable[[Any], Any], batch: Any, device: torch.device) -> dic
             "top": [{"op": op, "ms": us / 1000, "share": us / total} for op, us in top]}
 
 
+def to_checkpoint(args: argparse.Namespace, device: torch.device, folder: Path) -> dict[str, Any]:
+    """Ours trained as a user does against the official run to the checkpoint ours selects (``--to-checkpoint``,
+    :func:`~contrasuite.pipelines.bench.against_peer.to_checkpoint_rounds`): :data:`TO_CHECKPOINT` with
+    ``--override``, fp32; the official side a fresh trainer each run (``--loss 1*L1`` with the config's sizes and
+    learning rate, our initial weights, a real checkpoint in the run's folder), over our loader's batches of epoch
+    0, its epochs and epoch ends as ``main.py`` runs them."""
+    config, overrides = TO_CHECKPOINT[0], [*TO_CHECKPOINT[1], *args.override]
+    task, loaded = cpu_task(config, overrides, args.data_root, folder / "setup", device)
+    flags = official_pcl.official_flags(task.cfg, "l1", None, device.type == "cuda")
+    steps = task.cfg.data.steps_per_epoch
+    official = official_pcl.MainPy(args.official, flags, official_pcl.ValidationCrops(task.val), task.generator, steps)
+    peer = PeerRun(official.step, list(task.batches(0)), steps, official.new_run)
+    rounds = to_checkpoint_rounds(config, overrides, args.data_root, peer, args.repeats, folder, device, "fp32",
+                                  retaining_sides(loaded, device))
+    return {"to_checkpoint": rounds, "to_checkpoint_flags": flags, "peer_epoch_end_what": PEER_EPOCH_END}
+
+
 def against_official(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     """Our step of ``args.mode`` in ``args.precision`` against the official one (module docstring): the record."""
     device = torch.device(args.device)
@@ -239,6 +262,9 @@ def against_official(args: argparse.Namespace, argv: Sequence[str]) -> dict[str,
             profiles[name] = on_its_thread(name, retaining, profile, side, batches[0], device)
         bound = args.profile and device.type == "cpu" and args.precision == "fp32"  # the peak is fp32's on the CPU
         compute = compute_bound(ours, batches[0]) if bound else None
+        as_user = {}
+        if args.to_checkpoint and (args.mode, args.precision) == ("l1", "fp32"):  # the official side is fp32
+            as_user = to_checkpoint(args, device, Path(run_dir))
     cfg = task.cfg
     layout = weight_layout([task.generator])
     fields = {
@@ -255,7 +281,7 @@ def against_official(args: argparse.Namespace, argv: Sequence[str]) -> dict[str,
         "official_parameters": official_pcl.official_counts(trainer),
         "first_step": {"ours": {k: float(v) for k, v in first_ours.items()}, "official": first_official},
         "official_precision": "fp32", "warmup_steps": 1 + args.warmup, **({"profile": profiles} if profiles else {}),
-        **({"compute": compute} if compute else {}),
+        **({"compute": compute} if compute else {}), **as_user,
         **({"cudnn": {"allow_tf32": torch.backends.cudnn.allow_tf32, "benchmark": torch.backends.cudnn.benchmark}}
            if device.type == "cuda" else {}),
     }

@@ -5,11 +5,15 @@ exported by ``docs/results/records/official/pcl_sisr/export_pcl_sisr.sh`` (a pin
 ``template.py`` its ``option.py`` imports, and the libraries it needs in ``<export>/site``). :func:`official_trainer`
 imports its modules as ``main.py`` does (``option.args`` parsed from the flags of :func:`official_flags`,
 ``torch.manual_seed(args.seed)``, ``model.Model``, ``loss.Loss``, ``trainer.Trainer``) with a checkpoint that
-keeps no log and writes no folder (:class:`QuietCheckpoint`) and a loader of one batch (:class:`OneBatchEpoch`);
+keeps no log and writes no folder (:class:`QuietCheckpoint`) and a loader of the batches set (:class:`Epoch`);
 :func:`official_step` then runs ``Trainer.train()`` once per batch, i.e. its own loop body on a one-batch epoch
 (zero_grad, the EDSR forward, the positives and negatives of ``--use_aug``, its ``Loss`` with the discriminator
 update inside, backward, ``--gclip`` clipping, Adam) plus its per-epoch bookkeeping (a log row, a log line that
 goes nowhere, the scheduler's epoch step: microseconds against a step of seconds).
+
+For the time to a checkpoint, the official run as ``main.py`` runs it (:class:`MainPy`): a trainer with its real
+``utility.checkpoint`` and our validation crops (:class:`ValidationCrops`), ``Trainer.train()`` over each whole
+epoch and ``Trainer.test()`` after it.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import os
 import sys
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -66,24 +70,45 @@ def pcl_mismatches(cfg: Any) -> list[str]:
     return [f"{key}={have} (official: {want})" for key, (have, want) in wanted.items() if have != want]
 
 
-class OneBatchEpoch:
-    """The official ``Trainer``'s data (``loader_train``, ``loader_test``): an epoch of the one batch last set, as
-    ``Trainer.train`` reads it (``dataset.set_scale``, ``len``, items ``(lr, hr, filename)``)."""
+class Epoch:
+    """The official ``Trainer``'s data: ``loader_train``, an epoch of the batches last set as ``Trainer.train``
+    reads it (``dataset.set_scale``, ``len`` in batches, items ``(lr, hr, filename)``), and ``loader_test``, the
+    validation sets ``Trainer.test`` reads (none unless given)."""
 
-    loader_test: list = []
-
-    def __init__(self) -> None:
-        self.batch: tuple[Tensor, Tensor] | None = None
+    def __init__(self, loader_test: Sequence[Any] = ()) -> None:
+        self.batches: list[tuple[Tensor, Tensor]] = []
         self.loader_train = self.dataset = self
+        self.loader_test = list(loader_test)
 
     def set_scale(self, idx_scale: int) -> None:
         """One scale only."""
 
     def __len__(self) -> int:
-        return 1
+        return len(self.batches)
 
     def __iter__(self) -> Iterator[tuple[Tensor, Tensor, str]]:
-        yield (*self.batch, "")
+        for lr, hr in self.batches:
+            yield lr, hr, ""
+
+
+class ValidationCrops:
+    """Our validation crops as one of the official ``Trainer.test``'s sets (``d``): ``d.dataset`` with ``name``,
+    ``benchmark`` true (so its PSNR and SSIM are on Y with a ``scale``-pixel border, as ours) and ``set_scale``,
+    ``len(d)`` and items ``(lr, hr, [filename])`` of one image each, as its benchmark loaders hand them."""
+
+    def __init__(self, pairs: Sequence[tuple[Tensor, Tensor]], name: str = "val") -> None:
+        self.pairs, self.name, self.benchmark = list(pairs), name, True
+        self.dataset = self
+
+    def set_scale(self, idx_scale: int) -> None:
+        """One scale only."""
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def __iter__(self) -> Iterator[tuple[Tensor, Tensor, list[str]]]:
+        for i, (lr, hr) in enumerate(self.pairs):
+            yield lr[None], hr[None], [str(i)]
 
 
 class QuietCheckpoint:
@@ -122,34 +147,77 @@ def official_imports(folder: Path, argv: list[str]) -> Iterator[None]:
         sys.modules.update(saved)
 
 
-def official_trainer(folder: Path, flags: list[str]) -> tuple[Any, OneBatchEpoch]:
-    """The official ``Trainer`` for ``flags``, set up as ``main.py`` does (module docstring), and its data."""
+def official_trainer(folder: Path, flags: list[str], test: Sequence[Any] = (),
+                     save: Path | None = None) -> tuple[Any, Epoch]:
+    """The official ``Trainer`` for ``flags``, set up as ``main.py`` does (module docstring), and its data
+    (validation sets ``test``). With ``save`` (a folder not yet there), its real ``utility.checkpoint`` writing
+    there (``--save``: its log and config text, and at each ``Trainer.test()`` what ``checkpoint.save`` keeps);
+    else one that keeps nothing (:class:`QuietCheckpoint`)."""
     devnull = open(os.devnull, "w")
-    data, ckp = OneBatchEpoch(), QuietCheckpoint(devnull)
-    with official_imports(folder, [str(folder / "src" / "main.py"), *flags]), contextlib.redirect_stdout(devnull), \
-            warnings.catch_warnings():
+    data = Epoch(test)
+    argv = [str(folder / "src" / "main.py"), *flags, *(["--save", str(save)] if save else [])]
+    with official_imports(folder, argv), contextlib.redirect_stdout(devnull), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="pkg_resources is deprecated")  # pytorch_wavelets' import
         args = importlib.import_module("option").args
         torch.manual_seed(args.seed)
+        ckp = importlib.import_module("utility").checkpoint(args) if save else QuietCheckpoint(devnull)
         model = importlib.import_module("model").Model(args, ckp)
         loss = importlib.import_module("loss").Loss(args, ckp)
         trainer = importlib.import_module("trainer").Trainer(args, data, model, loss, ckp)
-    trainer.loss.start_log()
     return trainer, data
 
 
-def official_step(trainer: Any, data: OneBatchEpoch) -> Callable[[tuple[Tensor, Tensor]], float]:
+def official_step(trainer: Any, data: Epoch) -> Callable[[tuple[Tensor, Tensor]], float]:
     """One official training step per call: ``Trainer.train()`` on a one-batch epoch of ``batch`` (CPU tensors in
     ``[0, 1]``, as its loader hands them), its prints dropped; returns the step's L1 term (its loss log)."""
     devnull = open(os.devnull, "w")
 
     def step(batch: tuple[Tensor, Tensor]) -> float:
-        data.batch = batch
+        data.batches = [batch]
         with contextlib.redirect_stdout(devnull):
             trainer.train()
         return float(trainer.loss.log[-1, 0])
 
     return step
+
+
+class MainPy:
+    """The official ``main.py`` as a run of it goes, for ``--to-checkpoint``'s
+    :class:`~contrasuite.pipelines.bench.against_peer.PeerRun`: :meth:`new_run` sets a run up in a folder (a fresh
+    trainer of ``flags`` with its real checkpoint there, our ``validation`` crops as its test set, ``generator``'s
+    weights copied in) and returns its epoch end; :meth:`step` adds a batch to the epoch, and the epoch's last
+    calls ``Trainer.train()`` over all ``steps_per_epoch`` of them (its loop as ``main.py`` runs it: its epoch
+    count, scheduler and loss log by epoch; ours selects a checkpoint at an epoch's end, so a run is whole
+    epochs). Its prints go nowhere."""
+
+    def __init__(self, folder: Path, flags: list[str], validation: ValidationCrops, generator: nn.Module,
+                 steps_per_epoch: int) -> None:
+        self.folder, self.flags, self.validation, self.generator = folder, flags, validation, generator
+        self.steps_per_epoch, self.devnull = steps_per_epoch, open(os.devnull, "w")
+
+    def new_run(self, run_folder: Path) -> Callable[[Path], Path]:
+        """A fresh run under ``run_folder``; returns its epoch end."""
+        experiment = run_folder / "experiment"
+        self.trainer, self.data = official_trainer(self.folder, self.flags, [self.validation], experiment)
+        copy_generator(self.generator, self.trainer)
+        return self.epoch_end
+
+    def step(self, batch: tuple[Tensor, Tensor]) -> None:
+        self.data.batches.append(batch)
+        if len(self.data.batches) == self.steps_per_epoch:
+            with contextlib.redirect_stdout(self.devnull):
+                self.trainer.train()
+            self.data.batches = []
+
+    def epoch_end(self, path: Path) -> Path:
+        """``main.py``'s epoch end after ``Trainer.train()``: ``Trainer.test()``, i.e. PSNR and SSIM (scipy's
+        ``convolve2d``, MATLAB's window) of each validation image, then its checkpoint's ``save`` (the model's latest
+        weights and, when the epoch's PSNR is the best so far, the best; the loss state and log; the optimizer; the
+        PSNR and SSIM logs; a PDF plot of each loss and of PSNR and SSIM over the epochs), its prints and progress
+        bar dropped; returns the checkpoint's folder (``path`` is not used)."""
+        with contextlib.redirect_stdout(self.devnull), contextlib.redirect_stderr(self.devnull):
+            self.trainer.test()
+        return Path(self.trainer.ckp.dir)
 
 
 def copy_generator(ours: nn.Module, trainer: Any) -> None:

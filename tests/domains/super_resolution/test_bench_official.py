@@ -32,7 +32,7 @@ def test_against_official_runs_both_steps_from_the_same_weights_and_renders(mode
     out, page = tmp_path / "sr.json", tmp_path / "page.md"
     args = ["--against", "official", "--official", str(official), "--modes", mode, "--precisions", "fp32",
             "--data-root", str(sr_data_root), "--output", str(out), "--page", str(page), *TINY,
-            *(["--profile"] if mode == "pcl" else [])]
+            *(["--profile"] if mode == "pcl" else ["--to-checkpoint", "--override", "config.data.steps_per_epoch=3"])]
     assert bench.main(args) == 0
     record = json.loads(out.read_text())
     assert record["section"] == "super_resolution" and record["against"] == "official"
@@ -45,10 +45,19 @@ def test_against_official_runs_both_steps_from_the_same_weights_and_renders(mode
     if mode == "pcl":  # the official discriminator's convolutions have no bias: 1,920 fewer parameters
         assert c["ours_parameters"]["discriminator"] - c["official_parameters"]["discriminator"] == 1920
         assert c["profile"]["ours"]["top"] and c["profile"]["peer"]["top"]
+    else:  # reduced_x2_l1 for 2 epochs of 3 steps, against the official run with its epoch ends to the same step
+        t = c["to_checkpoint"]
+        assert t["command"].startswith("contrasuite train super_resolution/reduced_x2_l1 run.epochs=2")
+        assert t["steps_run"] == 6 and t["selected_step"] in (3, 6)
+        (row,) = t["rounds"]
+        ends = row["peer_epoch_ends"]  # Trainer.test() and checkpoint.save at each: model, optimizer, logs, plots
+        assert ends["count"] == t["selected_step"] // 3 and ends["cpu_s"] > 0 and ends["bytes"] > 0
+        assert row["ours_cpu_s"] > 0 and row["peer_cpu_s"] > ends["cpu_s"]
     for _ in range(2):  # the second replaces the section
         assert bench.main(["--report", "--output", str(out), "--page", str(page)]) == 0
     text = page.read_text()
     assert text.count("<!-- section:super_resolution -->") == 1 and f"{c['ratio_median']:.2f}" in text
+    assert ("To the checkpoint it selects" in text) == (mode == "l1")
 
 
 def test_a_missing_export_is_a_one_line_error(tmp_path, capsys):
