@@ -46,7 +46,14 @@ comes from ``docs/results/records/official/pcl_sisr/export_pcl_sisr.sh`` (``--of
 ``docs/results/records/bench_pipelines/super_resolution_official.json`` (``..._cuda.json`` on a GPU), section
 ``super_resolution`` (``super_resolution+cuda``) of ``docs/results/bench_pipelines.md``.
 
-    contrasuite bench super_resolution --against official --profile
+``--to-checkpoint`` (with ``l1`` in fp32) adds the time to the checkpoint ours selects: :data:`TO_CHECKPOINT`
+(``reduced_x2_l1.yaml`` for 2 epochs; ``--override`` applies to it too) trained as a user does, against the official
+``main.py`` run of the same flags to the same step (:class:`~contrasuite.domains.super_resolution.official_pcl.MainPy`:
+a fresh trainer per run with its real checkpoint, our initial weights and validation crops, ``Trainer.train()`` over
+whole epochs of our loader's batches, ``Trainer.test()`` after each), whole runs alternating
+(``pipelines/bench/against_peer.py``, ``to_checkpoint_rounds``).
+
+    contrasuite bench super_resolution --against official --profile --to-checkpoint
     contrasuite bench super_resolution --against official --device cuda --threads 0 --steps 20 --profile
     contrasuite bench super_resolution --report
 """
