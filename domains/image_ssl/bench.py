@@ -36,7 +36,12 @@ lever names it and is rendered as its own section.
 lightly is installed with ``pip install --no-deps lightly``: its ``hydra-core`` requirement would downgrade
 omegaconf, the project's config library, and the loss and heads import neither hydra nor lightning.
 
-    contrasuite bench image_ssl --against peer --threads 1 --profile
+``--to-checkpoint`` adds the time to the checkpoint ours selects: ``configs/image_ssl/reduced_infonce.yaml`` (the
+reduced CPU protocol's SimCLR, small encoder) trained as a user does, against lightly's loop on a copy of that
+config's network for as many steps, whole runs alternating (``pipelines/bench/against_peer.py``,
+``to_checkpoint_rounds``); ``--override`` applies to both configs.
+
+    contrasuite bench image_ssl --against peer --threads 1 --profile --to-checkpoint
     contrasuite bench image_ssl --report
 """
 
@@ -53,9 +58,10 @@ import torch
 from torch import nn
 
 from contrasuite.pipelines.api import (
-    RECORDS, ROOT, alternate, check_text, comparison_section, compute_bound, cpu_task, host_allocator_fields,
-    optimizer_kernel, our_step, ours_text, outcome, peer_flags, peer_main, peer_record, plain_loop_step, profile_note,
-    profile_sides, pull_levers, retaining_sides, weight_layout, where_words,
+    HAND_LOOP_EPOCH_END, RECORDS, ROOT, PeerRun, alternate, check_text, comparison_section, compute_bound, cpu_task,
+    host_allocator_fields, optimizer_kernel, our_step, ours_text, outcome, peer_flags, peer_main, peer_record,
+    plain_loop_step, profile_note, profile_sides, pull_levers, retaining_sides, to_checkpoint_rounds, weight_layout,
+    where_words,
 )
 
 SECTION = "image_ssl"
@@ -123,6 +129,24 @@ def peer_loop(task: Any) -> tuple[Callable[[Any], float], str]:
                   f"({first.in_features}-{first.out_features}-{last.out_features}, BN, ReLU), plain loop, SGD")
 
 
+TO_CHECKPOINT = "reduced_infonce"
+"""``--to-checkpoint``: the config trained to its checkpoint, SimCLR in the reduced CPU protocol of ``contrasuite
+compare image_ssl`` (its small encoder: the bench's ResNet-18 at batch 256 trains for hours on a CPU)."""
+
+
+def to_checkpoint(args: argparse.Namespace, folder: Path) -> dict[str, Any]:
+    """Ours trained as a user does (:data:`TO_CHECKPOINT` with ``--override``) against lightly's loop on a copy of
+    that config's network for as many steps, over our loader's epoch 0, nothing at its epoch ends
+    (:func:`~contrasuite.pipelines.bench.against_peer.to_checkpoint_rounds`)."""
+    config = ROOT / "configs" / "image_ssl" / f"{TO_CHECKPOINT}.yaml"
+    task, loaded = cpu_task(config, args.override, args.data_root, folder / "setup")
+    peer_step, _ = peer_loop(task)
+    epoch = list(task.batches(0))
+    rounds = to_checkpoint_rounds(config, args.override, args.data_root, PeerRun(peer_step, epoch, len(epoch)),
+                                  args.repeats, folder, retaining=retaining_sides(loaded))
+    return {"to_checkpoint": rounds, "peer_epoch_end_what": HAND_LOOP_EPOCH_END}
+
+
 def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
     overrides = ["run.precision=fp32", f"config.batch_size={args.batch}", f"config.data.train_subset={args.subset}",
                  *args.override]
@@ -139,6 +163,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
         rounds = alternate(sides, batches, args.repeats, args.steps, retaining=retaining)
         profiles = profile_sides(sides, batches, args.steps, retaining=retaining) if args.profile else None
         compute = compute_bound(ours, batches[0]) if args.profile else None
+        as_user = to_checkpoint(args, Path(run_dir)) if args.to_checkpoint else {}
     m = task.cfg.model
     kernel = optimizer_kernel(task.optimizers()["model"])
     layout = weight_layout([task.model])
@@ -148,7 +173,7 @@ def run(args: argparse.Namespace, argv: Sequence[str]) -> dict[str, Any]:
            "config": args.config, "overrides": overrides, "encoder": m.encoder, "head": [m.proj_hidden, m.proj_dim],
            "batch": int(task.cfg.batch_size), "image_size": int(task.cfg.data.image_size),
            "data": f"{task.data_source}, {len(task.train_images)}-image training subset", "distinct_batches": len(batches),
-           **({"profile": profiles, "compute": compute} if profiles else {})}
+           **({"profile": profiles, "compute": compute} if profiles else {}), **as_user}
     return peer_record(SECTION, args, argv, LEVERS, levers, own, outcome(first_ours, first_peer, rounds, args.clock))
 
 
@@ -171,7 +196,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--config", default="infonce", help="a configs/image_ssl/ name (run.precision=fp32 is set)")
     parser.add_argument("--batch", type=int, default=256, help="config.batch_size")
     parser.add_argument("--subset", type=int, default=2560, help="config.data.train_subset (images loaded)")
-    peer_flags(parser, RECORD, LEVERS, batches=4, steps=1, peer="lightly's SimCLR loop", profile=True)
+    peer_flags(parser, RECORD, LEVERS, batches=4, steps=1, peer="lightly's SimCLR loop", profile=True,
+               to_checkpoint=True)
     return peer_main(parser.parse_args(argv), argv, run, render)
 
 

@@ -42,3 +42,21 @@ def test_ours_as_built_is_named_and_keeps_the_same_first_loss(tiny_cifar, tmp_pa
     assert record["ours_layout"] == "contiguous" and "channels-last" not in record["ours"] and record["levers"] == []
     assert record["ours_optimizer"] == "fused"  # the pipeline's default SGD kernel, not a lever
     assert record["loss_check"]["equal"], record["loss_check"]  # a memory format changes no value beyond rounding
+
+
+def test_to_checkpoint_trains_the_reduced_config_against_lightlys_loop_to_the_same_step(tiny_cifar, tmp_path):
+    out, page = tmp_path / "ssl.json", tmp_path / "page.md"
+    shrink = ["config.data.source=python", "config.data.test_subset=10", "config.data.train_subset=24",
+              "config.batch_size=8", "run.epochs=2"]
+    argv = ["--batch", "8", "--subset", "24", "--batches", "1", "--steps", "1", "--repeats", "2", "--threads", "1",
+            "--data-root", str(tiny_cifar), *[a for o in shrink for a in ("--override", o)], "--to-checkpoint",
+            "--output", str(out)]
+    assert bench.main(argv) == 0
+    t = json.loads(out.read_text())["to_checkpoint"]
+    assert t["command"].startswith("contrasuite train configs/image_ssl/reduced_infonce.yaml")
+    assert t["checkpoint"] == "last" and t["selected_step"] == t["steps_run"] == 6  # 2 epochs of 24 / 8 batches
+    for row in t["rounds"]:  # the peer's plain loop: 2 epoch ends doing nothing
+        assert row["ours_cpu_s"] > 0 and row["peer_cpu_s"] > 0
+        assert row["peer_epoch_ends"]["count"] == 2 and row["peer_epoch_ends"]["bytes"] == 0
+    assert bench.main(["--report", "--output", str(out), "--page", str(page)]) == 0
+    assert "To the checkpoint it selects" in page.read_text()
