@@ -54,8 +54,16 @@ after the rounds), which ``--report`` renders as its where-the-time-goes table. 
 ``docs/results/records/bench_pipelines/translation_official.json`` (``translation_official_cuda.json`` on a
 GPU), its section ``translation`` (``translation+cuda``) of ``docs/results/bench_pipelines.md``.
 
+``--to-checkpoint`` adds the time to the checkpoint ours selects: ``configs/translation/reduced_cut_emoji.yaml``
+(CUT on emoji, the reduced CPU protocol; ``--override`` applies to it too) trained as a user does, in fp32, against
+the official ``train.py`` run to the same step (:class:`OfficialTrainPy`: a fresh model per run with our initial
+weights and the config's ``--n_epochs`` / ``--n_epochs_decay``, over our loader's batches of epoch 0, its logging,
+checkpoints and learning-rate steps as ``train.py`` does them; it needs ``dominate``, which its ``Visualizer``
+imports), whole runs alternating (``pipelines/bench/against_peer.py``, ``to_checkpoint_rounds``).
+
     docs/results/records/official/cut/run_official_cut.sh export
     contrasuite bench translation --against official --threads 1 --profile
+    contrasuite bench translation --against official --threads 1 --variant cut --to-checkpoint
     contrasuite bench translation --against official --device cuda --steps 50 --warmup 5
     contrasuite bench translation --against official --report [--device cuda]
 """
@@ -74,7 +82,7 @@ import time
 from itertools import chain, count, islice
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -83,10 +91,10 @@ from contrasuite.domains.translation.data import DataConfig, to_float
 from contrasuite.domains.translation.task import TranslationConfig, TranslationTask
 from contrasuite.domains.winograd_conv import runs_winograd
 from contrasuite.pipelines.api import (
-    RECORDS, ConfigError, StepRunner, alternate, ceiling_text, check_text, compute_bound, cpu_task, heading,
-    host_allocator_fields, host_memory_lines, load_config, machine_lines, official_flags, our_step, ours_text, outcome,
-    peer_flags, peer_main, peer_record, pick_device, profile_sides, profile_table, retaining_sides, run_variant,
-    setup_task, synced_clocks,
+    RECORDS, ConfigError, PeerRun, StepRunner, alternate, ceiling_text, check_text, checkpoint_sentence,
+    compute_bound, cpu_task, heading, host_allocator_fields, host_memory_lines, load_config, machine_lines,
+    official_flags, our_step, ours_text, outcome, peer_flags, peer_main, peer_record, pick_device, profile_sides,
+    profile_table, retaining_sides, run_variant, setup_task, synced_clocks, to_checkpoint_rounds,
 )
 
 SETTINGS = {
@@ -171,6 +179,12 @@ CONFIGS = {"cut": ("cut_horse2zebra", "CUT"), "fastcut": ("fastcut_horse2zebra",
 """``--variant``: our shipped config and the official ``--CUT_mode``."""
 TOLERANCE = {"fp32": 1e-4, "bf16": 1e-2}
 """Our precisions, and the first-step check's relative tolerance for each (the official side is fp32)."""
+TO_CHECKPOINT = "translation/reduced_cut_emoji"
+"""``--to-checkpoint``: the config trained to the checkpoint it selects (CUT on emoji, the reduced CPU protocol)."""
+PEER_EPOCH_END = ("its `train.py` runs them: every `--save_epoch_freq` (5) epochs `save_networks` of `latest` and "
+                  "the epoch (G, D and F each), every epoch `update_learning_rate()`; no validation (its loop also "
+                  "appends the losses to `loss_log.txt` every `--print_freq` samples)")
+"""What the official run does at an epoch's end (:meth:`OfficialTrainPy.epoch_end`)."""
 
 
 def official_record(device: torch.device) -> Path:
@@ -266,10 +280,11 @@ def copy_weights(ours: torch.nn.Module, theirs: torch.nn.Module) -> None:
 
 
 def official_cut(folder: Path, task: TranslationTask, mode: str, first: dict[str, torch.Tensor], device: torch.device,
-                 checkpoints: Path) -> tuple[Any, list[Any], list[str]]:
-    """The official model set up as ``train.py`` does (module docstring), with our task's weights; also the modules
-    whose ``np`` the first step replaces, and the command line."""
-    argv = official_options(task, mode, device, checkpoints)
+                 checkpoints: Path, more: Sequence[str] = ()) -> tuple[Any, list[Any], list[str]]:
+    """The official model set up as ``train.py`` does (module docstring), with our task's weights (options
+    :func:`official_options` and ``more``); also the modules whose ``np`` the first step replaces, and the command
+    line."""
+    argv = [*official_options(task, mode, device, checkpoints), *more]
     with official_train_py(folder, argv):
         options = importlib.import_module("options.train_options")
         models = importlib.import_module("models")
@@ -283,6 +298,85 @@ def official_cut(folder: Path, task: TranslationTask, mode: str, first: dict[str
         model.setup(opt)
         model.parallelize()
     return model, drawing, argv
+
+
+class OfficialTrainPy:
+    """The official ``train.py`` as a run of it goes (CUT), for ``--to-checkpoint``'s
+    :class:`~contrasuite.pipelines.bench.against_peer.PeerRun`: :meth:`new_run` sets a run up in a folder (the
+    model as :func:`official_cut` makes it, with our task's weights and the epoch schedule of our config
+    (:func:`official_schedule`), its checkpoints and ``loss_log.txt`` there, its ``Visualizer``) and returns its
+    epoch end; :meth:`step` is the loop's body with its bookkeeping, counted in samples as ``train.py`` counts
+    (every ``--print_freq`` the losses printed and appended to ``loss_log.txt``; every ``--display_freq``
+    ``compute_visuals`` and ``display_current_results``, which shows nothing with ``--display_id 0 --no_html``;
+    every ``--save_latest_freq`` ``save_networks('latest')``). Its prints go nowhere."""
+
+    def __init__(self, folder: Path, task: TranslationTask, first: dict[str, torch.Tensor],
+                 device: torch.device) -> None:
+        self.folder, self.task, self.first, self.device = folder, task, first, device
+        self.devnull = open(os.devnull, "w")
+
+    def new_run(self, run_folder: Path) -> Callable[[Path], Path]:
+        """A fresh run under ``run_folder`` (epoch 1, no samples yet); returns its epoch end."""
+        self.model, _, argv = official_cut(self.folder, self.task, "CUT", self.first, self.device, run_folder,
+                                           official_schedule(self.task.cfg))
+        with official_train_py(self.folder, argv):
+            self.visualizer = importlib.import_module("util.visualizer").Visualizer(self.model.opt)
+        self.epoch, self.samples, self.epoch_samples = 1, 0, 0
+        return self.epoch_end
+
+    def step(self, batch: dict[str, Any]) -> None:
+        model, opt = self.model, self.model.opt
+        model.set_input(batch)
+        model.optimize_parameters()
+        n = batch["A"].size(0)
+        self.samples, self.epoch_samples = self.samples + n, self.epoch_samples + n
+        with contextlib.redirect_stdout(self.devnull):
+            if self.samples % opt.display_freq == 0:
+                model.compute_visuals()
+                self.visualizer.display_current_results(model.get_current_visuals(), self.epoch,
+                                                        self.samples % opt.update_html_freq == 0)
+            if self.samples % opt.print_freq == 0:
+                self.visualizer.print_current_losses(self.epoch, self.epoch_samples, model.get_current_losses(), 0, 0)
+            if self.samples % opt.save_latest_freq == 0:
+                model.save_networks("latest")
+
+    def epoch_end(self, path: Path) -> Path:
+        """``train.py``'s epoch end: every ``--save_epoch_freq`` epochs ``save_networks`` of ``latest`` and the
+        epoch, then ``update_learning_rate()``; returns the checkpoint folder (``path`` is not used)."""
+        model, opt = self.model, self.model.opt
+        with contextlib.redirect_stdout(self.devnull):
+            if self.epoch % opt.save_epoch_freq == 0:
+                model.save_networks("latest")
+                model.save_networks(self.epoch)
+            model.update_learning_rate()
+        self.epoch, self.epoch_samples = self.epoch + 1, 0
+        return Path(opt.checkpoints_dir) / opt.name
+
+
+def official_schedule(cfg: TranslationConfig) -> list[str]:
+    """``--n_epochs`` and ``--n_epochs_decay`` of our config's schedule (linear, in epochs: CUT's)."""
+    s = cfg.optim.schedule
+    if s.name != "linear" or s.start.steps or s.end.steps:
+        raise SystemExit(f"bench translation --to-checkpoint: config.optim.schedule {s.name} in steps has no official "
+                         "--n_epochs / --n_epochs_decay (a linear schedule in epochs has)")
+    return ["--n_epochs", f"{s.start.epochs:g}", "--n_epochs_decay", f"{s.end.epochs - s.start.epochs:g}"]
+
+
+def to_checkpoint(args: argparse.Namespace, device: torch.device, folder: Path) -> dict[str, Any]:
+    """Ours trained as a user does (:data:`TO_CHECKPOINT` with ``--override``, fp32) against the official run
+    (:class:`OfficialTrainPy`) to the checkpoint ours selects, over our loader's batches of epoch 0
+    (:func:`~contrasuite.pipelines.bench.against_peer.to_checkpoint_rounds`)."""
+    task, loaded = cpu_task(TO_CHECKPOINT, args.override, args.data_root, folder / "setup", device)
+    problems = unmatched(task.cfg)
+    if problems:
+        raise SystemExit("bench translation --to-checkpoint: the official options cannot express "
+                         + ", ".join(problems))
+    batches = [{"A": to_float(a), "B": to_float(b), "A_paths": ["A"], "B_paths": ["B"]} for a, b in task.batches(0)]
+    official = OfficialTrainPy(args.official, task, batches[0], device)
+    peer = PeerRun(official.step, batches, len(batches), official.new_run)
+    rounds = to_checkpoint_rounds(TO_CHECKPOINT, args.override, args.data_root, peer, args.repeats, folder, device,
+                                  "fp32", retaining_sides(loaded, device))
+    return {"to_checkpoint": rounds, "peer_epoch_end_what": PEER_EPOCH_END}
 
 
 def sizes(modules: dict[str, torch.nn.Module]) -> dict[str, int]:
@@ -363,6 +457,7 @@ def against_official(args: argparse.Namespace, argv: Sequence[str]) -> dict[str,
     commit = (args.official / ".patched").read_text().strip()[:7] or "(commit not recorded in the export)"
     with tempfile.TemporaryDirectory() as tmp:
         variants = [compare_variant(args, v, device, Path(tmp) / v) for v in args.variant]
+        as_user = to_checkpoint(args, device, Path(tmp) / "to_checkpoint") if args.to_checkpoint else {}
     cudnn = torch.backends.cudnn
     flags = {"cudnn_benchmark": cudnn.benchmark, "cudnn_allow_tf32": cudnn.allow_tf32,
              "matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32} if device.type == "cuda" else {}
@@ -370,7 +465,7 @@ def against_official(args: argparse.Namespace, argv: Sequence[str]) -> dict[str,
               "peer": (f"official CUT (github.com/taesungp/contrastive-unpaired-translation {commit} with "
                        "docs/results/records/official/cut/cut_cpu.patch), train.py's loop body: set_input, "
                        "optimize_parameters (fp32)"),
-              "images": PAIR, "warmup_steps": args.warmup, "variants": variants, **flags}
+              "images": PAIR, "warmup_steps": args.warmup, "variants": variants, **flags, **as_user}
     args.precision = "fp32"  # the official side's, and ours in the first column; our bf16 column says so
     record = peer_record("translation", args, argv, {}, [], fields)
     record["against"] = "official"
@@ -451,6 +546,7 @@ def render_official(record: dict[str, Any]) -> str:
         lines += [f"\n{v['mode']}:\n\n{profile_table(v['profile'], PROFILE_ROWS)}" for v in profiled]
     lines += [f"\n{v['mode']}, fp32: {ceiling_text({'clock': clock, **v}).strip()}"
               for v in record["variants"] if "compute" in v]
+    lines += [checkpoint_sentence(record)] if "to_checkpoint" in record else []
     return "\n".join(lines)
 
 
@@ -473,7 +569,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", type=Path, default=None, help="also write the rows to this file")
     official = official_flags(parser, "our CUT and FastCUT steps against the official code's", OFFICIAL,
                               "the official export's folder")
-    peer_flags(official, None, {}, batches=2, profile=True)
+    peer_flags(official, None, {}, batches=2, profile=True, to_checkpoint=True)
     parser.set_defaults(clock=None)
     return parser
 
