@@ -315,7 +315,7 @@ class OfficialTrainPy:
         self.folder, self.task, self.first, self.device = folder, task, first, device
         self.devnull = open(os.devnull, "w")
 
-    def new_run(self, run_folder: Path) -> Callable[[Path], Path]:
+    def new_run(self, run_folder: Path) -> Callable[[Path], Path | None]:
         """A fresh run under ``run_folder`` (epoch 1, no samples yet); returns its epoch end."""
         self.model, _, argv = official_cut(self.folder, self.task, "CUT", self.first, self.device, run_folder,
                                            official_schedule(self.task.cfg))
@@ -340,17 +340,18 @@ class OfficialTrainPy:
             if self.samples % opt.save_latest_freq == 0:
                 model.save_networks("latest")
 
-    def epoch_end(self, path: Path) -> Path:
+    def epoch_end(self, path: Path) -> Path | None:
         """``train.py``'s epoch end: every ``--save_epoch_freq`` epochs ``save_networks`` of ``latest`` and the
-        epoch, then ``update_learning_rate()``; returns the checkpoint folder (``path`` is not used)."""
+        epoch, then ``update_learning_rate()``; returns the checkpoint folder when it saved (``path`` is not used)."""
         model, opt = self.model, self.model.opt
+        saves = self.epoch % opt.save_epoch_freq == 0
         with contextlib.redirect_stdout(self.devnull):
-            if self.epoch % opt.save_epoch_freq == 0:
+            if saves:
                 model.save_networks("latest")
                 model.save_networks(self.epoch)
             model.update_learning_rate()
         self.epoch, self.epoch_samples = self.epoch + 1, 0
-        return Path(opt.checkpoints_dir) / opt.name
+        return Path(opt.checkpoints_dir) / opt.name if saves else None
 
 
 def official_schedule(cfg: TranslationConfig) -> list[str]:

@@ -197,7 +197,8 @@ def checkpoint_sentence(record: dict[str, Any]) -> str:
     ends = statistics.median(r["peer_epoch_ends"][f"{clock}_s"] for r in rows)
     ratios = sorted(r[f"peer_{clock}_s"] / r[f"ours_{clock}_s"] for r in rows)
     last = rows[-1]["peer_epoch_ends"]
-    cost = [f"the last wrote {last['bytes'] / 2**20:.0f} MiB"] * bool(last["bytes"])
+    size = f"{last['bytes'] / 2**20:.0f} MiB" if last["bytes"] >= 2**20 else f"{last['bytes'] / 2**10:.0f} KiB"
+    cost = [f"the last wrote {size}"] * bool(last["bytes"])
     cost += [f"{ends:.1f} s of its time"] * (ends >= 0.05)
     costs = f" ({'; '.join(cost)})" if cost else ""
     return (f"\nTo the checkpoint it selects: ours trained as a user does (`{t['command']}`, at the config's seed, in "

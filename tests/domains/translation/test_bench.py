@@ -76,19 +76,20 @@ def test_against_official_refuses_a_config_the_official_code_cannot_express(pair
 
 def test_to_checkpoint_trains_reduced_cut_emoji_against_the_official_train_py_run(pair_root, export, tmp_path):
     record = tmp_path / "record.json"
-    shrink = [*TINY, "config.data.steps_per_epoch=3", "config.batch_size=2", "config.data.val_images=8",
-              "config.data.test_images=8", "run.epochs=2", "config.optim.schedule.start.epochs=1",
-              "config.optim.schedule.end.epochs=2"]
+    shrink = [*TINY, "config.data.steps_per_epoch=1", "config.batch_size=2", "config.data.val_images=8",
+              "config.data.test_images=8", "run.epochs=5", "run.eval_every_epochs=5",
+              "config.optim.schedule.start.epochs=4", "config.optim.schedule.end.epochs=5"]
     args = ["--against", "official", "--official", str(export), "--data-root", str(pair_root), "--device", "cpu",
             "--output", str(record), "--repeats", "1", "--batches", "1", "--variant", "cut", "--to-checkpoint"]
     assert bench.main([*args, *(f"--override={o}" for o in shrink)]) == 0
     data = json.loads(record.read_text())
     t = data["to_checkpoint"]
     assert t["command"].startswith("contrasuite train translation/reduced_cut_emoji")
-    assert t["selected_step"] == t["steps_run"] == 6  # KID every 2 epochs: the one validation selects the last step
+    assert t["selected_step"] == t["steps_run"] == 5  # one validation, after the fifth epoch of one step
     (row,) = t["rounds"]
-    ends = row["peer_epoch_ends"]  # train.py at 2 epoch ends: no save (--save_epoch_freq 5), the lr schedule
-    assert ends["count"] == 2 and ends["bytes"] > 0 and row["ours_cpu_s"] > 0 and row["peer_cpu_s"] > 0
+    ends = row["peer_epoch_ends"]  # train.py's 5 epoch ends: the lr schedule, and at the fifth (--save_epoch_freq 5)
+    assert ends["count"] == 5 and ends["bytes"] > 0  # the saves of G, D and F, latest and epoch 5
+    assert row["ours_cpu_s"] > 0 and row["peer_cpu_s"] > 0
     rendered = tmp_path / "rendered.md"
     assert bench.main(["--against", "peer", "--report", "--output", str(record), "--page", str(rendered)]) == 0
     assert "To the checkpoint it selects" in rendered.read_text()
