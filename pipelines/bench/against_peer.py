@@ -12,7 +12,8 @@ time / our time (above 1: ours is faster), summarized by :func:`summarize`. The 
 :func:`peer_record`) holds the bench's own fields, :func:`settings`, the measurements (:func:`outcome`) and
 :func:`machine` (and with ``--profile``, both sides' operators: :func:`profile_sides`); ``--report``
 (:func:`peer_main`) renders it into its section of :data:`PAGE` (:func:`write_section`; :func:`comparison_section`
-for a one-comparison record), a page never typed by hand.
+for a one-comparison record) and the page's overview table from every kept record (:func:`write_summary`), a page
+never typed by hand.
 """
 
 from __future__ import annotations
@@ -187,6 +188,11 @@ def median_step(record: dict[str, Any], side: str) -> float:
     return statistics.median(r[f"{side}_{record['clock']}_s"] for r in record["rounds"])
 
 
+def checkpoint_ratios(to_checkpoint: dict[str, Any], clock: str) -> list[float]:
+    """Peer / ours of each round of a record's ``to_checkpoint`` on ``clock``, sorted."""
+    return sorted(r[f"peer_{clock}_s"] / r[f"ours_{clock}_s"] for r in to_checkpoint["rounds"])
+
+
 def checkpoint_sentence(record: dict[str, Any]) -> str:
     """The record's ``to_checkpoint`` (:func:`to_checkpoint_rounds`): both sides' measured times to the checkpoint
     ours selects and their ratio over the rounds; the peer selects nothing (its ``peer_epoch_end_what`` says what
@@ -195,7 +201,7 @@ def checkpoint_sentence(record: dict[str, Any]) -> str:
     rows = t["rounds"]
     ours, peer = (statistics.median(r[f"{side}_{clock}_s"] for r in rows) for side in ("ours", "peer"))
     ends = statistics.median(r["peer_epoch_ends"][f"{clock}_s"] for r in rows)
-    ratios = sorted(r[f"peer_{clock}_s"] / r[f"ours_{clock}_s"] for r in rows)
+    ratios = checkpoint_ratios(t, clock)
     last = rows[-1]["peer_epoch_ends"]
     size = f"{last['bytes'] / 2**20:.0f} MiB" if last["bytes"] >= 2**20 else f"{last['bytes'] / 2**10:.0f} KiB"
     cost = [f"the last wrote {size}"] * bool(last["bytes"])
@@ -711,6 +717,63 @@ def write_section(page: Path, name: str, text: str) -> None:
     page.write_text(body)
 
 
+SUMMARY = ("<!-- summary -->", "<!-- /summary -->")
+"""The markers of :data:`PAGE`'s overview table (:func:`write_summary`)."""
+
+
+def compared(record: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """A kept record's comparisons, each with words for what it compares and its fields (``ratio_*``, and
+    ``to_checkpoint`` where the time to the checkpoint was measured with it); none for a record of another kind."""
+    levers = "".join(f", {lever}" for lever in record.get("levers", []))
+    if "comparisons" in record:  # one per step kind (code_search) or mode and precision (super_resolution)
+        return [(c.get("step") or f"{c['mode']}, ours {c['precision']}", c) for c in record["comparisons"]]
+    if "variants" in record:  # translation: ours in fp32 and in bf16 against the official fp32, per variant
+        found = [(f"{v['mode']}, ours {p}", part) for v in record["variants"]
+                 for p, part in (("fp32", v), ("bf16", v["bf16"]))]
+        if "to_checkpoint" in record:  # trained in fp32, the first variant's (CUT)
+            found[0] = (found[0][0], {**found[0][1], "to_checkpoint": record["to_checkpoint"]})
+        return found
+    return [(f"ours {record['precision']}{levers}", record)] if "ratio_median" in record else []
+
+
+def summary_table(records: Iterable[dict[str, Any]]) -> str:
+    """The overview of :data:`PAGE` (markdown): a row per comparison of each record (:func:`compared`): its
+    section, what it compares, peer / ours per step and, where measured, to the checkpoint ours selects (median,
+    then the smallest and largest round), the device and the date."""
+    def ratio(median: float, low: float, high: float) -> str:
+        return f"**{median:.2f}** ({low:.2f}-{high:.2f})"
+
+    rows = ["| section | compared | per step | to the checkpoint | device, threads | date (UTC) |",
+            "|---|---|---|---|---|---|"]
+    for record in records:
+        for what, c in compared(record):
+            clock = c.get("clock", record.get("clock"))
+            to = checkpoint_ratios(c["to_checkpoint"], clock) if "to_checkpoint" in c else None
+            rows.append(f"| `{record['section']}` | {what} | {ratio(c['ratio_median'], c['ratio_min'], c['ratio_max'])} "
+                        f"| {ratio(statistics.median(to), to[0], to[-1]) if to else '-'} "
+                        f"| {c.get('device', record.get('device'))}, {record.get('threads', c.get('threads'))} "
+                        f"| {c.get('date_utc', record.get('date_utc'))} |")
+    return "\n".join(rows)
+
+
+def write_summary(page: Path, records: Path = RECORDS) -> None:
+    """Put the overview of every kept record under ``records`` (:func:`summary_table`, in file-name order) between
+    :data:`SUMMARY`'s markers of ``page``, or before its first section when it has none."""
+    kept = [json.loads(f.read_text()) for f in sorted(records.glob("*.json"))]
+    block = (f"{SUMMARY[0]}\nPeer / ours over the kept records (above 1: ours faster; each section below has the "
+             "rounds, the work compared and the machine). graph's time to the checkpoint each side selects is "
+             "measured per dataset by `docs/results/records/graph_perf/time_to_checkpoint.sh` (docs/domains/graph.md)."
+             f"\n\n{summary_table(kept)}\n{SUMMARY[1]}")
+    body = page.read_text()
+    if SUMMARY[0] in body:
+        head, rest = body.split(SUMMARY[0], 1)
+        body = head + block + rest.split(SUMMARY[1], 1)[1]
+    else:
+        head, sep, rest = body.partition("<!-- section:")
+        body = head + block + "\n\n" + sep + rest
+    page.write_text(body)
+
+
 # -- the command ------------------------------------------------------------------------------------------
 
 def peer_flags(parser: Any, record: Path, levers: dict[str, str], batches: int,
@@ -764,6 +827,7 @@ def peer_main(args: argparse.Namespace, argv: Sequence[str],
     if args.report:
         record = json.loads(args.output.read_text())
         write_section(args.page, record["section"], render(record))
+        write_summary(args.page)
         print(f"wrote {args.page}")
         return 0
     if args.threads:

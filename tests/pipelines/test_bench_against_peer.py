@@ -1,5 +1,6 @@
 """pipelines/bench/against_peer.py: alternating timed rounds, the ratios, the equal-work check and the page sections."""
 
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -8,6 +9,7 @@ from contrasuite.pipelines.bench import against_peer
 from contrasuite.pipelines.bench.against_peer import (
     PAGE_HEAD, alternate, ceiling_text, checks_text, compute_bound, cpu_task, defaults_closing, host_memory_lines,
     loss_check, plain_loop_step, profile_sides, profile_table, rounds_table, summarize, write_section,
+    write_summary,
 )
 
 
@@ -207,3 +209,32 @@ def test_write_section_makes_the_page_replaces_in_place_appends_and_puts_a_lever
     text = page.read_text()
     assert text.count("<!-- section:a+lever -->") == 1 and "again" in text
     assert text.index("section:a+lever -->") < text.index("section:b -->")
+
+
+def test_the_summary_has_a_row_per_comparison_with_the_checkpoint_ratio_where_measured(tmp_path):
+    def record(name: str, **fields):
+        return {"section": name, "clock": "cpu", "device": "cpu", "threads": 1, "date_utc": "d", "precision": "fp32",
+                "levers": [], **fields}
+
+    ratios = {"ratio_median": 1.5, "ratio_min": 1.25, "ratio_max": 1.75}
+    rounds = [{"ours_cpu_s": 10.0, "peer_cpu_s": p} for p in (12.0, 20.0, 15.0)]
+    kept = {"a": record("a", **ratios, to_checkpoint={"rounds": rounds}),
+            "b": record("b", comparisons=[{"mode": "l1", "precision": "bf16", **ratios}, {"step": "plain", **ratios}]),
+            "c": record("c", variants=[{"mode": "CUT", **ratios, "bf16": ratios}], to_checkpoint={"rounds": rounds}),
+            "d": record("d")}  # no ratio: not a comparison (objectives+compile's kind)
+    (tmp_path / "records").mkdir()
+    for name, r in kept.items():
+        (tmp_path / "records" / f"{name}.json").write_text(json.dumps(r))
+    page = tmp_path / "page.md"
+    write_section(page, "a", "## a")
+    for _ in range(2):  # the second replaces the first
+        write_summary(page, tmp_path / "records")
+    text = page.read_text()
+    assert text.count("<!-- summary -->") == 1 and text.index("<!-- summary -->") < text.index("<!-- section:a -->")
+    rows = [line for line in text.splitlines() if line.startswith("| `")]
+    assert rows == [
+        "| `a` | ours fp32 | **1.50** (1.25-1.75) | **1.50** (1.20-2.00) | cpu, 1 | d |",
+        "| `b` | l1, ours bf16 | **1.50** (1.25-1.75) | - | cpu, 1 | d |",
+        "| `b` | plain | **1.50** (1.25-1.75) | - | cpu, 1 | d |",
+        "| `c` | CUT, ours fp32 | **1.50** (1.25-1.75) | **1.50** (1.20-2.00) | cpu, 1 | d |",
+        "| `c` | CUT, ours bf16 | **1.50** (1.25-1.75) | - | cpu, 1 | d |"]
