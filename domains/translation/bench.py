@@ -63,7 +63,7 @@ imports), whole runs alternating (``pipelines/bench/against_peer.py``, ``to_chec
 
     docs/results/records/official/cut/run_official_cut.sh export
     contrasuite bench translation --against official --threads 1 --profile
-    contrasuite bench translation --against official --threads 1 --variant cut --to-checkpoint
+    contrasuite bench translation --against official --threads 1 --profile --to-checkpoint
     contrasuite bench translation --against official --device cuda --steps 50 --warmup 5
     contrasuite bench translation --against official --report [--device cuda]
 """
