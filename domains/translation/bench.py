@@ -73,6 +73,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import importlib.util
 import json
 import os
 import platform
@@ -590,6 +591,8 @@ def check_against(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
     if not (args.official / ".patched").is_file():
         fail(f"no official CUT export at {args.official} (--official; make it with "
              "docs/results/records/official/cut/run_official_cut.sh export)")
+    if args.to_checkpoint and importlib.util.find_spec("dominate") is None:
+        fail("--to-checkpoint runs the official train.py's Visualizer, which imports dominate (pip install dominate)")
     for variant in args.variant:
         try:
             problems = unmatched(load_config(f"translation/{CONFIGS[variant][0]}", our_overrides(args)).config)

@@ -93,3 +93,11 @@ def test_to_checkpoint_trains_reduced_cut_emoji_against_the_official_train_py_ru
     rendered = tmp_path / "rendered.md"
     assert bench.main(["--against", "peer", "--report", "--output", str(record), "--page", str(rendered)]) == 0
     assert "To the checkpoint it selects" in rendered.read_text()
+
+
+def test_to_checkpoint_without_dominate_is_a_one_line_error(pair_root, export, monkeypatch, capsys):
+    find_spec = bench.importlib.util.find_spec
+    monkeypatch.setattr(bench.importlib.util, "find_spec", lambda name: None if name == "dominate" else find_spec(name))
+    with pytest.raises(SystemExit) as stop:
+        bench.main(["--against", "official", "--data-root", str(pair_root), "--to-checkpoint"])
+    assert stop.value.code == 2 and "pip install dominate" in capsys.readouterr().err
