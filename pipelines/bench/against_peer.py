@@ -142,9 +142,10 @@ class PeerRun:
             self.step(self.batches[k % len(self.batches)])
             if (k + 1) % self.steps_per_epoch == 0 or k + 1 == steps:
                 count += 1
-                wrote, took = on_clocks(clocks, epoch_end, folder / f"epoch_{count}")
+                path = folder / f"epoch_{count}"
+                wrote, took = on_clocks(clocks, epoch_end, path)
                 total = {clock: total[clock] + took[clock] for clock in total}
-                path = wrote or folder / f"epoch_{count}"
+                path = wrote or path
                 size = sum(f.stat().st_size for f in [path, *path.rglob("*")] if f.is_file()) if path.exists() else 0
         return {"count": count, **{f"{clock}_s": t for clock, t in total.items()}, "bytes": size}
 
@@ -747,12 +748,11 @@ def summary_table(records: Iterable[dict[str, Any]]) -> str:
             "|---|---|---|---|---|---|"]
     for record in records:
         for what, c in compared(record):
-            clock = c.get("clock", record.get("clock"))
-            to = checkpoint_ratios(c["to_checkpoint"], clock) if "to_checkpoint" in c else None
+            field = lambda name: c.get(name, record.get(name))  # noqa: E731 (the comparison's, else its record's)
+            to = checkpoint_ratios(c["to_checkpoint"], field("clock")) if "to_checkpoint" in c else None
             rows.append(f"| `{record['section']}` | {what} | {ratio(c['ratio_median'], c['ratio_min'], c['ratio_max'])} "
                         f"| {ratio(statistics.median(to), to[0], to[-1]) if to else '-'} "
-                        f"| {c.get('device', record.get('device'))}, {record.get('threads', c.get('threads'))} "
-                        f"| {c.get('date_utc', record.get('date_utc'))} |")
+                        f"| {field('device')}, {field('threads')} | {field('date_utc')} |")
     return "\n".join(rows)
 
 
