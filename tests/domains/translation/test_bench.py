@@ -75,6 +75,7 @@ def test_against_official_refuses_a_config_the_official_code_cannot_express(pair
 
 
 def test_to_checkpoint_trains_reduced_cut_emoji_against_the_official_train_py_run(pair_root, export, tmp_path):
+    pytest.importorskip("dominate", reason="the official train.py's Visualizer imports dominate (pip install dominate)")
     record = tmp_path / "record.json"
     shrink = [*TINY, "config.data.steps_per_epoch=1", "config.batch_size=2", "config.data.val_images=8",
               "config.data.test_images=8", "run.epochs=5", "run.eval_every_epochs=5",
