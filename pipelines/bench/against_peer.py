@@ -524,7 +524,29 @@ def ceiling_text(record: dict[str, Any]) -> str:
             f"would be **{peer * peak / flop:.2f}**x the peer's speed, "
             + ("the ceiling of the ratio at this precision on this machine short of less arithmetic." if flop / ours <= peak
                else "less than ours already is: this step's kernels outrun the matrix product, so its peak is no "
-                    "ceiling here."))
+                    "ceiling here.") + products_text(record))
+
+
+PRODUCT_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::mkldnn_convolution",
+               "aten::convolution_backward")
+"""The profiler's names of the operators doing the arithmetic :func:`compute_bound` counts (their self time)."""
+
+
+def products_text(record: dict[str, Any]) -> str:
+    """The bound at the rate ours' products actually ran, from the record's profile (:func:`profile_sides`): the
+    self time of ours' :data:`PRODUCT_OPS`, and the ratio if every other operator of ours took no time, i.e. the
+    peer's profiled step over that time; empty without a per-operator profile of both sides."""
+    profile = record.get("profile") or {}
+    ours, peer = profile.get("ours", {}), profile.get("peer", {}).get("cpu_self_ms")
+    ops = ours.get("ops")
+    products = sum(ops.get(op, 0.0) for op in PRODUCT_OPS) if ops else 0.0
+    if not products or not peer:
+        return ""
+    names = ", ".join(f"`{op}`" for op in PRODUCT_OPS if ops.get(op))
+    return (f" In the profile, ours' products themselves ({names}) took {products:,.1f} ms of its "
+            f"{ours['cpu_self_ms']:,.1f} ms a step, at {record['compute']['flop_per_step'] / products / 1e6:.1f} GFLOP/s: with every other "
+            f"operator of ours free, at that rate, the ratio would be **{peer / products:.2f}**x (the peer's "
+            f"profiled {peer:,.1f} ms over them).")
 
 
 # -- the record -------------------------------------------------------------------------------------------

@@ -188,6 +188,14 @@ def test_compute_bound_counts_a_step_s_flops_and_the_ceiling_follows_from_the_pe
     faster = ceiling_text({**record, "compute": {**record["compute"], "flop_per_step": 120e9}})  # 114 GFLOP/s
     assert "(114% of the peak)" in faster and "its peak is no ceiling here" in faster and "the ceiling of" not in faster
     assert ceiling_text({"clock": "cpu", "rounds": []}) == ""
+    assert "products themselves" not in text  # no per-operator profile: no bound at the products' rate
+    profiled = ceiling_text({**record, "profile": {"ours": {"cpu_self_ms": 1000.0, "ops": {"aten::mm": 600.0,
+                                                                                         "aten::addmm": 150.0,
+                                                                                         "aten::gelu": 250.0}},
+                                                   "peer": {"cpu_self_ms": 1200.0, "ops": {"aten::mm": 900.0}}}})
+    # ours' products 750 ms of 1000 (90 GFLOP in 0.75 s: 120 GFLOP/s); the peer's 1200 ms over them: 1.6
+    assert "products themselves (`aten::mm`, `aten::addmm`) took 750.0 ms of its 1,000.0 ms a step" in profiled
+    assert "at 120.0 GFLOP/s" in profiled and "the ratio would be **1.60**x" in profiled
 
 
 def test_write_section_makes_the_page_replaces_in_place_appends_and_puts_a_lever_after_its_base(tmp_path):
