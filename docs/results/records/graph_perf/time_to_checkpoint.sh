@@ -3,7 +3,9 @@
 # one dataset and seed, one thread, the two sides one after the other (issue 41). Writes
 #   docs/results/records/graph_perf/time_to_checkpoint_<dataset>_seed<seed>.json
 #
-# usage: time_to_checkpoint.sh DATASET SEED        (DATASET: acm | dblp | imdb)
+# usage: time_to_checkpoint.sh DATASET SEED [EPOCHS]   (DATASET: acm | dblp | imdb)
+#        EPOCHS: ours trains that many epochs (run.epochs=EPOCHS, e.g. the official code's stop epoch) instead of
+#        the config's; the record is then time_to_checkpoint_<dataset>_seed<seed>_epochs<EPOCHS>.json
 # env:   MEOW_GIT    the fetched repository's git directory (default /work/.mirror/jianxiangyu+MEOW/repo)
 #        MEOW_COMMIT commit to export (default 6a072d79648ab83f7ec7b7482af1696ed00938a1)
 #        PERF        scratch folder for the official copy, our runs and the logs (default /tmp/official/meow_perf)
@@ -17,9 +19,11 @@
 # seconds after setup and after training, then exits. Each log starts and ends with a `[perf]` line (date,
 # 1-min load average); time_to_checkpoint_record.py reads everything from the two logs.
 set -euo pipefail
-DATASET=${1:?dataset}; SEED=${2:?seed}
+DATASET=${1:?dataset}; SEED=${2:?seed}; EPOCHS=${3:-}
 case "$DATASET" in acm|dblp|imdb) ;; *) echo "time_to_checkpoint.sh: unknown dataset '$DATASET' (acm, dblp or imdb)" >&2; exit 2;; esac
 [[ "$SEED" =~ ^[0-9]+$ ]] || { echo "time_to_checkpoint.sh: seed must be a non-negative integer, got '$SEED'" >&2; exit 2; }
+[[ -z "$EPOCHS" || "$EPOCHS" =~ ^[1-9][0-9]*$ ]] || { echo "time_to_checkpoint.sh: epochs must be a positive integer, got '$EPOCHS'" >&2; exit 2; }
+NAME=${DATASET}_seed${SEED}${EPOCHS:+_epochs$EPOCHS}
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../../../.." && pwd)
 MEOW_GIT=${MEOW_GIT:-/work/.mirror/jianxiangyu+MEOW/repo}
@@ -43,11 +47,11 @@ if [ "$DATASET" = dblp ]; then
 fi
 
 mkdir -p "$PERF/logs"
-OURS_LOG="$PERF/logs/${DATASET}_seed${SEED}_ours.log"; OFFICIAL_LOG="$PERF/logs/${DATASET}_seed${SEED}_official.log"
+OURS_LOG="$PERF/logs/${NAME}_ours.log"; OFFICIAL_LOG="$PERF/logs/${NAME}_official.log"
 perf_line() { echo "[perf] $1=$(date -u +%Y-%m-%dT%H:%M:%SZ) load_average_1min=$(cut -d' ' -f1 /proc/loadavg)"; }
 
 # 2. ours: a full run, then the test of best.pt
-OURS_CMD="contrasuite train configs/graph/meow_$DATASET.yaml run.seed=$SEED run.output_root=$PERF/runs run.progress=false"
+OURS_CMD="contrasuite train configs/graph/meow_$DATASET.yaml run.seed=$SEED run.output_root=$PERF/runs run.progress=false${EPOCHS:+ run.epochs=$EPOCHS}"
 {
   perf_line start
   echo "[perf] command=$OURS_CMD"
@@ -69,4 +73,4 @@ OFFICIAL_CMD="cd code_meow && MEOW_TRAIN_ONLY=1 OMP_NUM_THREADS=1 MKL_NUM_THREAD
 } > "$OFFICIAL_LOG"
 
 # 4. the record, parsed from the two logs
-"$PYTHON" "$HERE/time_to_checkpoint_record.py" "$DATASET" "$SEED" "$OURS_LOG" "$OFFICIAL_LOG" "$MEOW_COMMIT"
+"$PYTHON" "$HERE/time_to_checkpoint_record.py" "$DATASET" "$SEED" "$OURS_LOG" "$OFFICIAL_LOG" "$MEOW_COMMIT" $EPOCHS

@@ -1,9 +1,10 @@
 """The time-to-checkpoint record of one dataset and seed, from the logs of time_to_checkpoint.sh (issue 41).
 
-usage: python time_to_checkpoint_record.py DATASET SEED OURS_LOG OFFICIAL_LOG MEOW_COMMIT
+usage: python time_to_checkpoint_record.py DATASET SEED OURS_LOG OFFICIAL_LOG MEOW_COMMIT [EPOCHS]
 Reads our run folder named in OURS_LOG (eval_test.json: the tested best.pt's position and train_cpu_seconds;
 metrics.csv: the validations up to it) and the official code's [timing] lines in OFFICIAL_LOG; writes
-time_to_checkpoint_<dataset>_seed<seed>.json beside this file. A log without a finished run: one line, exit 2.
+time_to_checkpoint_<dataset>_seed<seed>.json beside this file (``_epochs<EPOCHS>`` before ``.json`` when ours was
+given EPOCHS epochs instead of its config's). A log without a finished run: one line, exit 2.
 """
 import csv
 import json
@@ -88,22 +89,26 @@ def official(log: str, dataset: str, seed: str, commit: str) -> dict:
 
 
 def main() -> None:
-    if len(sys.argv) != 6:
-        fail("usage: time_to_checkpoint_record.py DATASET SEED OURS_LOG OFFICIAL_LOG MEOW_COMMIT")
-    dataset, seed, ours_log, official_log, commit = sys.argv[1:]
+    if len(sys.argv) not in (6, 7):
+        fail("usage: time_to_checkpoint_record.py DATASET SEED OURS_LOG OFFICIAL_LOG MEOW_COMMIT [EPOCHS]")
+    dataset, seed, ours_log, official_log, commit = sys.argv[1:6]
+    budget = sys.argv[6] if len(sys.argv) == 7 else ""
     for log in (ours_log, official_log):
         if not os.path.isfile(log):
             fail(f"no log {log}")
     a, b = ours(ours_log), official(official_log, dataset, seed, commit)
+    if budget and a["epochs"] != int(budget):
+        fail(f"{ours_log}: ours ran {a['epochs']} epochs, not the {budget} asked for")
     rec = {"what": f"MEOW on {dataset.upper()}, seed {seed}: CPU seconds of training up to the checkpoint each side "
                    "selects, ours then the official code_meow, one process and one thread each, one after the "
-                   "other (time_to_checkpoint.sh); issue 41",
+                   "other (time_to_checkpoint.sh); issue 41"
+                   + (f"; ours given {budget} epochs (run.epochs) instead of its config's" if budget else ""),
            "date_utc": f"{a['start']['date_utc']} to {b['end']['date_utc']}",
            "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "threads": 1,
                        "load_average_1min": "read at the start and end of each side (ours.start, ...): other jobs share the machine"},
            "ours": a, "official": b,
            "ratio_official_over_ours_cpu_to_selected": round(b["cpu_seconds_to_selected"] / a["cpu_seconds_to_selected"], 2)}
-    out = HERE / f"time_to_checkpoint_{dataset}_seed{seed}.json"
+    out = HERE / f"time_to_checkpoint_{dataset}_seed{seed}{f'_epochs{budget}' if budget else ''}.json"
     out.write_text(json.dumps(rec, indent=2) + "\n")
     print("wrote", out)
 
