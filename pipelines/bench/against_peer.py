@@ -543,10 +543,11 @@ def products_text(record: dict[str, Any]) -> str:
     if not products or not peer:
         return ""
     names = ", ".join(f"`{op}`" for op in PRODUCT_OPS if ops.get(op))
+    rate = record["compute"]["flop_per_step"] / products / 1e6
     return (f" In the profile, ours' products themselves ({names}) took {products:,.1f} ms of its "
-            f"{ours['cpu_self_ms']:,.1f} ms a step, at {record['compute']['flop_per_step'] / products / 1e6:.1f} GFLOP/s: with every other "
-            f"operator of ours free, at that rate, the ratio would be **{peer / products:.2f}**x (the peer's "
-            f"profiled {peer:,.1f} ms over them).")
+            f"{ours['cpu_self_ms']:,.1f} ms a step, at {rate:.1f} GFLOP/s: with every other operator of ours free, "
+            f"at that rate, the ratio would be **{peer / products:.2f}**x (the peer's profiled {peer:,.1f} ms over "
+            "them).")
 
 
 # -- the record -------------------------------------------------------------------------------------------
