@@ -86,6 +86,22 @@ def test_extraction_is_keyed_on_the_archive_not_the_folder(tmp_path):
         extract_once(archive, tmp_path / "cache" / "pack")
 
 
+def test_extraction_without_the_data_filter_refuses_what_it_would(tmp_path, monkeypatch):
+    """On a Python whose tarfile has no ``filter`` (Debian 12's 3.11.2), extraction works and still refuses a
+    member that would land outside the folder."""
+    import tarfile
+
+    monkeypatch.delattr(tarfile, "data_filter")
+    target = extract_once(_pack(tmp_path), tmp_path / "cache" / "pack")
+    assert (target / "a.png").is_file()
+    evil = tmp_path / "evil.tar.gz"
+    with tarfile.open(evil, "w:gz") as tar:
+        tar.add(tmp_path / "src" / "pack" / "a.png", arcname="../escaped.png")
+    with pytest.raises(DataError, match=r"evil.tar.gz: member '../escaped.png' is not a plain file or folder inside"):
+        extract_once(evil, tmp_path / "cache" / "evil")
+    assert not (tmp_path / "cache" / "escaped.png").exists() and not (tmp_path / "escaped.png").exists()
+
+
 def test_cub_layout(tiny_cub):
     splits = load_splits("cub200", tiny_cub, cache=tiny_cub, val_fraction=0.25, split_seed=0)
     assert splits.test.classes() == {101, 102, 103, 104}
